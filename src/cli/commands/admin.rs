@@ -1,0 +1,192 @@
+//! Vault administration: quota, audit, stats, gc, compact, schema.
+
+use clap::{Args, Subcommand};
+use serde::Serialize;
+
+use agentvfs::model::{GcReport, Quota, StatsReport, Vault, now_ns};
+use agentvfs::store::AuditRecord;
+use agentvfs::{Error, Result};
+
+use super::Ctx;
+use crate::output::{Reply, size, table, time};
+
+#[derive(Subcommand)]
+pub enum QuotaCmd {
+    /// Show the vault's quotas.
+    Show,
+    /// Set quotas; pass `none` to remove a limit.
+    Set(QuotaSetArgs),
+}
+
+#[derive(Args)]
+pub struct QuotaSetArgs {
+    /// Total bytes of regular files per workspace, in MiB.
+    #[arg(long)]
+    pub max_size_mb: Option<String>,
+    /// Number of regular files per workspace.
+    #[arg(long)]
+    pub max_files: Option<String>,
+    /// Size of any one file, in MiB.
+    #[arg(long)]
+    pub max_file_size_mb: Option<String>,
+}
+
+#[derive(Args)]
+pub struct AuditArgs {
+    /// Show at most this many records.
+    #[arg(long, default_value_t = 50)]
+    pub limit: usize,
+    /// Only records since a time: a duration ago (`10m`, `2h`) or an RFC 3339 timestamp.
+    #[arg(long)]
+    pub since: Option<String>,
+}
+
+#[derive(Args)]
+pub struct GcArgs {
+    /// Report what would be removed without removing it.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+fn vault(ctx: &Ctx) -> Result<std::sync::Arc<Vault>> {
+    let (_, ws) = ctx.open()?;
+    Ok(ws.vault().clone())
+}
+
+fn render_quota(q: &Quota) -> String {
+    let v = |x: Option<u64>| x.map(|v| v.to_string()).unwrap_or_else(|| "none".into());
+    table(&[
+        vec!["max_size_mb".into(), v(q.max_size_mb)],
+        vec!["max_files".into(), v(q.max_files)],
+        vec!["max_file_size_mb".into(), v(q.max_file_size_mb)],
+    ])
+}
+
+fn parse_limit(flag: &str, v: &str) -> Result<Option<u64>> {
+    if v == "none" {
+        return Ok(None);
+    }
+    v.parse::<u64>().map(Some).map_err(|_| {
+        Error::invalid(format!(
+            "--{flag} takes a whole number or `none`, not `{v}`"
+        ))
+    })
+}
+
+pub fn run_quota(ctx: &Ctx, cmd: QuotaCmd) -> (&'static str, Result<Reply>) {
+    match cmd {
+        QuotaCmd::Show => (
+            "quota show",
+            vault(ctx)
+                .and_then(|v| v.quota())
+                .map(|q| Reply::new(&q, render_quota(&q))),
+        ),
+        QuotaCmd::Set(a) => ("quota set", quota_set(ctx, a)),
+    }
+}
+
+fn quota_set(ctx: &Ctx, a: QuotaSetArgs) -> Result<Reply> {
+    let v = vault(ctx)?;
+    let mut q = v.quota()?;
+    if let Some(s) = &a.max_size_mb {
+        q.max_size_mb = parse_limit("max-size-mb", s)?;
+    }
+    if let Some(s) = &a.max_files {
+        q.max_files = parse_limit("max-files", s)?;
+    }
+    if let Some(s) = &a.max_file_size_mb {
+        q.max_file_size_mb = parse_limit("max-file-size-mb", s)?;
+    }
+    v.set_quota(&q)?;
+    Ok(Reply::new(&q, render_quota(&q)))
+}
+
+fn parse_since(s: &str) -> Result<i64> {
+    if let Ok(d) = humantime::parse_duration(s) {
+        return Ok(now_ns() - d.as_nanos() as i64);
+    }
+    let t = humantime::parse_rfc3339_weak(s).map_err(|_| {
+        Error::invalid(format!(
+            "--since takes a duration like 10m or a timestamp, not `{s}`"
+        ))
+    })?;
+    Ok(t.duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0))
+}
+
+pub fn cmd_audit(ctx: &Ctx, a: AuditArgs) -> Result<Reply> {
+    let since = a.since.as_deref().map(parse_since).transpose()?;
+    let records: Vec<AuditRecord> = vault(ctx)?.audit(a.limit, since)?;
+    let mut rows = vec![vec![
+        "ID".into(),
+        "WHEN".into(),
+        "ACTOR".into(),
+        "FORK".into(),
+        "OPERATION".into(),
+        "RESULT".into(),
+        "PATHS".into(),
+    ]];
+    for r in &records {
+        rows.push(vec![
+            r.id.to_string(),
+            time(r.at),
+            format!("{}/{}", r.actor, r.source),
+            r.workspace.clone(),
+            r.operation.clone(),
+            r.result.clone(),
+            r.paths.join(" "),
+        ]);
+    }
+    Ok(Reply::new(&records, table(&rows)))
+}
+
+pub fn cmd_stats(ctx: &Ctx) -> Result<Reply> {
+    let s: StatsReport = vault(ctx)?.stats()?;
+    let human = table(&[
+        vec!["disk".into(), size(s.disk_bytes)],
+        vec![
+            "objects".into(),
+            format!("{} ({})", s.objects, size(s.stored_bytes)),
+        ],
+        vec!["forks".into(), s.workspaces.to_string()],
+        vec!["checkpoints".into(), s.checkpoints.to_string()],
+        vec![
+            "live files".into(),
+            format!("{} ({})", s.live_files, size(s.logical_bytes)),
+        ],
+        vec!["dedup ratio".into(), format!("{:.2}", s.dedup_ratio)],
+    ]);
+    Ok(Reply::new(&s, human))
+}
+
+pub fn cmd_gc(ctx: &Ctx, a: GcArgs) -> Result<Reply> {
+    let r: GcReport = vault(ctx)?.gc(a.dry_run)?;
+    let human = format!(
+        "{} {} of {} objects ({})",
+        if a.dry_run { "would remove" } else { "removed" },
+        r.objects_removed,
+        r.objects_before,
+        size(r.bytes_removed)
+    );
+    Ok(Reply::new(&r, human))
+}
+
+#[derive(Serialize, schemars::JsonSchema)]
+pub struct CompactOutput {
+    pub bytes_reclaimed: u64,
+}
+
+pub fn cmd_compact(ctx: &Ctx) -> Result<Reply> {
+    let reclaimed = vault(ctx)?.compact()?;
+    let out = CompactOutput {
+        bytes_reclaimed: reclaimed,
+    };
+    Ok(Reply::new(&out, format!("reclaimed {}", size(reclaimed))))
+}
+
+pub fn cmd_schema() -> Reply {
+    let schema = super::schema::document();
+    let human = serde_json::to_string_pretty(&schema).unwrap_or_default();
+    Reply::new(&schema, human)
+}

@@ -1,0 +1,171 @@
+//! One module per command group; each has clap `Args` and `cmd_*` functions that call the
+//! library and build a `Reply`.
+
+mod admin;
+mod checkpoint;
+mod files;
+mod schema;
+mod transfer;
+mod vault;
+
+use clap::{Parser, Subcommand};
+
+use agentvfs::model::Workspace;
+use agentvfs::model::path::VPath;
+use agentvfs::service::{Target, WorkspaceService};
+use agentvfs::{Error, Result};
+
+use crate::output::Reply;
+
+const EXAMPLES: &str = "\
+Examples:
+  avfs vault create demo              create a vault and make it current
+  avfs import ./my-project            copy a host directory into it
+  avfs checkpoint save before-agent   checkpoint the live state
+  avfs vault fork demo task-1 --use   fork it (O(1)) and switch to the fork
+  avfs write notes.txt 'hello'        change the fork
+  avfs checkpoint restore before-agent
+  avfs --json ls -l src               one JSON document on stdout
+
+Exit codes: 0 ok, 1 failure, 2 usage, 3 not found, 4 conflict/already exists,
+5 invalid input, 6 quota exceeded, 7 corrupt or foreign vault, 8 host I/O error.";
+
+/// agentvfs: single-file vaults for AI agent workspaces, with O(1) forks and
+/// checkpoints that cost in proportion to what changed.
+#[derive(Parser)]
+#[command(name = "avfs", version, after_help = EXAMPLES)]
+pub struct Cli {
+    /// Print exactly one JSON document on stdout, for success and failure alike.
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// The vault or fork to act on: a registered name or a vault file path.
+    /// Defaults to $AVFS_VAULT, then the current vault (`avfs vault use`).
+    #[arg(long, global = true, env = "AVFS_VAULT", value_name = "NAME|PATH")]
+    pub vault: Option<String>,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Create, list, select, inspect, fork, check and delete vaults.
+    #[command(subcommand)]
+    Vault(vault::VaultCmd),
+    /// Save, list, inspect, restore and delete checkpoints.
+    #[command(subcommand)]
+    Checkpoint(checkpoint::CheckpointCmd),
+    /// List a directory.
+    Ls(files::LsArgs),
+    /// Print a file (binary-safe), optionally as of a checkpoint.
+    Cat(files::CatArgs),
+    /// Write a file from an argument or from stdin.
+    Write(files::WriteArgs),
+    /// Create directories.
+    Mkdir(files::MkdirArgs),
+    /// Remove files or directories.
+    Rm(files::RmArgs),
+    /// Copy a file or (with -r) a directory; content is shared, not duplicated.
+    Cp(files::CpArgs),
+    /// Move or rename; replaces a file or an empty directory at the destination.
+    Mv(files::MvArgs),
+    /// Create a symbolic link.
+    Ln(files::LnArgs),
+    /// Change permission bits (octal, e.g. 755).
+    Chmod(files::ChmodArgs),
+    /// Show a directory tree.
+    Tree(files::TreeArgs),
+    /// Show a node's metadata.
+    Stat(files::StatArgs),
+    /// Find entries by name glob, type and size.
+    Find(files::FindArgs),
+    /// Search file contents with a regular expression.
+    Grep(files::GrepArgs),
+    /// Show the versions of a path across checkpoints.
+    Log(files::LogArgs),
+    /// Add tags to a path.
+    Tag(files::TagArgs),
+    /// Remove tags from a path.
+    Untag(files::TagArgs),
+    /// Get or set key/value metadata on a path.
+    #[command(subcommand)]
+    Meta(files::MetaCmd),
+    /// Copy a host directory into the workspace.
+    Import(transfer::ImportArgs),
+    /// Copy a workspace path out to a host directory.
+    Export(transfer::ExportArgs),
+    /// Show or set quotas.
+    #[command(subcommand)]
+    Quota(admin::QuotaCmd),
+    /// Show the audit log, newest first.
+    Audit(admin::AuditArgs),
+    /// Show storage statistics.
+    Stats,
+    /// Delete objects nothing references.
+    Gc(admin::GcArgs),
+    /// Reclaim free space in the vault file.
+    Compact,
+    /// Print the JSON Schema of every command's `--json` output.
+    Schema,
+}
+
+/// What every command gets.
+pub struct Ctx {
+    pub json: bool,
+    pub vault: Option<String>,
+    pub service: WorkspaceService,
+}
+
+impl Ctx {
+    /// Open the selected workspace.
+    pub fn open(&self) -> Result<(Target, Workspace)> {
+        self.service.open(self.vault.as_deref())
+    }
+
+    /// A progress bar on stderr when it is a terminal and output is not JSON.
+    pub fn progress(&self, what: &'static str) -> Option<indicatif::ProgressBar> {
+        use std::io::IsTerminal;
+        if self.json || !std::io::stderr().is_terminal() {
+            return None;
+        }
+        let bar = indicatif::ProgressBar::new_spinner();
+        bar.set_message(what);
+        Some(bar)
+    }
+}
+
+pub fn path(s: &str) -> Result<VPath> {
+    VPath::parse(s)
+}
+
+/// Run a command; returns its name (for the JSON envelope) and its outcome.
+pub fn run(ctx: &Ctx, command: Command) -> (&'static str, Result<Reply, Error>) {
+    match command {
+        Command::Vault(c) => vault::run(ctx, c),
+        Command::Checkpoint(c) => checkpoint::run(ctx, c),
+        Command::Ls(a) => ("ls", files::cmd_ls(ctx, a)),
+        Command::Cat(a) => ("cat", files::cmd_cat(ctx, a)),
+        Command::Write(a) => ("write", files::cmd_write(ctx, a)),
+        Command::Mkdir(a) => ("mkdir", files::cmd_mkdir(ctx, a)),
+        Command::Rm(a) => ("rm", files::cmd_rm(ctx, a)),
+        Command::Cp(a) => ("cp", files::cmd_cp(ctx, a)),
+        Command::Mv(a) => ("mv", files::cmd_mv(ctx, a)),
+        Command::Ln(a) => ("ln", files::cmd_ln(ctx, a)),
+        Command::Chmod(a) => ("chmod", files::cmd_chmod(ctx, a)),
+        Command::Tree(a) => ("tree", files::cmd_tree(ctx, a)),
+        Command::Stat(a) => ("stat", files::cmd_stat(ctx, a)),
+        Command::Find(a) => ("find", files::cmd_find(ctx, a)),
+        Command::Grep(a) => ("grep", files::cmd_grep(ctx, a)),
+        Command::Log(a) => ("log", files::cmd_log(ctx, a)),
+        Command::Tag(a) => ("tag", files::cmd_tag(ctx, a, true)),
+        Command::Untag(a) => ("untag", files::cmd_tag(ctx, a, false)),
+        Command::Meta(c) => files::run_meta(ctx, c),
+        Command::Import(a) => ("import", transfer::cmd_import(ctx, a)),
+        Command::Export(a) => ("export", transfer::cmd_export(ctx, a)),
+        Command::Quota(c) => admin::run_quota(ctx, c),
+        Command::Audit(a) => ("audit", admin::cmd_audit(ctx, a)),
+        Command::Stats => ("stats", admin::cmd_stats(ctx)),
+        Command::Gc(a) => ("gc", admin::cmd_gc(ctx, a)),
+        Command::Compact => ("compact", admin::cmd_compact(ctx)),
+        Command::Schema => ("schema", Ok(admin::cmd_schema())),
+    }
+}

@@ -1,0 +1,110 @@
+//! The JSON Schema of every command's `--json` output, derived from the output types so it
+//! cannot drift from them. `schema/avfs.schema.json` is this document, checked by a test.
+
+use schemars::{JsonSchema, schema_for};
+use serde_json::{Value, json};
+
+use agentvfs::model::{CheckReport, CheckpointInfo, GcReport, PathVersion, Quota, StatsReport};
+use agentvfs::service::files::NodeInfo;
+use agentvfs::service::search::{FoundEntry, GrepMatch};
+use agentvfs::service::transfer::TransferReport;
+use agentvfs::service::{DeleteReport, Target, VaultListEntry};
+use agentvfs::store::AuditRecord;
+
+use super::admin::CompactOutput;
+use super::files::{CatOutput, MetaOutput, MoveOutput, PathsOutput, TreeNode, WriteOutput};
+use super::vault::{ForkOutput, InfoOutput};
+
+fn s<T: JsonSchema>() -> Value {
+    serde_json::to_value(schema_for!(T)).unwrap_or(Value::Null)
+}
+
+/// Command name (as in the envelope's `command`) to the schema of its `data`.
+pub fn commands() -> Vec<(&'static str, Value)> {
+    vec![
+        ("vault create", s::<Target>()),
+        ("vault list", s::<Vec<VaultListEntry>>()),
+        ("vault use", s::<Target>()),
+        ("vault info", s::<InfoOutput>()),
+        ("vault delete", s::<DeleteReport>()),
+        ("vault fork", s::<ForkOutput>()),
+        ("vault check", s::<CheckReport>()),
+        ("checkpoint save", s::<CheckpointInfo>()),
+        ("checkpoint list", s::<Vec<CheckpointInfo>>()),
+        ("checkpoint info", s::<CheckpointInfo>()),
+        ("checkpoint restore", s::<CheckpointInfo>()),
+        ("checkpoint delete", s::<CheckpointInfo>()),
+        ("ls", s::<Vec<NodeInfo>>()),
+        ("cat", s::<CatOutput>()),
+        ("write", s::<WriteOutput>()),
+        ("mkdir", s::<PathsOutput>()),
+        ("rm", s::<PathsOutput>()),
+        ("cp", s::<MoveOutput>()),
+        ("mv", s::<MoveOutput>()),
+        ("ln", s::<NodeInfo>()),
+        ("chmod", s::<PathsOutput>()),
+        ("tree", s::<TreeNode>()),
+        ("stat", s::<NodeInfo>()),
+        ("find", s::<Vec<FoundEntry>>()),
+        ("grep", s::<Vec<GrepMatch>>()),
+        ("log", s::<Vec<PathVersion>>()),
+        ("tag", s::<NodeInfo>()),
+        ("untag", s::<NodeInfo>()),
+        ("meta get", s::<MetaOutput>()),
+        ("meta set", s::<MetaOutput>()),
+        ("meta unset", s::<MetaOutput>()),
+        ("import", s::<TransferReport>()),
+        ("export", s::<TransferReport>()),
+        ("quota show", s::<Quota>()),
+        ("quota set", s::<Quota>()),
+        ("audit", s::<Vec<AuditRecord>>()),
+        ("stats", s::<StatsReport>()),
+        ("gc", s::<GcReport>()),
+        ("compact", s::<CompactOutput>()),
+        ("schema", json!({ "type": "object" })),
+    ]
+}
+
+/// The whole contract: the envelope, the error shape and each command's data.
+pub fn document() -> Value {
+    let commands: serde_json::Map<String, Value> = commands()
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+    json!({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "avfs --json output",
+        "description": "Every avfs command run with --json prints exactly one document matching `envelope`. On success `data` matches `commands[command]`.",
+        "envelope": {
+            "oneOf": [
+                {
+                    "type": "object",
+                    "required": ["ok", "command", "data"],
+                    "properties": {
+                        "ok": { "const": true },
+                        "command": { "type": "string" },
+                        "data": {}
+                    }
+                },
+                {
+                    "type": "object",
+                    "required": ["ok", "command", "error"],
+                    "properties": {
+                        "ok": { "const": false },
+                        "command": { "type": "string" },
+                        "error": {
+                            "type": "object",
+                            "required": ["kind", "message", "details"],
+                            "properties": {
+                                "kind": { "type": "string", "pattern": "^[a-z_]+$" },
+                                "message": { "type": "string" },
+                                "details": { "type": "object" }
+                            }
+                        }
+                    }
+                }
+            ]
+        },
+        "commands": commands,
+    })
+}

@@ -1,0 +1,104 @@
+//! `avfs import` and `avfs export`: host directories in and out.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use agentvfs::Result;
+use agentvfs::service::transfer::{self, ImportOptions, TransferReport};
+
+use super::{Ctx, path};
+use crate::output::{Reply, size};
+
+#[derive(Args)]
+pub struct ImportArgs {
+    /// The host directory whose contents are imported.
+    pub host_dir: PathBuf,
+    /// Where in the workspace (default: the root); created if missing.
+    #[arg(default_value = "/")]
+    pub vault_path: String,
+    /// Skip what .gitignore/.ignore files exclude, and .git/ itself.
+    #[arg(long)]
+    pub gitignore: bool,
+}
+
+#[derive(Args)]
+pub struct ExportArgs {
+    /// The workspace path to export (a directory or a file).
+    pub vault_path: String,
+    /// The host destination.
+    pub host_dir: PathBuf,
+    /// Write into a non-empty directory, overwriting what is there.
+    #[arg(long)]
+    pub force: bool,
+    /// Export as of this checkpoint.
+    #[arg(long)]
+    pub at: Option<String>,
+}
+
+fn summary(verb: &str, r: &TransferReport) -> String {
+    let mut s = format!(
+        "{verb} {} files, {} directories, {} symlinks ({})",
+        r.files,
+        r.dirs,
+        r.symlinks,
+        size(r.bytes)
+    );
+    for skipped in &r.skipped {
+        s.push_str(&format!("\nskipped {skipped}"));
+    }
+    s
+}
+
+pub fn cmd_import(ctx: &Ctx, a: ImportArgs) -> Result<Reply> {
+    let (_, ws) = ctx.open()?;
+    let dest = path(&a.vault_path)?;
+    let bar = ctx.progress("importing");
+    let mut progress = |n: u64, b: u64| {
+        if let Some(bar) = &bar {
+            bar.set_message(format!("importing: {n} entries, {}", size(b)));
+            bar.tick();
+        }
+    };
+    let report = transfer::import(
+        &ws,
+        &a.host_dir,
+        &dest,
+        ImportOptions {
+            gitignore: a.gitignore,
+        },
+        &mut progress,
+    )?;
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    let human = summary("imported", &report);
+    Ok(Reply::new(&report, human))
+}
+
+pub fn cmd_export(ctx: &Ctx, a: ExportArgs) -> Result<Reply> {
+    let (_, ws) = ctx.open()?;
+    let src = path(&a.vault_path)?;
+    let bar = ctx.progress("exporting");
+    let mut progress = |n: u64, _b: u64| {
+        if let Some(bar) = &bar
+            && n.is_multiple_of(256)
+        {
+            bar.set_message(format!("exporting: {n} entries"));
+            bar.tick();
+        }
+    };
+    let report = transfer::export(
+        &ws,
+        &src,
+        a.at.as_deref(),
+        &a.host_dir,
+        a.force,
+        &mut progress,
+    )?;
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    let human = summary("exported", &report);
+    Ok(Reply::new(&report, human))
+}

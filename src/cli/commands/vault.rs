@@ -1,0 +1,226 @@
+//! `avfs vault …`: create, list, use, info, delete, fork, check.
+
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand};
+use serde::Serialize;
+
+use agentvfs::model::{ForkInfo, Vault, VaultInfo};
+use agentvfs::service::Target;
+use agentvfs::{Error, Result};
+
+use super::Ctx;
+use crate::output::{Reply, size, table, time};
+
+#[derive(Subcommand)]
+pub enum VaultCmd {
+    /// Create a vault (stored under $AVFS_HOME/vaults unless --path is given).
+    Create(CreateArgs),
+    /// List registered vaults and forks; `*` marks the current one.
+    List,
+    /// Make a vault or fork the current one.
+    Use { name: String },
+    /// Show a vault's or fork's details: lineage, size, checkpoints, quota.
+    Info { name: Option<String> },
+    /// Delete a vault file (with all its forks) or a single fork.
+    Delete(DeleteArgs),
+    /// Fork a vault or fork in O(1): no content is copied.
+    Fork(ForkArgs),
+    /// Verify every object hashes to its id and every reference resolves.
+    Check,
+}
+
+#[derive(Args)]
+pub struct CreateArgs {
+    pub name: String,
+    /// Where to put the vault file.
+    #[arg(long)]
+    pub path: Option<PathBuf>,
+}
+
+#[derive(Args)]
+pub struct DeleteArgs {
+    pub name: String,
+    /// Confirm the deletion.
+    #[arg(long)]
+    pub yes: bool,
+}
+
+#[derive(Args)]
+pub struct ForkArgs {
+    /// The vault or fork to fork from.
+    pub source: String,
+    /// The new fork's name.
+    pub name: String,
+    /// Fork at this checkpoint of the source instead of its live state.
+    #[arg(long)]
+    pub at: Option<String>,
+    /// Make the new fork the current vault.
+    #[arg(long = "use")]
+    pub make_current: bool,
+}
+
+#[derive(Serialize, schemars::JsonSchema)]
+pub struct InfoOutput {
+    pub name: String,
+    #[serde(flatten)]
+    pub info: VaultInfo,
+}
+
+#[derive(Serialize, schemars::JsonSchema)]
+pub struct ForkOutput {
+    pub target: Target,
+    pub fork: ForkInfo,
+}
+
+pub fn run(ctx: &Ctx, cmd: VaultCmd) -> (&'static str, Result<Reply>) {
+    match cmd {
+        VaultCmd::Create(a) => ("vault create", cmd_create(ctx, a)),
+        VaultCmd::List => ("vault list", cmd_list(ctx)),
+        VaultCmd::Use { name } => ("vault use", cmd_use(ctx, &name)),
+        VaultCmd::Info { name } => ("vault info", cmd_info(ctx, name)),
+        VaultCmd::Delete(a) => ("vault delete", cmd_delete(ctx, a)),
+        VaultCmd::Fork(a) => ("vault fork", cmd_fork(ctx, a)),
+        VaultCmd::Check => ("vault check", cmd_check(ctx)),
+    }
+}
+
+fn cmd_create(ctx: &Ctx, a: CreateArgs) -> Result<Reply> {
+    let t = ctx.service.create_vault(&a.name, a.path.as_deref())?;
+    let human = format!("created vault {} at {}", t.name, t.path.display());
+    Ok(Reply::new(&t, human))
+}
+
+fn cmd_list(ctx: &Ctx) -> Result<Reply> {
+    let list = ctx.service.list()?;
+    let mut rows = vec![vec!["".into(), "NAME".into(), "FORK".into(), "PATH".into()]];
+    for v in &list {
+        rows.push(vec![
+            if v.current { "*".into() } else { "".into() },
+            v.name.clone(),
+            v.workspace.clone(),
+            format!(
+                "{}{}",
+                v.path.display(),
+                if v.exists { "" } else { " (missing)" }
+            ),
+        ]);
+    }
+    let human = if list.is_empty() {
+        "no vaults yet: create one with `avfs vault create NAME`".to_string()
+    } else {
+        table(&rows)
+    };
+    Ok(Reply::new(&list, human))
+}
+
+fn cmd_use(ctx: &Ctx, name: &str) -> Result<Reply> {
+    let t = ctx.service.use_vault(name)?;
+    let human = format!("now using {}", t.name);
+    Ok(Reply::new(&t, human))
+}
+
+fn cmd_info(ctx: &Ctx, name: Option<String>) -> Result<Reply> {
+    let selector = name.or_else(|| ctx.vault.clone());
+    let (t, info) = ctx.service.info(selector.as_deref())?;
+    let q = &info.quota;
+    let limit = |v: Option<u64>, unit: &str| {
+        v.map(|v| format!("{v}{unit}"))
+            .unwrap_or_else(|| "none".into())
+    };
+    let rows = vec![
+        vec!["name".into(), t.name.clone()],
+        vec!["path".into(), info.path.clone()],
+        vec!["fork".into(), info.workspace.name.clone()],
+        vec![
+            "parent".into(),
+            info.workspace.parent.clone().unwrap_or_else(|| "-".into()),
+        ],
+        vec![
+            "forked at".into(),
+            info.workspace
+                .forked_at_checkpoint
+                .clone()
+                .unwrap_or_else(|| "-".into()),
+        ],
+        vec!["created".into(), time(info.workspace.created_at)],
+        vec![
+            "files".into(),
+            format!("{} ({})", info.workspace.files, size(info.workspace.bytes)),
+        ],
+        vec!["checkpoints".into(), info.checkpoints.to_string()],
+        vec!["pending changes".into(), info.pending_changes.to_string()],
+        vec![
+            "forks".into(),
+            if info.forks.is_empty() {
+                "-".into()
+            } else {
+                info.forks.join(", ")
+            },
+        ],
+        vec!["disk".into(), size(info.disk_bytes)],
+        vec![
+            "quota".into(),
+            format!(
+                "size {}, files {}, file size {}",
+                limit(q.max_size_mb, " MiB"),
+                limit(q.max_files, ""),
+                limit(q.max_file_size_mb, " MiB")
+            ),
+        ],
+        vec!["format".into(), info.format_version.to_string()],
+    ];
+    let out = InfoOutput { name: t.name, info };
+    Ok(Reply::new(&out, table(&rows)))
+}
+
+fn cmd_delete(ctx: &Ctx, a: DeleteArgs) -> Result<Reply> {
+    if !a.yes {
+        return Err(Error::invalid(format!(
+            "deleting `{}` cannot be undone; pass --yes to confirm",
+            a.name
+        )));
+    }
+    let report = ctx.service.delete(&a.name)?;
+    let human = if report.file_deleted {
+        format!(
+            "deleted vault {} ({})",
+            a.name,
+            report.unregistered.join(", ")
+        )
+    } else {
+        format!("deleted fork {}", a.name)
+    };
+    Ok(Reply::new(&report, human))
+}
+
+fn cmd_fork(ctx: &Ctx, a: ForkArgs) -> Result<Reply> {
+    let (target, fork) = ctx
+        .service
+        .fork(&a.source, &a.name, a.at.as_deref(), a.make_current)?;
+    let human = format!(
+        "forked {} as {}{}{}",
+        a.source,
+        a.name,
+        a.at.as_ref()
+            .map(|c| format!(" at {c}"))
+            .unwrap_or_default(),
+        if a.make_current { " (now current)" } else { "" }
+    );
+    Ok(Reply::new(&ForkOutput { target, fork }, human))
+}
+
+fn cmd_check(ctx: &Ctx) -> Result<Reply> {
+    let (t, _) = ctx.open()?;
+    let report = Vault::open(&t.path)?.check()?;
+    if !report.ok {
+        let problems = report
+            .problems
+            .iter()
+            .map(|p| format!("{}: {}", p.object.as_deref().unwrap_or("-"), p.problem))
+            .collect();
+        return Err(Error::VaultDamaged { problems });
+    }
+    let human = format!("ok: {} objects verified", report.objects_checked);
+    Ok(Reply::new(&report, human))
+}

@@ -1,0 +1,43 @@
+//! `avfs`: the command-line adapter. It parses arguments, calls the library's services and
+//! renders text or JSON. No business rules live here.
+
+mod commands;
+mod output;
+
+use clap::Parser;
+
+use agentvfs::error::exit;
+use agentvfs::model::Actor;
+use agentvfs::service::{Registry, WorkspaceService};
+
+fn main() {
+    let json_requested = std::env::args().any(|a| a == "--json");
+    let cli = match commands::Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            use clap::error::ErrorKind;
+            let informational =
+                matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion)
+                    || e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand;
+            if json_requested && !informational {
+                let msg = e.render().to_string();
+                let first = msg
+                    .lines()
+                    .next()
+                    .unwrap_or("")
+                    .trim_start_matches("error: ");
+                let doc = output::error_doc("", "usage", first, serde_json::json!({ "help": msg }));
+                println!("{doc}");
+                std::process::exit(exit::USAGE);
+            }
+            e.exit();
+        }
+    };
+    let ctx = commands::Ctx {
+        json: cli.json,
+        vault: cli.vault.clone(),
+        service: WorkspaceService::new(Registry::from_env(), Actor::from_env("cli")),
+    };
+    let (name, result) = commands::run(&ctx, cli.command);
+    std::process::exit(output::finish(cli.json, name, result));
+}

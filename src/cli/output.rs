@@ -1,0 +1,127 @@
+//! Rendering: one JSON document per run under `--json` (success or failure), concise text
+//! otherwise, and the documented exit codes.
+
+use std::io::Write;
+
+use agentvfs::Error;
+use agentvfs::error::exit;
+use serde::Serialize;
+use serde_json::{Value, json};
+
+/// What a command produced: the JSON `data` and its human rendering.
+pub struct Reply {
+    pub data: Value,
+    pub human: Human,
+}
+
+pub enum Human {
+    Text(String),
+    /// Raw bytes for stdout (`cat`), binary-safe.
+    Bytes(Vec<u8>),
+}
+
+impl Reply {
+    pub fn new<T: Serialize>(data: &T, human: impl Into<String>) -> Reply {
+        Reply {
+            data: serde_json::to_value(data).unwrap_or(Value::Null),
+            human: Human::Text(human.into()),
+        }
+    }
+
+    pub fn bytes<T: Serialize>(data: &T, bytes: Vec<u8>) -> Reply {
+        Reply {
+            data: serde_json::to_value(data).unwrap_or(Value::Null),
+            human: Human::Bytes(bytes),
+        }
+    }
+}
+
+/// Print the outcome and return the process exit code.
+pub fn finish(json_mode: bool, command: &str, result: Result<Reply, Error>) -> i32 {
+    let mut stdout = std::io::stdout().lock();
+    match result {
+        Ok(reply) => {
+            if json_mode {
+                let doc = json!({ "ok": true, "command": command, "data": reply.data });
+                let _ = writeln!(stdout, "{doc}");
+            } else {
+                match reply.human {
+                    Human::Text(t) if t.is_empty() => {}
+                    Human::Text(t) => {
+                        let _ = writeln!(stdout, "{}", t.trim_end_matches('\n'));
+                    }
+                    Human::Bytes(b) => {
+                        let _ = stdout.write_all(&b);
+                    }
+                }
+            }
+            exit::OK
+        }
+        Err(e) => {
+            if json_mode {
+                let doc = error_doc(command, e.kind(), &e.to_string(), e.details());
+                let _ = writeln!(stdout, "{doc}");
+            } else {
+                eprintln!("error: {e}");
+            }
+            e.exit_code()
+        }
+    }
+}
+
+pub fn error_doc(command: &str, kind: &str, message: &str, details: Value) -> Value {
+    json!({
+        "ok": false,
+        "command": command,
+        "error": { "kind": kind, "message": message, "details": details }
+    })
+}
+
+/// Left-aligned columns separated by two spaces; the last column is not padded.
+pub fn table(rows: &[Vec<String>]) -> String {
+    let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..cols)
+        .map(|c| {
+            rows.iter()
+                .filter_map(|r| r.get(c))
+                .map(|s| s.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for row in rows {
+        let last = row.len().saturating_sub(1);
+        for (i, cell) in row.iter().enumerate() {
+            if i == last {
+                out.push_str(cell);
+            } else {
+                out.push_str(&format!("{cell:<w$}  ", w = widths[i]));
+            }
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// Nanoseconds since the epoch as a local-agnostic UTC timestamp.
+pub fn time(ns: i64) -> String {
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_nanos(ns.max(0) as u64);
+    humantime::format_rfc3339_seconds(t).to_string()
+}
+
+/// Bytes in human units.
+pub fn size(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = bytes as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}

@@ -1,0 +1,229 @@
+//! The one error type of the library. Every variant has a stable snake_case `kind`, a
+//! human message, machine-readable details and a documented exit code, so every adapter
+//! (CLI, mount, proxy) reports failures the same way.
+
+use std::path::PathBuf;
+
+use serde_json::{Value, json};
+
+/// Result alias used across the crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong, with the data a caller needs to act on it.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("vault `{name}` not found{}", suggest(.suggestions))]
+    VaultNotFound {
+        name: String,
+        suggestions: Vec<String>,
+    },
+    #[error(
+        "no vault selected: pass --vault NAME|PATH, set AVFS_VAULT, or run `avfs vault use NAME`"
+    )]
+    NoVaultSelected,
+    #[error("`{path}` is not an agentvfs vault ({reason})")]
+    NotAVault { path: PathBuf, reason: String },
+    #[error(
+        "vault `{path}` has format version {found}; this avfs supports up to {supported}: upgrade avfs"
+    )]
+    UnsupportedFormat {
+        path: PathBuf,
+        found: u32,
+        supported: u32,
+    },
+    #[error("vault is damaged: {reason}; run `avfs vault check` for a full report")]
+    CorruptVault { reason: String },
+    #[error("vault check found {} problem(s): {}", .problems.len(), .problems.first().map(String::as_str).unwrap_or(""))]
+    VaultDamaged { problems: Vec<String> },
+    #[error("fork `{name}` not found in this vault")]
+    ForkNotFound { name: String },
+    #[error("`{name}` already exists")]
+    AlreadyExists { name: String },
+    #[error("no such file or directory: `{path}`")]
+    PathNotFound { path: String },
+    #[error("not a directory: `{path}`")]
+    NotADirectory { path: String },
+    #[error("is a directory: `{path}` (use -r for directories)")]
+    IsADirectory { path: String },
+    #[error("directory not empty: `{path}` (use -r to remove it with its contents)")]
+    DirectoryNotEmpty { path: String },
+    #[error("invalid path `{path}`: {reason}")]
+    InvalidPath { path: String, reason: String },
+    #[error("invalid name `{name}`: {reason}")]
+    InvalidName { name: String, reason: String },
+    #[error("invalid argument: {message}")]
+    InvalidArgument { message: String },
+    #[error(
+        "quota `{quota}` exceeded: limit {limit}, this change would make it {attempted}; raise it with `avfs quota set` or free space"
+    )]
+    QuotaExceeded {
+        quota: String,
+        limit: u64,
+        attempted: u64,
+    },
+    #[error("checkpoint `{name}` not found")]
+    CheckpointNotFound { name: String },
+    #[error("`{path}` already exists on the host; pass --force to overwrite")]
+    HostPathExists { path: PathBuf },
+    #[error("{context} `{path}`: {source}")]
+    Io {
+        context: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("vault storage error: {0}")]
+    Storage(String),
+}
+
+fn suggest(names: &[String]) -> String {
+    if names.is_empty() {
+        String::new()
+    } else {
+        format!("; did you mean {}?", names.join(", "))
+    }
+}
+
+/// Stable process exit codes, documented in README.md.
+pub mod exit {
+    pub const OK: i32 = 0;
+    pub const FAILURE: i32 = 1;
+    pub const USAGE: i32 = 2;
+    pub const NOT_FOUND: i32 = 3;
+    pub const CONFLICT: i32 = 4;
+    pub const INVALID: i32 = 5;
+    pub const QUOTA: i32 = 6;
+    pub const CORRUPT: i32 = 7;
+    pub const IO: i32 = 8;
+}
+
+impl Error {
+    /// The stable machine-readable name of this error.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Error::VaultNotFound { .. } => "vault_not_found",
+            Error::NoVaultSelected => "no_vault_selected",
+            Error::NotAVault { .. } => "not_a_vault",
+            Error::UnsupportedFormat { .. } => "unsupported_format",
+            Error::CorruptVault { .. } | Error::VaultDamaged { .. } => "corrupt_vault",
+            Error::ForkNotFound { .. } => "fork_not_found",
+            Error::AlreadyExists { .. } => "already_exists",
+            Error::PathNotFound { .. } => "path_not_found",
+            Error::NotADirectory { .. } => "not_a_directory",
+            Error::IsADirectory { .. } => "is_a_directory",
+            Error::DirectoryNotEmpty { .. } => "directory_not_empty",
+            Error::InvalidPath { .. } => "invalid_path",
+            Error::InvalidName { .. } => "invalid_name",
+            Error::InvalidArgument { .. } => "invalid_argument",
+            Error::QuotaExceeded { .. } => "quota_exceeded",
+            Error::CheckpointNotFound { .. } => "checkpoint_not_found",
+            Error::HostPathExists { .. } => "host_path_exists",
+            Error::Io { .. } => "io_error",
+            Error::Storage(_) => "storage_error",
+        }
+    }
+
+    /// The data a caller needs to act on the error, as JSON.
+    pub fn details(&self) -> Value {
+        match self {
+            Error::VaultNotFound { name, suggestions } => {
+                json!({ "name": name, "suggestions": suggestions })
+            }
+            Error::NotAVault { path, reason } => json!({ "path": path, "reason": reason }),
+            Error::UnsupportedFormat {
+                path,
+                found,
+                supported,
+            } => json!({ "path": path, "found": found, "supported": supported }),
+            Error::CorruptVault { reason } => json!({ "reason": reason }),
+            Error::VaultDamaged { problems } => json!({ "problems": problems }),
+            Error::ForkNotFound { name }
+            | Error::AlreadyExists { name }
+            | Error::CheckpointNotFound { name } => json!({ "name": name }),
+            Error::PathNotFound { path }
+            | Error::NotADirectory { path }
+            | Error::IsADirectory { path }
+            | Error::DirectoryNotEmpty { path } => json!({ "path": path }),
+            Error::InvalidPath { path, reason } => json!({ "path": path, "reason": reason }),
+            Error::InvalidName { name, reason } => json!({ "name": name, "reason": reason }),
+            Error::QuotaExceeded {
+                quota,
+                limit,
+                attempted,
+            } => json!({ "quota": quota, "limit": limit, "attempted": attempted }),
+            Error::HostPathExists { path } => json!({ "path": path }),
+            Error::Io { path, source, .. } => {
+                json!({ "path": path, "os_error": source.raw_os_error() })
+            }
+            Error::NoVaultSelected | Error::InvalidArgument { .. } | Error::Storage(_) => {
+                json!({})
+            }
+        }
+    }
+
+    /// The process exit code an adapter should use for this error.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Error::VaultNotFound { .. }
+            | Error::NoVaultSelected
+            | Error::ForkNotFound { .. }
+            | Error::PathNotFound { .. }
+            | Error::CheckpointNotFound { .. } => exit::NOT_FOUND,
+            Error::AlreadyExists { .. } | Error::HostPathExists { .. } => exit::CONFLICT,
+            Error::NotADirectory { .. }
+            | Error::IsADirectory { .. }
+            | Error::DirectoryNotEmpty { .. }
+            | Error::InvalidPath { .. }
+            | Error::InvalidName { .. }
+            | Error::InvalidArgument { .. } => exit::INVALID,
+            Error::QuotaExceeded { .. } => exit::QUOTA,
+            Error::NotAVault { .. }
+            | Error::UnsupportedFormat { .. }
+            | Error::CorruptVault { .. }
+            | Error::VaultDamaged { .. } => exit::CORRUPT,
+            Error::Io { .. } => exit::IO,
+            Error::Storage(_) => exit::FAILURE,
+        }
+    }
+
+    pub(crate) fn io(
+        context: &'static str,
+        path: impl Into<PathBuf>,
+        source: std::io::Error,
+    ) -> Self {
+        Error::Io {
+            context,
+            path: path.into(),
+            source,
+        }
+    }
+
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Error::InvalidArgument {
+            message: message.into(),
+        }
+    }
+}
+
+impl From<rusqlite::Error> for Error {
+    fn from(e: rusqlite::Error) -> Self {
+        use rusqlite::ErrorCode;
+        match e.sqlite_error_code() {
+            Some(ErrorCode::NotADatabase) => Error::CorruptVault {
+                reason: "file is not a SQLite database".into(),
+            },
+            Some(ErrorCode::DatabaseCorrupt) => Error::CorruptVault {
+                reason: e.to_string(),
+            },
+            _ => Error::Storage(e.to_string()),
+        }
+    }
+}
+
+impl From<postcard::Error> for Error {
+    fn from(e: postcard::Error) -> Self {
+        Error::CorruptVault {
+            reason: format!("undecodable object: {e}"),
+        }
+    }
+}

@@ -1,0 +1,25 @@
+//! The workspace model: paths, nodes, trees and the overlay that makes forks and checkpoints
+//! cost O(changes); quotas and audit records. It uses the store and nothing above it.
+
+pub mod id;
+pub mod node;
+pub mod path;
+mod quota;
+mod vault;
+mod view;
+mod workspace;
+
+pub use quota::Quota;
+pub use vault::{
+    CheckReport, CheckpointInfo, ForkInfo, GcReport, Problem, StatsReport, Vault, VaultInfo,
+};
+pub use view::{Child, View};
+pub use workspace::{Actor, Edit, PathVersion, Workspace, WriteOptions};
+
+/// Nanoseconds since the Unix epoch, now.
+pub fn now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
+}

@@ -1,0 +1,268 @@
+//! The immutable objects of a vault and the node metadata they carry: file content (one chunk
+//! or a list of fixed-size chunks, with holes for sparse files), directory trees and roots.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use super::id::ObjectId;
+use crate::error::{Error, Result};
+
+/// Files up to this size are one chunk; larger ones are split so a random write rewrites one.
+pub const CHUNK_SIZE: usize = 256 * 1024;
+
+/// Object kinds as stored in the `objects` table. Part of the on-disk format.
+pub mod kind {
+    pub const CHUNK: u8 = 1;
+    pub const CHUNK_LIST: u8 = 2;
+    pub const TREE: u8 = 3;
+    pub const ROOT: u8 = 4;
+}
+
+/// Id of an object: the kind byte is hashed in, so objects of different kinds never collide.
+pub fn object_id(kind: u8, data: &[u8]) -> ObjectId {
+    let mut h = blake3::Hasher::new();
+    h.update(&[kind]);
+    h.update(data);
+    ObjectId(*h.finalize().as_bytes())
+}
+
+/// An encoded object ready to store.
+#[derive(Debug, Clone)]
+pub struct EncodedObject {
+    pub id: ObjectId,
+    pub kind: u8,
+    pub data: Vec<u8>,
+}
+
+impl EncodedObject {
+    pub fn new(kind: u8, data: Vec<u8>) -> Self {
+        EncodedObject {
+            id: object_id(kind, &data),
+            kind,
+            data,
+        }
+    }
+
+    pub fn encode<T: Serialize>(kind: u8, value: &T) -> Result<Self> {
+        let data = postcard::to_stdvec(value).map_err(|e| Error::Storage(e.to_string()))?;
+        Ok(Self::new(kind, data))
+    }
+}
+
+/// POSIX-ish attributes. Times are nanoseconds since the Unix epoch.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct Attrs {
+    /// Permission bits including setuid/setgid/sticky (the low 12 bits of st_mode).
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub atime: i64,
+    pub mtime: i64,
+    pub ctime: i64,
+}
+
+impl Attrs {
+    pub fn new(mode: u32, now: i64) -> Self {
+        Attrs {
+            mode: mode & 0o7777,
+            uid: current_uid(),
+            gid: current_gid(),
+            atime: now,
+            mtime: now,
+            ctime: now,
+        }
+    }
+}
+
+fn current_uid() -> u32 {
+    rustix::process::getuid().as_raw()
+}
+
+fn current_gid() -> u32 {
+    rustix::process::getgid().as_raw()
+}
+
+/// What a node is.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub enum NodeKind {
+    /// `content` is `None` for an empty file; otherwise a CHUNK or CHUNK_LIST object.
+    File {
+        size: u64,
+        content: Option<ObjectId>,
+    },
+    /// `tree` is the directory's immutable contents (`None`: empty). `files`/`bytes` total the
+    /// regular files below `tree`, so quotas never need to walk an unchanged subtree.
+    Dir {
+        tree: Option<ObjectId>,
+        files: u64,
+        bytes: u64,
+    },
+    Symlink {
+        target: String,
+    },
+    Fifo,
+}
+
+/// One file-system node: kind plus metadata. Tags and key/value metadata travel with the node,
+/// so they fork, checkpoint and restore with it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct Node {
+    pub kind: NodeKind,
+    pub attrs: Attrs,
+    pub xattrs: BTreeMap<String, Vec<u8>>,
+    pub tags: BTreeSet<String>,
+    pub meta: BTreeMap<String, String>,
+}
+
+impl Node {
+    pub fn new(kind: NodeKind, attrs: Attrs) -> Self {
+        Node {
+            kind,
+            attrs,
+            xattrs: BTreeMap::new(),
+            tags: BTreeSet::new(),
+            meta: BTreeMap::new(),
+        }
+    }
+
+    pub fn empty_dir(mode: u32, now: i64) -> Self {
+        Node::new(
+            NodeKind::Dir {
+                tree: None,
+                files: 0,
+                bytes: 0,
+            },
+            Attrs::new(mode, now),
+        )
+    }
+
+    pub fn is_dir(&self) -> bool {
+        matches!(self.kind, NodeKind::Dir { .. })
+    }
+
+    pub fn is_file(&self) -> bool {
+        matches!(self.kind, NodeKind::File { .. })
+    }
+
+    /// Bytes of a regular file, the target length of a symlink, 0 otherwise.
+    pub fn size(&self) -> u64 {
+        match &self.kind {
+            NodeKind::File { size, .. } => *size,
+            NodeKind::Symlink { target } => target.len() as u64,
+            _ => 0,
+        }
+    }
+
+    /// Short type name used in listings and JSON.
+    pub fn type_name(&self) -> &'static str {
+        match self.kind {
+            NodeKind::File { .. } => "file",
+            NodeKind::Dir { .. } => "dir",
+            NodeKind::Symlink { .. } => "symlink",
+            NodeKind::Fifo => "fifo",
+        }
+    }
+
+    /// The id that identifies this node's content (file content or directory tree).
+    pub fn content_id(&self) -> Option<ObjectId> {
+        match &self.kind {
+            NodeKind::File { content, .. } => *content,
+            NodeKind::Dir { tree, .. } => *tree,
+            _ => None,
+        }
+    }
+
+    /// The full st_mode including the file-type bits.
+    pub fn st_mode(&self) -> u32 {
+        let ty = match self.kind {
+            NodeKind::File { .. } => 0o100000,
+            NodeKind::Dir { .. } => 0o040000,
+            NodeKind::Symlink { .. } => 0o120000,
+            NodeKind::Fifo => 0o010000,
+        };
+        ty | (self.attrs.mode & 0o7777)
+    }
+}
+
+/// A directory's contents: entries sorted by name (byte order).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+pub struct Tree {
+    pub entries: Vec<(String, Node)>,
+}
+
+impl Tree {
+    pub fn get(&self, name: &str) -> Option<&Node> {
+        self.entries
+            .binary_search_by(|(n, _)| n.as_str().cmp(name))
+            .ok()
+            .map(|i| &self.entries[i].1)
+    }
+}
+
+/// One piece of a chunked file. `id: None` is a hole (all zeros, nothing stored).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct ChunkRef {
+    pub id: Option<ObjectId>,
+    pub len: u32,
+}
+
+/// Split file content into objects. Returns the content id (or `None` for an empty file)
+/// and the objects to store. All-zero chunks of large files become holes.
+pub fn encode_content(bytes: &[u8]) -> Result<(Option<ObjectId>, Vec<EncodedObject>)> {
+    if bytes.is_empty() {
+        return Ok((None, Vec::new()));
+    }
+    if bytes.len() <= CHUNK_SIZE {
+        let obj = EncodedObject::new(kind::CHUNK, bytes.to_vec());
+        return Ok((Some(obj.id), vec![obj]));
+    }
+    let mut objects = Vec::new();
+    let mut list = Vec::new();
+    for chunk in bytes.chunks(CHUNK_SIZE) {
+        if chunk.iter().all(|b| *b == 0) {
+            list.push(ChunkRef {
+                id: None,
+                len: chunk.len() as u32,
+            });
+        } else {
+            let obj = EncodedObject::new(kind::CHUNK, chunk.to_vec());
+            list.push(ChunkRef {
+                id: Some(obj.id),
+                len: chunk.len() as u32,
+            });
+            objects.push(obj);
+        }
+    }
+    let head = EncodedObject::encode(kind::CHUNK_LIST, &list)?;
+    let id = head.id;
+    objects.push(head);
+    Ok((Some(id), objects))
+}
+
+/// The object ids an object refers to directly, for gc and integrity checks.
+pub fn references(kind: u8, data: &[u8]) -> Result<Vec<ObjectId>> {
+    Ok(match kind {
+        kind::CHUNK => Vec::new(),
+        kind::CHUNK_LIST => {
+            let list: Vec<ChunkRef> = postcard::from_bytes(data)?;
+            list.into_iter().filter_map(|c| c.id).collect()
+        }
+        kind::TREE => {
+            let tree: Tree = postcard::from_bytes(data)?;
+            tree.entries
+                .iter()
+                .filter_map(|(_, n)| n.content_id())
+                .collect()
+        }
+        kind::ROOT => {
+            let node: Node = postcard::from_bytes(data)?;
+            node.content_id().into_iter().collect()
+        }
+        other => {
+            return Err(Error::CorruptVault {
+                reason: format!("unknown object kind {other}"),
+            });
+        }
+    })
+}

@@ -1,0 +1,463 @@
+//! A vault: one store file holding any number of workspaces (the main line and its forks),
+//! their checkpoints, the op log and the audit log. Forks are O(1): a new workspace whose
+//! base is an existing root.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+
+use serde::Serialize;
+
+use super::id::ObjectId;
+use super::node::{EncodedObject, Node, kind, object_id, references};
+use super::now_ns;
+use super::quota::Quota;
+use super::view::ObjectCache;
+use super::workspace::{Actor, Edit, Workspace, validate_name};
+use crate::error::{Error, Result};
+use crate::store::{AuditRecord, FORMAT_VERSION, SqliteStore, Store, StoreRead, WorkspaceRecord};
+
+/// The name of every vault's main workspace.
+pub const MAIN: &str = "main";
+
+/// An open vault file.
+pub struct Vault {
+    pub(crate) store: Arc<dyn Store>,
+    path: PathBuf,
+    pub(crate) cache: ObjectCache,
+}
+
+fn open_vaults() -> &'static Mutex<HashMap<PathBuf, Weak<Vault>>> {
+    static OPEN: OnceLock<Mutex<HashMap<PathBuf, Weak<Vault>>>> = OnceLock::new();
+    OPEN.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// A fork as reported by `vault info` and `vault fork`.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct ForkInfo {
+    pub name: String,
+    pub parent: Option<String>,
+    /// The checkpoint of the parent the fork was taken at, if any.
+    pub forked_at_checkpoint: Option<String>,
+    /// Root id the fork started from (its merge base).
+    pub base_root: Option<String>,
+    pub created_at: i64,
+    pub files: u64,
+    pub bytes: u64,
+}
+
+/// One checkpoint as reported by the CLI.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct CheckpointInfo {
+    pub name: String,
+    pub message: Option<String>,
+    pub created_at: i64,
+    pub root: String,
+    pub files: u64,
+    pub bytes: u64,
+}
+
+impl From<crate::store::CheckpointRecord> for CheckpointInfo {
+    fn from(c: crate::store::CheckpointRecord) -> Self {
+        CheckpointInfo {
+            name: c.name,
+            message: c.message,
+            created_at: c.created_at,
+            root: c.root.to_hex(),
+            files: c.files,
+            bytes: c.bytes,
+        }
+    }
+}
+
+/// `vault info`.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct VaultInfo {
+    pub path: String,
+    pub format_version: u32,
+    pub disk_bytes: u64,
+    pub workspace: ForkInfo,
+    pub checkpoints: usize,
+    /// Overlay entries: paths changed since the last checkpoint.
+    pub pending_changes: u64,
+    /// Forks whose parent is this workspace.
+    pub forks: Vec<String>,
+    pub quota: Quota,
+}
+
+/// `stats`.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct StatsReport {
+    pub disk_bytes: u64,
+    pub objects: u64,
+    pub stored_bytes: u64,
+    /// Stored bytes of file content (chunks), after dedup.
+    pub content_bytes: u64,
+    pub workspaces: usize,
+    pub checkpoints: usize,
+    /// Bytes of regular files across all workspaces' live trees.
+    pub logical_bytes: u64,
+    pub live_files: u64,
+    /// logical_bytes / content_bytes: how much dedup and sharing save.
+    pub dedup_ratio: f64,
+}
+
+/// `gc`.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct GcReport {
+    pub objects_before: u64,
+    pub objects_removed: u64,
+    pub bytes_removed: u64,
+    pub dry_run: bool,
+}
+
+/// One problem found by `vault check`.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct Problem {
+    pub object: Option<String>,
+    pub problem: String,
+}
+
+/// `vault check`.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct CheckReport {
+    pub ok: bool,
+    pub objects_checked: u64,
+    pub problems: Vec<Problem>,
+}
+
+fn fork_info(ws: &WorkspaceRecord) -> ForkInfo {
+    ForkInfo {
+        name: ws.name.clone(),
+        parent: ws.parent.clone(),
+        forked_at_checkpoint: ws.fork_checkpoint.clone(),
+        base_root: ws.fork_root.map(|r| r.to_hex()),
+        created_at: ws.created_at,
+        files: ws.files,
+        bytes: ws.bytes,
+    }
+}
+
+impl Vault {
+    /// Create a new vault file with an empty main workspace.
+    pub fn create(path: &Path) -> Result<Arc<Vault>> {
+        let store = SqliteStore::create(path)?;
+        let vault = Self::wrap(store);
+        let now = now_ns();
+        let root = EncodedObject::encode(kind::ROOT, &Node::empty_dir(0o755, now))?;
+        vault.store.write(|w| {
+            w.put_object(&root.id, root.kind, &root.data)?;
+            w.set_setting("vault.created_at", Some(&now.to_string()))?;
+            w.insert_workspace(&WorkspaceRecord {
+                id: 0,
+                name: MAIN.into(),
+                base: root.id,
+                parent: None,
+                fork_root: None,
+                fork_checkpoint: None,
+                created_at: now,
+                files: 0,
+                bytes: 0,
+            })?;
+            Ok(())
+        })?;
+        Ok(vault)
+    }
+
+    /// Open an existing vault; one handle per file per process.
+    pub fn open(path: &Path) -> Result<Arc<Vault>> {
+        if !path.exists() {
+            return Err(Error::VaultNotFound {
+                name: path.display().to_string(),
+                suggestions: Vec::new(),
+            });
+        }
+        Ok(Self::wrap(SqliteStore::open(path)?))
+    }
+
+    fn wrap(store: Arc<SqliteStore>) -> Arc<Vault> {
+        let path = store.path().to_path_buf();
+        let mut open = open_vaults().lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(v) = open.get(&path).and_then(Weak::upgrade) {
+            return v;
+        }
+        let vault = Arc::new(Vault {
+            store,
+            path: path.clone(),
+            cache: ObjectCache::default(),
+        });
+        open.retain(|_, w| w.strong_count() > 0);
+        open.insert(path, Arc::downgrade(&vault));
+        vault
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Open a workspace by name (`main` or a fork).
+    pub fn workspace(self: &Arc<Self>, name: &str, actor: Actor) -> Result<Workspace> {
+        self.store.read(|r| {
+            r.workspace(name)?.ok_or_else(|| Error::ForkNotFound {
+                name: name.to_string(),
+            })
+        })?;
+        Ok(Workspace::new(self.clone(), name.to_string(), actor))
+    }
+
+    pub fn forks(&self) -> Result<Vec<ForkInfo>> {
+        Ok(self
+            .store
+            .read(|r| r.workspaces())?
+            .iter()
+            .map(fork_info)
+            .collect())
+    }
+
+    /// Create fork `name` of workspace `source`, at its live state or at checkpoint `at`.
+    /// No content or per-file rows are copied: the fork's base is a root id.
+    pub fn fork(
+        self: &Arc<Self>,
+        source: &Workspace,
+        name: &str,
+        at: Option<&str>,
+    ) -> Result<ForkInfo> {
+        validate_name(name, "fork")?;
+        source.edit("vault.fork", &[], |e: &mut Edit<'_>| {
+            if e.w.workspace(name)?.is_some() {
+                return Err(Error::AlreadyExists {
+                    name: name.to_string(),
+                });
+            }
+            let (root, files, bytes) = match at {
+                Some(cp) => {
+                    let cp =
+                        e.w.checkpoint(e.ws.id, cp)?
+                            .ok_or_else(|| Error::CheckpointNotFound {
+                                name: cp.to_string(),
+                            })?;
+                    (cp.root, cp.files, cp.bytes)
+                }
+                None => (e.fold()?, e.ws.files, e.ws.bytes),
+            };
+            let rec = WorkspaceRecord {
+                id: 0,
+                name: name.to_string(),
+                base: root,
+                parent: Some(e.ws.name.clone()),
+                fork_root: Some(root),
+                fork_checkpoint: at.map(str::to_string),
+                created_at: e.now,
+                files,
+                bytes,
+            };
+            let id = e.w.insert_workspace(&rec)?;
+            e.op(
+                "fork",
+                &format!("fork {} as {name}", e.ws.name),
+                Some(root),
+                Some(root),
+            )?;
+            Ok(fork_info(&WorkspaceRecord { id, ..rec }))
+        })
+    }
+
+    /// Delete a fork (never `main`: delete the vault for that). Its objects stay until gc.
+    pub fn delete_fork(&self, name: &str) -> Result<()> {
+        if name == MAIN {
+            return Err(Error::invalid(
+                "the main workspace is deleted with its vault",
+            ));
+        }
+        self.store.write(|w| {
+            let ws = w.workspace(name)?.ok_or_else(|| Error::ForkNotFound {
+                name: name.to_string(),
+            })?;
+            w.delete_workspace(ws.id)
+        })
+    }
+
+    pub fn info(&self, workspace: &str) -> Result<VaultInfo> {
+        let disk_bytes = self.store.disk_size();
+        self.store.read(|r| {
+            let ws = r.workspace(workspace)?.ok_or_else(|| Error::ForkNotFound {
+                name: workspace.to_string(),
+            })?;
+            let forks = r
+                .workspaces()?
+                .into_iter()
+                .filter(|w| w.parent.as_deref() == Some(workspace))
+                .map(|w| w.name)
+                .collect();
+            Ok(VaultInfo {
+                path: self.path.display().to_string(),
+                format_version: FORMAT_VERSION,
+                disk_bytes,
+                workspace: fork_info(&ws),
+                checkpoints: r.checkpoints(ws.id)?.len(),
+                pending_changes: r.overlay_len(ws.id)?,
+                forks,
+                quota: Quota::load(r)?,
+            })
+        })
+    }
+
+    pub fn quota(&self) -> Result<Quota> {
+        self.store.read(|r| Quota::load(r))
+    }
+
+    pub fn set_quota(&self, quota: &Quota) -> Result<()> {
+        self.store.write(|w| quota.save(w))
+    }
+
+    pub fn audit(&self, limit: usize, since: Option<i64>) -> Result<Vec<AuditRecord>> {
+        self.store.read(|r| r.audit(limit, since))
+    }
+
+    pub fn stats(&self) -> Result<StatsReport> {
+        let disk_bytes = self.store.disk_size();
+        self.store.read(|r| {
+            let (objects, stored_bytes, content_bytes) = r.object_stats()?;
+            let workspaces = r.workspaces()?;
+            let mut checkpoints = 0;
+            for w in &workspaces {
+                checkpoints += r.checkpoints(w.id)?.len();
+            }
+            let logical_bytes = workspaces.iter().map(|w| w.bytes).sum();
+            Ok(StatsReport {
+                disk_bytes,
+                objects,
+                stored_bytes,
+                workspaces: workspaces.len(),
+                checkpoints,
+                logical_bytes,
+                live_files: workspaces.iter().map(|w| w.files).sum(),
+                content_bytes,
+                dedup_ratio: if content_bytes == 0 {
+                    1.0
+                } else {
+                    logical_bytes as f64 / content_bytes as f64
+                },
+            })
+        })
+    }
+
+    /// Drop objects nothing references: not a workspace, fork base, checkpoint, op-log
+    /// entry or overlay entry. Runs in one write transaction, so no writer races it.
+    pub fn gc(&self, dry_run: bool) -> Result<GcReport> {
+        self.store.write(|w| {
+            let live = reachable(w)?;
+            let all = w.object_ids()?;
+            let mut removed = 0;
+            let mut bytes = 0;
+            for (id, _) in &all {
+                if !live.contains(id) {
+                    if let Some(o) = w.object(id)? {
+                        bytes += o.data.len() as u64;
+                    }
+                    removed += 1;
+                    if !dry_run {
+                        w.delete_object(id)?;
+                    }
+                }
+            }
+            Ok(GcReport {
+                objects_before: all.len() as u64,
+                objects_removed: removed,
+                bytes_removed: bytes,
+                dry_run,
+            })
+        })
+    }
+
+    /// Reclaim free space in the file.
+    pub fn compact(&self) -> Result<u64> {
+        let before = self.store.disk_size();
+        self.store.compact()?;
+        Ok(before.saturating_sub(self.store.disk_size()))
+    }
+
+    /// Verify every stored object hashes to its id and every referenced object exists.
+    pub fn check(&self) -> Result<CheckReport> {
+        self.store.read(|r| {
+            let mut problems = Vec::new();
+            let ids = r.object_ids()?;
+            for (id, k) in &ids {
+                let Some(o) = r.object(id)? else { continue };
+                if object_id(*k, &o.data) != *id {
+                    problems.push(Problem {
+                        object: Some(id.to_hex()),
+                        problem: "content does not match its id".into(),
+                    });
+                    continue;
+                }
+                match references(*k, &o.data) {
+                    Ok(refs) => {
+                        for child in refs {
+                            if !r.has_object(&child)? {
+                                problems.push(Problem {
+                                    object: Some(child.to_hex()),
+                                    problem: format!("missing, referenced by {}", id.short()),
+                                });
+                            }
+                        }
+                    }
+                    Err(e) => problems.push(Problem {
+                        object: Some(id.to_hex()),
+                        problem: format!("cannot be decoded: {e}"),
+                    }),
+                }
+            }
+            for root in roots(r)? {
+                if !r.has_object(&root)? {
+                    problems.push(Problem {
+                        object: Some(root.to_hex()),
+                        problem: "missing root of a workspace, checkpoint or operation".into(),
+                    });
+                }
+            }
+            Ok(CheckReport {
+                ok: problems.is_empty(),
+                objects_checked: ids.len() as u64,
+                problems,
+            })
+        })
+    }
+}
+
+/// Ids every live state starts from.
+fn roots(r: &dyn StoreRead) -> Result<Vec<ObjectId>> {
+    let mut out = r.all_checkpoint_roots()?;
+    for ws in r.workspaces()? {
+        out.push(ws.base);
+        out.extend(ws.fork_root);
+        for (_, node) in r.overlay_all(ws.id)? {
+            if let Some(bytes) = node {
+                let node: Node = super::view::decode(&bytes)?;
+                out.extend(node.content_id());
+            }
+        }
+    }
+    for op in r.ops(None, usize::MAX >> 1)? {
+        out.extend(op.root_before);
+        out.extend(op.root_after);
+    }
+    Ok(out)
+}
+
+/// Every object reachable from the roots. Shared subtrees are walked once.
+fn reachable(r: &dyn StoreRead) -> Result<HashSet<ObjectId>> {
+    let mut seen = HashSet::new();
+    let mut stack = roots(r)?;
+    while let Some(id) = stack.pop() {
+        if !seen.insert(id) {
+            continue;
+        }
+        if let Some(o) = r.object(&id)?
+            && o.kind != kind::CHUNK
+        {
+            stack.extend(references(o.kind, &o.data)?);
+        }
+    }
+    Ok(seen)
+}

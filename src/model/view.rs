@@ -1,0 +1,332 @@
+//! Reading a workspace state: the overlay of a workspace (if any) over an immutable root.
+//! Lookups fall through the overlay to the base trees. Invariant kept by `Edit`: every
+//! overlaid path has all its ancestors overlaid, so once a lookup leaves the overlay it never
+//! needs to consult it again.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+
+use super::id::ObjectId;
+use super::node::{ChunkRef, Node, NodeKind, Tree, kind};
+use super::path::VPath;
+use crate::error::{Error, Result};
+use crate::store::StoreRead;
+
+/// Decoded immutable objects, shared by every view of a vault. Safe to cache forever
+/// because an id always names the same bytes.
+#[derive(Default)]
+pub(crate) struct ObjectCache {
+    trees: Mutex<HashMap<ObjectId, Arc<Tree>>>,
+    roots: Mutex<HashMap<ObjectId, Node>>,
+}
+
+const CACHE_LIMIT: usize = 8192;
+
+impl ObjectCache {
+    fn tree(&self, r: &dyn StoreRead, id: &ObjectId) -> Result<Arc<Tree>> {
+        if let Some(t) = self.trees.lock().unwrap_or_else(|p| p.into_inner()).get(id) {
+            return Ok(t.clone());
+        }
+        let tree: Arc<Tree> = Arc::new(decode(load(r, id, kind::TREE)?.as_slice())?);
+        let mut trees = self.trees.lock().unwrap_or_else(|p| p.into_inner());
+        if trees.len() >= CACHE_LIMIT {
+            trees.clear();
+        }
+        trees.insert(*id, tree.clone());
+        Ok(tree)
+    }
+
+    fn root(&self, r: &dyn StoreRead, id: &ObjectId) -> Result<Node> {
+        if let Some(n) = self.roots.lock().unwrap_or_else(|p| p.into_inner()).get(id) {
+            return Ok(n.clone());
+        }
+        let node: Node = decode(load(r, id, kind::ROOT)?.as_slice())?;
+        let mut roots = self.roots.lock().unwrap_or_else(|p| p.into_inner());
+        if roots.len() >= CACHE_LIMIT {
+            roots.clear();
+        }
+        roots.insert(*id, node.clone());
+        Ok(node)
+    }
+}
+
+pub(crate) fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T> {
+    Ok(postcard::from_bytes(bytes)?)
+}
+
+/// Load an object and check it has the expected kind.
+pub(crate) fn load(r: &dyn StoreRead, id: &ObjectId, want: u8) -> Result<Vec<u8>> {
+    match r.object(id)? {
+        Some(o) if o.kind == want => Ok(o.data),
+        Some(o) => Err(Error::CorruptVault {
+            reason: format!(
+                "object {} has kind {} where {} was expected",
+                id.short(),
+                o.kind,
+                want
+            ),
+        }),
+        None => Err(Error::CorruptVault {
+            reason: format!("object {} is missing", id.short()),
+        }),
+    }
+}
+
+/// A directory entry as listed.
+#[derive(Debug, Clone)]
+pub struct Child {
+    pub name: String,
+    pub node: Node,
+    /// True if the entry lives in the overlay (changed since the base).
+    pub overlaid: bool,
+}
+
+/// A consistent read view of one workspace state.
+pub struct View<'a> {
+    pub(crate) r: &'a dyn StoreRead,
+    pub(crate) cache: &'a ObjectCache,
+    /// The workspace whose overlay applies, or `None` for a bare root (a checkpoint).
+    pub(crate) overlay: Option<i64>,
+    pub(crate) base: ObjectId,
+}
+
+impl<'a> View<'a> {
+    pub(crate) fn tree(&self, id: &ObjectId) -> Result<Arc<Tree>> {
+        self.cache.tree(self.r, id)
+    }
+
+    pub(crate) fn overlay_node(&self, path: &VPath) -> Result<Option<Option<Node>>> {
+        let Some(ws) = self.overlay else {
+            return Ok(None);
+        };
+        match self.r.overlay_get(ws, path.as_str())? {
+            None => Ok(None),
+            Some(None) => Ok(Some(None)),
+            Some(Some(bytes)) => Ok(Some(Some(decode(&bytes)?))),
+        }
+    }
+
+    /// The root directory's node and whether it is overlaid.
+    pub(crate) fn root(&self) -> Result<(Node, bool)> {
+        match self.overlay_node(&VPath::root())? {
+            Some(Some(n)) => Ok((n, true)),
+            _ => Ok((self.cache.root(self.r, &self.base)?, false)),
+        }
+    }
+
+    /// Resolve `path` (symlinks are not followed). `Ok(None)` if nothing is there;
+    /// `NotADirectory` if a non-final component is not a directory.
+    pub fn lookup(&self, path: &VPath) -> Result<Option<(Node, bool)>> {
+        let (mut node, mut overlaid) = self.root()?;
+        let mut cur = VPath::root();
+        for comp in path.components() {
+            if !node.is_dir() {
+                return Err(Error::NotADirectory {
+                    path: cur.display(),
+                });
+            }
+            cur = cur.join(comp);
+            if overlaid {
+                match self.overlay_node(&cur)? {
+                    Some(None) => return Ok(None),
+                    Some(Some(n)) => {
+                        node = n;
+                        continue;
+                    }
+                    None => overlaid = false,
+                }
+            }
+            let NodeKind::Dir {
+                tree: Some(tree), ..
+            } = &node.kind
+            else {
+                return Ok(None);
+            };
+            match self.tree(tree)?.get(comp) {
+                Some(n) => node = n.clone(),
+                None => return Ok(None),
+            }
+        }
+        Ok(Some((node, overlaid)))
+    }
+
+    /// Like `lookup`, but a missing path is a `PathNotFound` error.
+    pub fn get(&self, path: &VPath) -> Result<Node> {
+        self.lookup(path)?
+            .map(|(n, _)| n)
+            .ok_or_else(|| Error::PathNotFound {
+                path: path.display(),
+            })
+    }
+
+    /// Entries of the directory at `path`, sorted by name.
+    pub fn list(&self, path: &VPath) -> Result<Vec<Child>> {
+        let (node, overlaid) = self.lookup(path)?.ok_or_else(|| Error::PathNotFound {
+            path: path.display(),
+        })?;
+        self.children(path, &node, overlaid)
+    }
+
+    /// Entries of an already-resolved directory node.
+    pub fn children(&self, path: &VPath, node: &Node, overlaid: bool) -> Result<Vec<Child>> {
+        let NodeKind::Dir { tree, .. } = &node.kind else {
+            return Err(Error::NotADirectory {
+                path: path.display(),
+            });
+        };
+        let mut out: BTreeMap<String, Child> = BTreeMap::new();
+        if let Some(tree) = tree {
+            for (name, n) in &self.tree(tree)?.entries {
+                out.insert(
+                    name.clone(),
+                    Child {
+                        name: name.clone(),
+                        node: n.clone(),
+                        overlaid: false,
+                    },
+                );
+            }
+        }
+        if let (true, Some(ws)) = (overlaid, self.overlay) {
+            for (p, value) in self.r.overlay_children(ws, path.as_str())? {
+                let name = VPath::parse(&p)?.name().to_string();
+                match value {
+                    None => {
+                        out.remove(&name);
+                    }
+                    Some(bytes) => {
+                        out.insert(
+                            name.clone(),
+                            Child {
+                                name,
+                                node: decode(&bytes)?,
+                                overlaid: true,
+                            },
+                        );
+                    }
+                }
+            }
+        }
+        Ok(out.into_values().collect())
+    }
+
+    /// The whole content of a file node.
+    pub fn read_node(&self, node: &Node) -> Result<Vec<u8>> {
+        let size = node.size();
+        self.read_node_range(node, 0, size)
+    }
+
+    /// Up to `len` bytes of a file node starting at `offset`.
+    pub fn read_node_range(&self, node: &Node, offset: u64, len: u64) -> Result<Vec<u8>> {
+        let NodeKind::File { size, content } = node.kind.clone() else {
+            return Err(Error::invalid("not a regular file"));
+        };
+        let end = size.min(offset.saturating_add(len));
+        if offset >= end {
+            return Ok(Vec::new());
+        }
+        let Some(id) = content.as_ref() else {
+            return Ok(vec![0; (end - offset) as usize]);
+        };
+        let obj = self.r.object(id)?.ok_or_else(|| Error::CorruptVault {
+            reason: format!("content {} is missing", id.short()),
+        })?;
+        let mut out = Vec::with_capacity((end - offset) as usize);
+        match obj.kind {
+            kind::CHUNK => {
+                let data = obj.data;
+                let (s, e) = (offset as usize, (end as usize).min(data.len()));
+                if s < e {
+                    out.extend_from_slice(&data[s..e]);
+                }
+            }
+            kind::CHUNK_LIST => {
+                let list: Vec<ChunkRef> = decode(&obj.data)?;
+                let mut pos = 0u64;
+                for c in list {
+                    let (cs, ce) = (pos, pos + c.len as u64);
+                    pos = ce;
+                    if ce <= offset || cs >= end {
+                        continue;
+                    }
+                    let (s, e) = (offset.max(cs) - cs, end.min(ce) - cs);
+                    match c.id {
+                        None => out.resize(out.len() + (e - s) as usize, 0),
+                        Some(cid) => {
+                            let data = load(self.r, &cid, kind::CHUNK)?;
+                            let e = (e as usize).min(data.len());
+                            out.extend_from_slice(&data[s as usize..e]);
+                        }
+                    }
+                }
+            }
+            k => {
+                return Err(Error::CorruptVault {
+                    reason: format!("file content {} has kind {k}", id.short()),
+                });
+            }
+        }
+        // A file whose size exceeds its stored content (truncate up) reads zeros past the end.
+        out.resize((end - offset) as usize, 0);
+        Ok(out)
+    }
+
+    /// Read the file at `path`.
+    pub fn read(&self, path: &VPath) -> Result<Vec<u8>> {
+        let node = self.get(path)?;
+        if node.is_dir() {
+            return Err(Error::IsADirectory {
+                path: path.display(),
+            });
+        }
+        match &node.kind {
+            NodeKind::Symlink { target } => Ok(target.clone().into_bytes()),
+            NodeKind::File { .. } => self.read_node(&node),
+            _ => Err(Error::invalid(format!(
+                "{} is not a regular file",
+                path.display()
+            ))),
+        }
+    }
+
+    /// Visit every node below `path` (depth first, sorted), including `path` itself.
+    pub fn walk(&self, path: &VPath, f: &mut dyn FnMut(&VPath, &Node) -> Result<()>) -> Result<()> {
+        let (node, overlaid) = self.lookup(path)?.ok_or_else(|| Error::PathNotFound {
+            path: path.display(),
+        })?;
+        self.walk_node(path, &node, overlaid, f)
+    }
+
+    fn walk_node(
+        &self,
+        path: &VPath,
+        node: &Node,
+        overlaid: bool,
+        f: &mut dyn FnMut(&VPath, &Node) -> Result<()>,
+    ) -> Result<()> {
+        f(path, node)?;
+        if node.is_dir() {
+            for c in self.children(path, node, overlaid)? {
+                self.walk_node(&path.join(&c.name), &c.node, c.overlaid, f)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Regular-file count and bytes of the subtree at a resolved node.
+    pub(crate) fn totals(&self, path: &VPath, node: &Node, overlaid: bool) -> Result<(u64, u64)> {
+        match &node.kind {
+            NodeKind::File { size, .. } => Ok((1, *size)),
+            NodeKind::Dir { files, bytes, .. } if !overlaid => Ok((*files, *bytes)),
+            NodeKind::Dir { .. } => {
+                let mut t = (0, 0);
+                for c in self.children(path, node, overlaid)? {
+                    let (f, b) = self.totals(&path.join(&c.name), &c.node, c.overlaid)?;
+                    t = (t.0 + f, t.1 + b);
+                }
+                Ok(t)
+            }
+            _ => Ok((0, 0)),
+        }
+    }
+}

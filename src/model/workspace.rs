@@ -1,0 +1,946 @@
+//! A workspace (the vault's main line or a fork) and every change to it. All changes go
+//! through `Edit`, inside one store transaction that also checks quotas and appends the
+//! audit record, so the CLI, the mount and the proxy share one set of rules.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use super::id::ObjectId;
+use super::node::{EncodedObject, Node, NodeKind, Tree, encode_content, kind};
+use super::now_ns;
+use super::path::VPath;
+use super::quota::Quota;
+use super::vault::Vault;
+use super::view::{ObjectCache, View};
+use crate::error::{Error, Result};
+use crate::store::{
+    AuditRecord, CheckpointRecord, OpRecord, StoreRead, StoreWrite, WorkspaceRecord,
+};
+
+/// Who is acting, for the audit log.
+#[derive(Debug, Clone)]
+pub struct Actor {
+    /// The user or agent (default: `$AVFS_ACTOR`, else `$USER`).
+    pub actor: String,
+    /// The adapter: `cli`, `mount`, `proxy`, `sdk`.
+    pub source: String,
+}
+
+impl Actor {
+    pub fn from_env(source: &str) -> Actor {
+        let actor = std::env::var("AVFS_ACTOR")
+            .or_else(|_| std::env::var("USER"))
+            .or_else(|_| std::env::var("LOGNAME"))
+            .unwrap_or_else(|_| format!("uid:{}", rustix::process::getuid().as_raw()));
+        Actor {
+            actor,
+            source: source.to_string(),
+        }
+    }
+}
+
+/// An open workspace of a vault.
+#[derive(Clone)]
+pub struct Workspace {
+    pub(crate) vault: Arc<Vault>,
+    name: String,
+    actor: Actor,
+}
+
+/// One version of a path across checkpoints (`avfs log`).
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct PathVersion {
+    /// The checkpoint where this version first appears, or `null` for the live state.
+    pub checkpoint: Option<String>,
+    /// Checkpoint time (ns since the epoch), or now for the live state.
+    pub at: i64,
+    /// `file`, `dir`, `symlink`, `fifo`, or `deleted`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub size: u64,
+    pub mode: u32,
+    pub mtime: i64,
+    pub content_id: Option<String>,
+}
+
+pub(crate) fn validate_name(name: &str, what: &str) -> Result<()> {
+    let bad = |reason: &str| Error::InvalidName {
+        name: name.to_string(),
+        reason: format!("{what} names {reason}"),
+    };
+    if name.is_empty() || name.len() > 100 {
+        return Err(bad("must be 1 to 100 characters"));
+    }
+    if name.starts_with(['-', '.']) {
+        return Err(bad("must not start with `-` or `.`"));
+    }
+    if !name
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+    {
+        return Err(bad("may contain only letters, digits, `-`, `_` and `.`"));
+    }
+    Ok(())
+}
+
+impl Workspace {
+    pub(crate) fn new(vault: Arc<Vault>, name: String, actor: Actor) -> Self {
+        Workspace { vault, name, actor }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn vault(&self) -> &Arc<Vault> {
+        &self.vault
+    }
+
+    fn record(&self, r: &dyn StoreRead) -> Result<WorkspaceRecord> {
+        r.workspace(&self.name)?.ok_or_else(|| Error::ForkNotFound {
+            name: self.name.clone(),
+        })
+    }
+
+    /// Read the live state in one consistent snapshot.
+    pub fn read<R>(&self, f: impl FnOnce(&View<'_>) -> Result<R>) -> Result<R> {
+        let cache = &self.vault.cache;
+        self.vault.store.read(|r| {
+            let ws = self.record(r)?;
+            f(&View {
+                r,
+                cache,
+                overlay: Some(ws.id),
+                base: ws.base,
+            })
+        })
+    }
+
+    /// Read the state at a checkpoint (or the live state when `at` is `None`).
+    pub fn read_at<R>(
+        &self,
+        at: Option<&str>,
+        f: impl FnOnce(&View<'_>) -> Result<R>,
+    ) -> Result<R> {
+        let Some(name) = at else {
+            return self.read(f);
+        };
+        let cache = &self.vault.cache;
+        self.vault.store.read(|r| {
+            let ws = self.record(r)?;
+            let cp = r
+                .checkpoint(ws.id, name)?
+                .ok_or_else(|| Error::CheckpointNotFound {
+                    name: name.to_string(),
+                })?;
+            f(&View {
+                r,
+                cache,
+                overlay: None,
+                base: cp.root,
+            })
+        })
+    }
+
+    /// Apply a change in one transaction, recording it in the audit log. On failure nothing
+    /// is written except an audit record of the failure.
+    pub fn edit<R>(
+        &self,
+        operation: &str,
+        paths: &[&VPath],
+        f: impl FnOnce(&mut Edit<'_>) -> Result<R>,
+    ) -> Result<R> {
+        let paths: Vec<String> = paths.iter().map(|p| p.display()).collect();
+        let cache = &self.vault.cache;
+        let result = self.vault.store.write(|w| {
+            let ws = self.record(w)?;
+            let quota = Quota::load(w)?;
+            let now = now_ns();
+            let mut edit = Edit {
+                w,
+                cache,
+                ws,
+                quota,
+                now,
+            };
+            let out = f(&mut edit)?;
+            edit.flush_totals()?;
+            let Edit { w, .. } = edit;
+            self.audit(w, operation, &paths, "ok", None)?;
+            Ok(out)
+        });
+        if let Err(e) = &result {
+            // Best effort: the failure itself is worth recording, but must not mask `e`.
+            let _ = self.vault.store.write(|w| {
+                self.audit(w, operation, &paths, e.kind(), Some(e.to_string()))
+                    .map(|_| ())
+            });
+        }
+        result
+    }
+
+    fn audit(
+        &self,
+        w: &mut dyn StoreWrite,
+        operation: &str,
+        paths: &[String],
+        result: &str,
+        detail: Option<String>,
+    ) -> Result<i64> {
+        w.append_audit(&AuditRecord {
+            id: 0,
+            at: now_ns(),
+            actor: self.actor.actor.clone(),
+            source: self.actor.source.clone(),
+            workspace: self.name.clone(),
+            operation: operation.to_string(),
+            paths: paths.to_vec(),
+            result: result.to_string(),
+            detail,
+        })
+    }
+
+    /// Save a checkpoint of the live state: fold the overlay into immutable objects (cost in
+    /// proportion to the changes since the last checkpoint) and start an empty overlay.
+    pub fn checkpoint_save(
+        &self,
+        name: Option<&str>,
+        message: Option<&str>,
+    ) -> Result<CheckpointRecord> {
+        if let Some(n) = name {
+            validate_name(n, "checkpoint")?;
+        }
+        self.edit("checkpoint.save", &[], |e| {
+            let name = match name {
+                Some(n) => {
+                    if e.w.checkpoint(e.ws.id, n)?.is_some() {
+                        return Err(Error::AlreadyExists {
+                            name: n.to_string(),
+                        });
+                    }
+                    n.to_string()
+                }
+                None => e.next_checkpoint_name()?,
+            };
+            let before = e.ws.base;
+            let root = e.fold()?;
+            let mut rec = CheckpointRecord {
+                id: 0,
+                workspace: e.ws.id,
+                name,
+                root,
+                message: message.map(str::to_string),
+                created_at: e.now,
+                files: e.ws.files,
+                bytes: e.ws.bytes,
+            };
+            rec.id = e.w.insert_checkpoint(&rec)?;
+            e.w.overlay_clear(e.ws.id)?;
+            e.ws.base = root;
+            e.op(
+                "checkpoint",
+                &format!("save {}", rec.name),
+                Some(before),
+                Some(root),
+            )?;
+            Ok(rec)
+        })
+    }
+
+    /// Point the workspace at a checkpoint and drop the overlay, atomically.
+    pub fn checkpoint_restore(&self, name: &str) -> Result<CheckpointRecord> {
+        self.edit("checkpoint.restore", &[], |e| {
+            let cp =
+                e.w.checkpoint(e.ws.id, name)?
+                    .ok_or_else(|| Error::CheckpointNotFound {
+                        name: name.to_string(),
+                    })?;
+            let before = e.fold()?;
+            e.w.overlay_clear(e.ws.id)?;
+            e.ws.base = cp.root;
+            e.ws.files = cp.files;
+            e.ws.bytes = cp.bytes;
+            e.op(
+                "restore",
+                &format!("restore {}", cp.name),
+                Some(before),
+                Some(cp.root),
+            )?;
+            Ok(cp)
+        })
+    }
+
+    pub fn checkpoint_delete(&self, name: &str) -> Result<CheckpointRecord> {
+        self.edit("checkpoint.delete", &[], |e| {
+            let cp =
+                e.w.checkpoint(e.ws.id, name)?
+                    .ok_or_else(|| Error::CheckpointNotFound {
+                        name: name.to_string(),
+                    })?;
+            e.w.delete_checkpoint(cp.id)?;
+            Ok(cp)
+        })
+    }
+
+    pub fn checkpoints(&self) -> Result<Vec<CheckpointRecord>> {
+        self.vault.store.read(|r| {
+            let ws = self.record(r)?;
+            r.checkpoints(ws.id)
+        })
+    }
+
+    pub fn checkpoint(&self, name: &str) -> Result<CheckpointRecord> {
+        self.vault.store.read(|r| {
+            let ws = self.record(r)?;
+            r.checkpoint(ws.id, name)?
+                .ok_or_else(|| Error::CheckpointNotFound {
+                    name: name.to_string(),
+                })
+        })
+    }
+
+    /// Number of overlay entries: how much changed since the last checkpoint.
+    pub fn pending_changes(&self) -> Result<u64> {
+        self.vault.store.read(|r| {
+            let ws = self.record(r)?;
+            r.overlay_len(ws.id)
+        })
+    }
+
+    /// The versions of `path` across this workspace's checkpoints and the live state.
+    /// Consecutive identical versions collapse into one.
+    pub fn log(&self, path: &VPath) -> Result<Vec<PathVersion>> {
+        let cache = &self.vault.cache;
+        self.vault.store.read(|r| {
+            let ws = self.record(r)?;
+            let mut states: Vec<(Option<String>, i64, View<'_>)> = r
+                .checkpoints(ws.id)?
+                .into_iter()
+                .map(|cp| {
+                    let view = View {
+                        r,
+                        cache,
+                        overlay: None,
+                        base: cp.root,
+                    };
+                    (Some(cp.name), cp.created_at, view)
+                })
+                .collect();
+            states.push((
+                None,
+                now_ns(),
+                View {
+                    r,
+                    cache,
+                    overlay: Some(ws.id),
+                    base: ws.base,
+                },
+            ));
+            let mut out: Vec<PathVersion> = Vec::new();
+            let mut seen_any = false;
+            for (checkpoint, at, view) in states {
+                let node = match view.lookup(path) {
+                    Ok(n) => n.map(|(n, _)| n),
+                    Err(Error::NotADirectory { .. }) => None,
+                    Err(e) => return Err(e),
+                };
+                let v = match &node {
+                    Some(n) => PathVersion {
+                        checkpoint,
+                        at,
+                        kind: n.type_name().to_string(),
+                        size: n.size(),
+                        mode: n.attrs.mode,
+                        mtime: n.attrs.mtime,
+                        content_id: n.content_id().map(|i| i.to_hex()),
+                    },
+                    None => PathVersion {
+                        checkpoint,
+                        at,
+                        kind: "deleted".into(),
+                        size: 0,
+                        mode: 0,
+                        mtime: 0,
+                        content_id: None,
+                    },
+                };
+                seen_any |= node.is_some();
+                let same = out.last().is_some_and(|p| {
+                    p.kind == v.kind
+                        && p.content_id == v.content_id
+                        && p.mode == v.mode
+                        && p.size == v.size
+                });
+                if !same && (seen_any) {
+                    out.push(v);
+                }
+            }
+            if !seen_any {
+                return Err(Error::PathNotFound {
+                    path: path.display(),
+                });
+            }
+            Ok(out)
+        })
+    }
+}
+
+/// Options for writing a whole file.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct WriteOptions {
+    /// Permission bits for a new file (default 0644). Existing files keep theirs.
+    pub mode: Option<u32>,
+    /// Create missing parent directories.
+    pub parents: bool,
+}
+
+/// A change in progress, inside one write transaction.
+pub struct Edit<'a> {
+    pub(crate) w: &'a mut dyn StoreWrite,
+    pub(crate) cache: &'a ObjectCache,
+    pub(crate) ws: WorkspaceRecord,
+    pub(crate) quota: Quota,
+    pub(crate) now: i64,
+}
+
+impl<'a> Edit<'a> {
+    /// A view of the state as changed so far in this transaction.
+    pub fn view(&self) -> View<'_> {
+        View {
+            r: &*self.w,
+            cache: self.cache,
+            overlay: Some(self.ws.id),
+            base: self.ws.base,
+        }
+    }
+
+    pub fn now(&self) -> i64 {
+        self.now
+    }
+
+    fn flush_totals(&mut self) -> Result<()> {
+        self.w
+            .update_workspace_state(self.ws.id, &self.ws.base, self.ws.files, self.ws.bytes)
+    }
+
+    pub(crate) fn op(
+        &mut self,
+        kind: &str,
+        description: &str,
+        before: Option<ObjectId>,
+        after: Option<ObjectId>,
+    ) -> Result<()> {
+        self.w.append_op(&OpRecord {
+            id: 0,
+            workspace: self.ws.id,
+            at: self.now,
+            kind: kind.to_string(),
+            description: description.to_string(),
+            root_before: before,
+            root_after: after,
+        })?;
+        Ok(())
+    }
+
+    fn next_checkpoint_name(&self) -> Result<String> {
+        let n = self.w.checkpoints(self.ws.id)?.len() + 1;
+        (n..)
+            .map(|i| format!("cp-{i}"))
+            .find_map(|name| match self.w.checkpoint(self.ws.id, &name) {
+                Ok(None) => Some(Ok(name)),
+                Ok(Some(_)) => None,
+                Err(e) => Some(Err(e)),
+            })
+            .unwrap_or_else(|| Err(Error::Storage("no free checkpoint name".into())))
+    }
+
+    /// Apply a change of the workspace totals, checking quotas before anything is written.
+    fn account(&mut self, files: i64, bytes: i64) -> Result<()> {
+        let nf = (self.ws.files as i64 + files).max(0) as u64;
+        let nb = (self.ws.bytes as i64 + bytes).max(0) as u64;
+        if files > 0 || bytes > 0 {
+            self.quota.check_totals(
+                if files > 0 { nf } else { 0 },
+                if bytes > 0 { nb } else { 0 },
+            )?;
+        }
+        self.ws.files = nf;
+        self.ws.bytes = nb;
+        Ok(())
+    }
+
+    fn put_raw(&mut self, path: &VPath, node: Option<&Node>) -> Result<()> {
+        let parent = path.parent().unwrap_or_default();
+        let bytes = match node {
+            Some(n) => Some(postcard::to_stdvec(n).map_err(|e| Error::Storage(e.to_string()))?),
+            None => None,
+        };
+        self.w
+            .overlay_put(self.ws.id, path.as_str(), parent.as_str(), bytes.as_deref())
+    }
+
+    /// Make `dir` and its ancestors overlay entries (copied from the base where needed)
+    /// and return the directory's node.
+    fn ensure_dir(&mut self, dir: &VPath) -> Result<Node> {
+        let mut chain = dir.ancestors();
+        chain.push(dir.clone());
+        let mut parent: Option<Node> = None;
+        let mut in_overlay = true;
+        for p in chain {
+            let node = if in_overlay {
+                match self.view().overlay_node(&p)? {
+                    Some(Some(n)) => Some(n),
+                    Some(None) => None,
+                    None => {
+                        in_overlay = false;
+                        self.derive(&p, parent.as_ref())?
+                    }
+                }
+            } else {
+                self.derive(&p, parent.as_ref())?
+            };
+            let node = node.ok_or_else(|| Error::PathNotFound { path: p.display() })?;
+            if !node.is_dir() {
+                return Err(Error::NotADirectory { path: p.display() });
+            }
+            if !in_overlay {
+                self.put_raw(&p, Some(&node))?;
+            }
+            parent = Some(node);
+        }
+        parent.ok_or_else(|| Error::Storage("empty ancestor chain".into()))
+    }
+
+    /// The base node of `p` given its parent's node.
+    fn derive(&self, p: &VPath, parent: Option<&Node>) -> Result<Option<Node>> {
+        let Some(parent) = parent else {
+            return Ok(Some(self.view().root()?.0));
+        };
+        match &parent.kind {
+            NodeKind::Dir { tree: Some(t), .. } => Ok(self.view().tree(t)?.get(p.name()).cloned()),
+            _ => Ok(None),
+        }
+    }
+
+    /// Mark a directory's contents as changed now.
+    fn touch_dir(&mut self, dir: &VPath) -> Result<()> {
+        let mut node = self.ensure_dir(dir)?;
+        node.attrs.mtime = self.now;
+        node.attrs.ctime = self.now;
+        self.put_raw(dir, Some(&node))
+    }
+
+    fn parent_of(path: &VPath) -> Result<VPath> {
+        path.parent().ok_or_else(|| Error::InvalidPath {
+            path: "/".into(),
+            reason: "the workspace root cannot be changed this way".into(),
+        })
+    }
+
+    /// Store file content and return its id.
+    pub fn store_content(&mut self, bytes: &[u8]) -> Result<Option<ObjectId>> {
+        self.quota.check_file_size(bytes.len() as u64)?;
+        let (id, objects) = encode_content(bytes)?;
+        for o in objects {
+            self.w.put_object(&o.id, o.kind, &o.data)?;
+        }
+        Ok(id)
+    }
+
+    /// Put `node` at `path`, replacing what is there. Parents must exist. Quotas are checked
+    /// against the totals the change produces before anything is written.
+    pub fn put_node(&mut self, path: &VPath, node: Node) -> Result<()> {
+        let parent = Self::parent_of(path)?;
+        self.ensure_dir(&parent)?;
+        let old = self.view().lookup(path)?;
+        let (of, ob) = match &old {
+            Some((n, o)) => self.view().totals(path, n, *o)?,
+            None => (0, 0),
+        };
+        let (nf, nb) = match &node.kind {
+            NodeKind::File { size, .. } => {
+                self.quota.check_file_size(*size)?;
+                (1, *size)
+            }
+            NodeKind::Dir { files, bytes, .. } => (*files, *bytes),
+            _ => (0, 0),
+        };
+        self.account(nf as i64 - of as i64, nb as i64 - ob as i64)?;
+        if old.as_ref().is_some_and(|(n, o)| *o && n.is_dir()) {
+            self.w.overlay_delete_below(self.ws.id, path.as_str())?;
+        }
+        self.put_raw(path, Some(&node))?;
+        if old.is_none() {
+            self.touch_dir(&parent)?;
+        }
+        Ok(())
+    }
+
+    fn mkdirs(&mut self, dir: &VPath) -> Result<()> {
+        let mut cur = VPath::root();
+        for comp in dir.components() {
+            cur = cur.join(comp);
+            match self.view().lookup(&cur)? {
+                Some((n, _)) if n.is_dir() => {}
+                Some(_) => {
+                    return Err(Error::NotADirectory {
+                        path: cur.display(),
+                    });
+                }
+                None => {
+                    let node = Node::empty_dir(0o755, self.now);
+                    self.put_node(&cur, node)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Write a whole file, creating or replacing it. Existing files keep their mode, owner,
+    /// xattrs, tags and metadata.
+    pub fn write_file(&mut self, path: &VPath, bytes: &[u8], opts: WriteOptions) -> Result<()> {
+        if opts.parents {
+            self.mkdirs(&Self::parent_of(path)?)?;
+        }
+        let existing = self.view().lookup(path)?;
+        let mut node = match existing {
+            Some((n, _)) if n.is_dir() => {
+                return Err(Error::IsADirectory {
+                    path: path.display(),
+                });
+            }
+            Some((n, _)) if n.is_file() => n,
+            Some(_) => {
+                return Err(Error::AlreadyExists {
+                    name: path.display(),
+                });
+            }
+            None => Node::new(
+                NodeKind::File {
+                    size: 0,
+                    content: None,
+                },
+                super::node::Attrs::new(opts.mode.unwrap_or(0o644), self.now),
+            ),
+        };
+        let content = self.store_content(bytes)?;
+        node.kind = NodeKind::File {
+            size: bytes.len() as u64,
+            content,
+        };
+        node.attrs.mtime = self.now;
+        node.attrs.ctime = self.now;
+        self.put_node(path, node)
+    }
+
+    /// Create a directory (and, with `parents`, missing ancestors; then an existing
+    /// directory is not an error).
+    pub fn mkdir(&mut self, path: &VPath, parents: bool, mode: u32) -> Result<()> {
+        if parents {
+            return self.mkdirs(path);
+        }
+        if path.is_root() || self.view().lookup(path)?.is_some() {
+            return Err(Error::AlreadyExists {
+                name: path.display(),
+            });
+        }
+        self.put_node(path, Node::empty_dir(mode, self.now))
+    }
+
+    /// Create a symlink at `path` pointing to `target` (stored verbatim).
+    pub fn symlink(&mut self, path: &VPath, target: &str) -> Result<()> {
+        if self.view().lookup(path)?.is_some() {
+            return Err(Error::AlreadyExists {
+                name: path.display(),
+            });
+        }
+        let node = Node::new(
+            NodeKind::Symlink {
+                target: target.to_string(),
+            },
+            super::node::Attrs::new(0o777, self.now),
+        );
+        self.put_node(path, node)
+    }
+
+    /// Remove a file, symlink or (with `recursive`, or when empty) a directory.
+    pub fn remove(&mut self, path: &VPath, recursive: bool) -> Result<()> {
+        let parent = Self::parent_of(path)?;
+        let (node, overlaid) = self
+            .view()
+            .lookup(path)?
+            .ok_or_else(|| Error::PathNotFound {
+                path: path.display(),
+            })?;
+        if node.is_dir() && !recursive && !self.view().children(path, &node, overlaid)?.is_empty() {
+            return Err(Error::DirectoryNotEmpty {
+                path: path.display(),
+            });
+        }
+        let (f, b) = self.view().totals(path, &node, overlaid)?;
+        self.account(-(f as i64), -(b as i64))?;
+        self.unlink_entry(&parent, path)?;
+        self.touch_dir(&parent)
+    }
+
+    /// Drop `path` (and anything overlaid below it) from the workspace.
+    fn unlink_entry(&mut self, parent: &VPath, path: &VPath) -> Result<()> {
+        let parent_node = self.ensure_dir(parent)?;
+        self.w.overlay_delete_below(self.ws.id, path.as_str())?;
+        let in_base = match &parent_node.kind {
+            NodeKind::Dir { tree: Some(t), .. } => self.view().tree(t)?.get(path.name()).is_some(),
+            _ => false,
+        };
+        if in_base {
+            self.put_raw(path, None)
+        } else {
+            self.w.overlay_delete(self.ws.id, path.as_str())
+        }
+    }
+
+    /// Move `src` to `dst`, replacing a file or an empty directory at `dst` like rename(2).
+    pub fn rename(&mut self, src: &VPath, dst: &VPath) -> Result<()> {
+        let (src_parent, dst_parent) = (Self::parent_of(src)?, Self::parent_of(dst)?);
+        let (mut node, overlaid) = self
+            .view()
+            .lookup(src)?
+            .ok_or_else(|| Error::PathNotFound {
+                path: src.display(),
+            })?;
+        if src == dst {
+            return Ok(());
+        }
+        if dst.starts_with(src) {
+            return Err(Error::InvalidPath {
+                path: dst.display(),
+                reason: format!("cannot move {} into itself", src.display()),
+            });
+        }
+        self.ensure_dir(&dst_parent)?;
+        if let Some((d, d_overlaid)) = self.view().lookup(dst)? {
+            if d.is_dir() {
+                if !node.is_dir() {
+                    return Err(Error::IsADirectory {
+                        path: dst.display(),
+                    });
+                }
+                if !self.view().children(dst, &d, d_overlaid)?.is_empty() {
+                    return Err(Error::DirectoryNotEmpty {
+                        path: dst.display(),
+                    });
+                }
+            } else if node.is_dir() {
+                return Err(Error::NotADirectory {
+                    path: dst.display(),
+                });
+            }
+            let (f, b) = self.view().totals(dst, &d, d_overlaid)?;
+            self.account(-(f as i64), -(b as i64))?;
+        }
+        let below = if overlaid && node.is_dir() {
+            self.w.overlay_below(self.ws.id, src.as_str())?
+        } else {
+            Vec::new()
+        };
+        self.unlink_entry(&src_parent, src)?;
+        self.w.overlay_delete_below(self.ws.id, dst.as_str())?;
+        node.attrs.ctime = self.now;
+        self.ensure_dir(&dst_parent)?;
+        self.put_raw(dst, Some(&node))?;
+        self.move_rows(below, src, dst)?;
+        self.touch_dir(&src_parent)?;
+        self.touch_dir(&dst_parent)
+    }
+
+    fn move_rows(
+        &mut self,
+        rows: Vec<(String, Option<Vec<u8>>)>,
+        from: &VPath,
+        to: &VPath,
+    ) -> Result<()> {
+        for (p, value) in rows {
+            let new = VPath::parse(&p)?.rebase(from, to);
+            let parent = new.parent().unwrap_or_default();
+            self.w
+                .overlay_put(self.ws.id, new.as_str(), parent.as_str(), value.as_deref())?;
+        }
+        Ok(())
+    }
+
+    /// Copy `src` to `dst`. If `dst` is a directory the copy goes inside it. Content is
+    /// shared, not duplicated: copying a tree costs in proportion to its changed entries.
+    pub fn copy(&mut self, src: &VPath, dst: &VPath, recursive: bool) -> Result<VPath> {
+        let (mut node, overlaid) = self
+            .view()
+            .lookup(src)?
+            .ok_or_else(|| Error::PathNotFound {
+                path: src.display(),
+            })?;
+        if node.is_dir() && !recursive {
+            return Err(Error::IsADirectory {
+                path: src.display(),
+            });
+        }
+        let target = match self.view().lookup(dst)? {
+            Some((d, _)) if d.is_dir() && !src.is_root() => dst.join(src.name()),
+            _ => dst.clone(),
+        };
+        if target.starts_with(src) {
+            return Err(Error::InvalidPath {
+                path: dst.display(),
+                reason: format!("cannot copy {} into itself", src.display()),
+            });
+        }
+        if let Some((existing, _)) = self.view().lookup(&target)?
+            && (existing.is_dir() || node.is_dir())
+        {
+            return Err(Error::AlreadyExists {
+                name: target.display(),
+            });
+        }
+        let below = if overlaid && node.is_dir() {
+            self.w.overlay_below(self.ws.id, src.as_str())?
+        } else {
+            Vec::new()
+        };
+        let (f, b) = self.view().totals(src, &node, overlaid)?;
+        node.attrs.mtime = self.now;
+        node.attrs.ctime = self.now;
+        if node.is_dir() {
+            // The copied node's own totals describe its base tree; the overlaid rows below
+            // it are accounted here, as a whole.
+            let (tf, tb) = match node.kind {
+                NodeKind::Dir { files, bytes, .. } => (files, bytes),
+                _ => (0, 0),
+            };
+            self.account(f as i64 - tf as i64, b as i64 - tb as i64)?;
+        }
+        self.put_node(&target, node)?;
+        self.move_rows(below, src, &target)?;
+        Ok(target)
+    }
+
+    /// Change a node's metadata (mode, times, owner, xattrs, tags, metadata).
+    pub fn update(
+        &mut self,
+        path: &VPath,
+        f: impl FnOnce(&mut Node) -> Result<()>,
+    ) -> Result<Node> {
+        let (mut node, _) = self
+            .view()
+            .lookup(path)?
+            .ok_or_else(|| Error::PathNotFound {
+                path: path.display(),
+            })?;
+        f(&mut node)?;
+        node.attrs.ctime = self.now;
+        if path.is_root() {
+            self.ensure_dir(path)?;
+            self.put_raw(path, Some(&node))?;
+        } else {
+            let parent = Self::parent_of(path)?;
+            self.ensure_dir(&parent)?;
+            self.put_raw(path, Some(&node))?;
+        }
+        Ok(node)
+    }
+
+    /// Fold the overlay into immutable objects and return the new root id. The overlay is
+    /// left in place; callers decide whether to clear it. Cost: O(overlay entries).
+    pub(crate) fn fold(&mut self) -> Result<ObjectId> {
+        let rows = self.w.overlay_all(self.ws.id)?;
+        if rows.is_empty() {
+            return Ok(self.ws.base);
+        }
+        let mut nodes: HashMap<String, Option<Node>> = HashMap::new();
+        let mut children: HashMap<String, Vec<String>> = HashMap::new();
+        for (p, value) in rows {
+            let node = match value {
+                Some(b) => Some(super::view::decode::<Node>(&b)?),
+                None => None,
+            };
+            if !p.is_empty() {
+                let parent = VPath::parse(&p)?.parent().unwrap_or_default();
+                children
+                    .entry(parent.as_str().to_string())
+                    .or_default()
+                    .push(p.clone());
+            }
+            nodes.insert(p, node);
+        }
+        let root = match nodes.get("") {
+            Some(Some(n)) => n.clone(),
+            _ => {
+                return Err(Error::CorruptVault {
+                    reason: "overlay has entries but no root".into(),
+                });
+            }
+        };
+        let root = self.fold_dir("", root, &nodes, &children)?;
+        let obj = EncodedObject::encode(kind::ROOT, &root)?;
+        self.w.put_object(&obj.id, obj.kind, &obj.data)?;
+        Ok(obj.id)
+    }
+
+    fn fold_dir(
+        &mut self,
+        path: &str,
+        mut node: Node,
+        nodes: &HashMap<String, Option<Node>>,
+        children: &HashMap<String, Vec<String>>,
+    ) -> Result<Node> {
+        let NodeKind::Dir { tree, .. } = &node.kind else {
+            return Ok(node);
+        };
+        let mut entries: BTreeMap<String, Node> = match tree {
+            Some(t) => self.view().tree(t)?.entries.iter().cloned().collect(),
+            None => BTreeMap::new(),
+        };
+        for child in children.get(path).map(Vec::as_slice).unwrap_or_default() {
+            let name = child.rsplit('/').next().unwrap_or(child).to_string();
+            match nodes.get(child).cloned().flatten() {
+                None => {
+                    entries.remove(&name);
+                }
+                Some(n) => {
+                    let n = if n.is_dir() && children.contains_key(child) {
+                        self.fold_dir(child, n, nodes, children)?
+                    } else {
+                        n
+                    };
+                    entries.insert(name, n);
+                }
+            }
+        }
+        let (mut files, mut bytes) = (0u64, 0u64);
+        for n in entries.values() {
+            match &n.kind {
+                NodeKind::File { size, .. } => {
+                    files += 1;
+                    bytes += size;
+                }
+                NodeKind::Dir {
+                    files: f, bytes: b, ..
+                } => {
+                    files += f;
+                    bytes += b;
+                }
+                _ => {}
+            }
+        }
+        let tree = if entries.is_empty() {
+            None
+        } else {
+            let tree = Tree {
+                entries: entries.into_iter().collect(),
+            };
+            let obj = EncodedObject::encode(kind::TREE, &tree)?;
+            self.w.put_object(&obj.id, obj.kind, &obj.data)?;
+            Some(obj.id)
+        };
+        node.kind = NodeKind::Dir { tree, files, bytes };
+        Ok(node)
+    }
+}

@@ -1,0 +1,106 @@
+//! How nodes are reported to adapters: one serializable shape for `ls`, `stat` and `tree`.
+
+use std::collections::BTreeMap;
+
+use base64::Engine;
+use serde::Serialize;
+
+use crate::model::node::{Node, NodeKind};
+use crate::model::path::VPath;
+
+/// A node as adapters show it.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct NodeInfo {
+    pub path: String,
+    pub name: String,
+    /// `file`, `dir`, `symlink` or `fifo`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub size: u64,
+    /// Permission bits, e.g. 493 for 0o755.
+    pub mode: u32,
+    /// `ls -l` style, e.g. `-rwxr-xr-x`.
+    pub mode_string: String,
+    pub uid: u32,
+    pub gid: u32,
+    /// Nanoseconds since the Unix epoch.
+    pub atime: i64,
+    pub mtime: i64,
+    pub ctime: i64,
+    pub content_id: Option<String>,
+    /// Symlink target.
+    pub target: Option<String>,
+    pub tags: Vec<String>,
+    pub meta: BTreeMap<String, String>,
+    /// Extended attribute names and base64 values.
+    pub xattrs: BTreeMap<String, String>,
+}
+
+impl NodeInfo {
+    pub fn new(path: &VPath, node: &Node) -> Self {
+        NodeInfo {
+            path: path.display(),
+            name: if path.is_root() {
+                "/".into()
+            } else {
+                path.name().to_string()
+            },
+            kind: node.type_name().into(),
+            size: node.size(),
+            mode: node.attrs.mode,
+            mode_string: mode_string(node),
+            uid: node.attrs.uid,
+            gid: node.attrs.gid,
+            atime: node.attrs.atime,
+            mtime: node.attrs.mtime,
+            ctime: node.attrs.ctime,
+            content_id: node.content_id().map(|i| i.to_hex()),
+            target: match &node.kind {
+                NodeKind::Symlink { target } => Some(target.clone()),
+                _ => None,
+            },
+            tags: node.tags.iter().cloned().collect(),
+            meta: node.meta.clone(),
+            xattrs: node
+                .xattrs
+                .iter()
+                .map(|(k, v)| {
+                    (
+                        k.clone(),
+                        base64::engine::general_purpose::STANDARD.encode(v),
+                    )
+                })
+                .collect(),
+        }
+    }
+}
+
+/// `drwxr-xr-x` style mode string, with setuid/setgid/sticky letters.
+pub fn mode_string(node: &Node) -> String {
+    let ty = match node.kind {
+        NodeKind::File { .. } => '-',
+        NodeKind::Dir { .. } => 'd',
+        NodeKind::Symlink { .. } => 'l',
+        NodeKind::Fifo => 'p',
+    };
+    let m = node.attrs.mode;
+    let mut s = String::with_capacity(10);
+    s.push(ty);
+    for (shift, special, lower, upper) in [
+        (6, 0o4000, 's', 'S'),
+        (3, 0o2000, 's', 'S'),
+        (0, 0o1000, 't', 'T'),
+    ] {
+        let bits = (m >> shift) & 7;
+        s.push(if bits & 4 != 0 { 'r' } else { '-' });
+        s.push(if bits & 2 != 0 { 'w' } else { '-' });
+        let x = bits & 1 != 0;
+        s.push(match (m & special != 0, x) {
+            (true, true) => lower,
+            (true, false) => upper,
+            (false, true) => 'x',
+            (false, false) => '-',
+        });
+    }
+    s
+}

@@ -1,0 +1,11 @@
+//! Runtime services: what adapters (the CLI, later the mount and the proxy) call. They
+//! resolve names to vaults and workspaces and orchestrate the model; no parsing, no printing.
+
+pub mod files;
+pub mod registry;
+pub mod search;
+pub mod transfer;
+pub mod workspace;
+
+pub use registry::Registry;
+pub use workspace::{DeleteReport, Target, VaultListEntry, WorkspaceService};

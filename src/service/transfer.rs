@@ -1,0 +1,338 @@
+//! Moving trees between the host and a workspace: `import` (recursive, modes, symlinks and
+//! times preserved, optional .gitignore rules, one transaction per batch) and `export`.
+
+use std::fs::{self, File, FileTimes};
+use std::io::Write;
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+use crate::model::node::{Attrs, Node, NodeKind};
+use crate::model::path::VPath;
+use crate::model::{Edit, Workspace};
+
+/// Entries per import transaction, and the byte budget that also closes a batch.
+const BATCH_ENTRIES: usize = 4096;
+const BATCH_BYTES: u64 = 64 * 1024 * 1024;
+
+#[derive(Debug, Clone, Default, Serialize, schemars::JsonSchema)]
+pub struct TransferReport {
+    pub files: u64,
+    pub dirs: u64,
+    pub symlinks: u64,
+    pub bytes: u64,
+    /// Host entries that were not transferred (sockets, devices), with the reason.
+    pub skipped: Vec<String>,
+}
+
+/// Progress callback: (entries so far, bytes so far).
+pub type Progress<'a> = &'a mut dyn FnMut(u64, u64);
+
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ImportOptions {
+    /// Skip what `.gitignore` / `.ignore` files exclude (and `.git/` itself).
+    pub gitignore: bool,
+}
+
+fn ns(secs: i64, nsec: i64) -> i64 {
+    secs.saturating_mul(1_000_000_000).saturating_add(nsec)
+}
+
+fn host_attrs(meta: &fs::Metadata) -> Attrs {
+    Attrs {
+        mode: meta.mode() & 0o7777,
+        uid: meta.uid(),
+        gid: meta.gid(),
+        atime: ns(meta.atime(), meta.atime_nsec()),
+        mtime: ns(meta.mtime(), meta.mtime_nsec()),
+        ctime: ns(meta.ctime(), meta.ctime_nsec()),
+    }
+}
+
+/// A host entry read and ready to write.
+enum Staged {
+    Dir(VPath, Attrs),
+    File(VPath, Attrs, Vec<u8>),
+    Symlink(VPath, Attrs, String),
+    Fifo(VPath, Attrs),
+}
+
+/// Import the contents of host directory `host` into `dest` (created if missing).
+pub fn import(
+    ws: &Workspace,
+    host: &Path,
+    dest: &VPath,
+    opts: ImportOptions,
+    progress: Progress<'_>,
+) -> Result<TransferReport> {
+    let meta = fs::metadata(host).map_err(|e| Error::io("reading", host, e))?;
+    if !meta.is_dir() {
+        return Err(Error::invalid(format!(
+            "{} is not a directory",
+            host.display()
+        )));
+    }
+    let mut walker = ignore::WalkBuilder::new(host);
+    walker
+        .standard_filters(false)
+        .hidden(false)
+        .follow_links(false)
+        .sort_by_file_name(|a, b| a.cmp(b));
+    if opts.gitignore {
+        walker
+            .git_ignore(true)
+            .git_exclude(true)
+            .ignore(true)
+            .require_git(false)
+            .filter_entry(|e| e.file_name() != ".git");
+    }
+    let mut report = TransferReport::default();
+    let mut batch: Vec<Staged> = Vec::new();
+    let mut batch_bytes = 0u64;
+    let mut dirs: Vec<(VPath, Attrs)> = Vec::new();
+    ws.edit("import", &[dest], |e| e.mkdir(dest, true, 0o755))?;
+    for entry in walker.build() {
+        let entry =
+            entry.map_err(|e| Error::invalid(format!("walking {}: {e}", host.display())))?;
+        let rel = entry.path().strip_prefix(host).unwrap_or(entry.path());
+        if rel.as_os_str().is_empty() {
+            continue;
+        }
+        let rel_str = rel.to_str().ok_or_else(|| Error::InvalidPath {
+            path: rel.display().to_string(),
+            reason: "host file name is not UTF-8".into(),
+        })?;
+        let path = VPath::parse(&format!("{}/{rel_str}", dest.as_str()))?;
+        let meta = entry
+            .path()
+            .symlink_metadata()
+            .map_err(|e| Error::io("reading", entry.path(), e))?;
+        let attrs = host_attrs(&meta);
+        let ft = meta.file_type();
+        let staged = if ft.is_dir() {
+            report.dirs += 1;
+            dirs.push((path.clone(), attrs.clone()));
+            Staged::Dir(path, attrs)
+        } else if ft.is_file() {
+            let data = fs::read(entry.path()).map_err(|e| Error::io("reading", entry.path(), e))?;
+            report.files += 1;
+            report.bytes += data.len() as u64;
+            batch_bytes += data.len() as u64;
+            Staged::File(path, attrs, data)
+        } else if ft.is_symlink() {
+            let target = fs::read_link(entry.path())
+                .map_err(|e| Error::io("reading link", entry.path(), e))?;
+            report.symlinks += 1;
+            Staged::Symlink(path, attrs, target.to_string_lossy().into_owned())
+        } else if ft.is_fifo() {
+            Staged::Fifo(path, attrs)
+        } else {
+            report
+                .skipped
+                .push(format!("{rel_str}: not a file, directory, symlink or fifo"));
+            continue;
+        };
+        batch.push(staged);
+        if batch.len() >= BATCH_ENTRIES || batch_bytes >= BATCH_BYTES {
+            write_batch(ws, dest, std::mem::take(&mut batch))?;
+            batch_bytes = 0;
+            progress(report.files + report.dirs + report.symlinks, report.bytes);
+        }
+    }
+    write_batch(ws, dest, batch)?;
+    // Adding children moved the directories' times; put the host's back.
+    ws.edit("import", &[dest], |e| {
+        for (path, attrs) in &dirs {
+            e.update(path, |n| {
+                n.attrs = attrs.clone();
+                Ok(())
+            })?;
+        }
+        Ok(())
+    })?;
+    progress(report.files + report.dirs + report.symlinks, report.bytes);
+    Ok(report)
+}
+
+fn write_batch(ws: &Workspace, dest: &VPath, batch: Vec<Staged>) -> Result<()> {
+    if batch.is_empty() {
+        return Ok(());
+    }
+    ws.edit("import", &[dest], |e| {
+        for staged in batch {
+            write_staged(e, staged)?;
+        }
+        Ok(())
+    })
+}
+
+fn write_staged(e: &mut Edit<'_>, staged: Staged) -> Result<()> {
+    match staged {
+        Staged::Dir(path, attrs) => match e.view().lookup(&path)? {
+            Some((n, _)) if n.is_dir() => {
+                e.update(&path, |n| {
+                    n.attrs = attrs;
+                    Ok(())
+                })?;
+            }
+            _ => {
+                let mut node = Node::empty_dir(attrs.mode, e.now());
+                node.attrs = attrs;
+                e.put_node(&path, node)?;
+            }
+        },
+        Staged::File(path, attrs, data) => {
+            let content = e.store_content(&data)?;
+            let kind = NodeKind::File {
+                size: data.len() as u64,
+                content,
+            };
+            e.put_node(&path, Node::new(kind, attrs))?;
+        }
+        Staged::Symlink(path, attrs, target) => {
+            e.put_node(&path, Node::new(NodeKind::Symlink { target }, attrs))?;
+        }
+        Staged::Fifo(path, attrs) => e.put_node(&path, Node::new(NodeKind::Fifo, attrs))?,
+    }
+    Ok(())
+}
+
+fn system_time(ns: i64) -> SystemTime {
+    if ns >= 0 {
+        UNIX_EPOCH + Duration::from_nanos(ns as u64)
+    } else {
+        UNIX_EPOCH - Duration::from_nanos(ns.unsigned_abs())
+    }
+}
+
+/// Export `src` (a directory or a single file) to `host`. Refuses to write into an existing
+/// non-empty directory or over an existing file unless `force`.
+pub fn export(
+    ws: &Workspace,
+    src: &VPath,
+    at: Option<&str>,
+    host: &Path,
+    force: bool,
+    progress: Progress<'_>,
+) -> Result<TransferReport> {
+    if !force {
+        match fs::symlink_metadata(host) {
+            Ok(m) if m.is_dir() => {
+                let mut it = fs::read_dir(host).map_err(|e| Error::io("reading", host, e))?;
+                if it.next().is_some() {
+                    return Err(Error::HostPathExists {
+                        path: host.to_path_buf(),
+                    });
+                }
+            }
+            Ok(_) => {
+                return Err(Error::HostPathExists {
+                    path: host.to_path_buf(),
+                });
+            }
+            Err(_) => {}
+        }
+    }
+    let is_root = rustix::process::geteuid().is_root();
+    ws.read_at(at, |view| {
+        let mut report = TransferReport::default();
+        let mut dirs: Vec<(PathBuf, Attrs)> = Vec::new();
+        view.walk(src, &mut |path, node| {
+            let rel = path.as_str()[src.as_str().len()..].trim_start_matches('/');
+            let out = if rel.is_empty() {
+                host.to_path_buf()
+            } else {
+                host.join(rel)
+            };
+            match &node.kind {
+                NodeKind::Dir { .. } => {
+                    fs::create_dir_all(&out).map_err(|e| Error::io("creating", &out, e))?;
+                    dirs.push((out.clone(), node.attrs.clone()));
+                    report.dirs += 1;
+                }
+                NodeKind::File { size, .. } => {
+                    let data = view.read_node(node)?;
+                    write_host_file(&out, &data, node, force)?;
+                    report.files += 1;
+                    report.bytes += size;
+                }
+                NodeKind::Symlink { target } => {
+                    if force {
+                        let _ = fs::remove_file(&out);
+                    }
+                    std::os::unix::fs::symlink(target, &out)
+                        .map_err(|e| Error::io("creating symlink", &out, e))?;
+                    set_link_times(&out, &node.attrs)?;
+                    report.symlinks += 1;
+                }
+                NodeKind::Fifo => {
+                    if force {
+                        let _ = fs::remove_file(&out);
+                    }
+                    rustix::fs::mknodat(
+                        rustix::fs::CWD,
+                        &out,
+                        rustix::fs::FileType::Fifo,
+                        rustix::fs::Mode::from_raw_mode(node.attrs.mode),
+                        0,
+                    )
+                    .map_err(|e| Error::io("creating fifo", &out, e.into()))?;
+                }
+            }
+            if is_root {
+                let _ = std::os::unix::fs::lchown(&out, Some(node.attrs.uid), Some(node.attrs.gid));
+            }
+            progress(report.files + report.dirs + report.symlinks, report.bytes);
+            Ok(())
+        })?;
+        // Children change a directory's times; set them last, deepest first.
+        for (dir, attrs) in dirs.iter().rev() {
+            fs::set_permissions(dir, fs::Permissions::from_mode(attrs.mode))
+                .map_err(|e| Error::io("setting mode of", dir, e))?;
+            set_link_times(dir, attrs)?;
+        }
+        Ok(report)
+    })
+}
+
+fn write_host_file(out: &Path, data: &[u8], node: &Node, force: bool) -> Result<()> {
+    if force
+        && let Ok(m) = fs::symlink_metadata(out)
+        && !m.is_file()
+    {
+        let _ = fs::remove_file(out);
+    }
+    let mut f = File::create(out).map_err(|e| Error::io("creating", out, e))?;
+    f.write_all(data)
+        .map_err(|e| Error::io("writing", out, e))?;
+    f.set_permissions(fs::Permissions::from_mode(node.attrs.mode))
+        .map_err(|e| Error::io("setting mode of", out, e))?;
+    f.set_times(
+        FileTimes::new()
+            .set_accessed(system_time(node.attrs.atime))
+            .set_modified(system_time(node.attrs.mtime)),
+    )
+    .map_err(|e| Error::io("setting times of", out, e))?;
+    Ok(())
+}
+
+fn set_link_times(path: &Path, attrs: &Attrs) -> Result<()> {
+    let ts = |ns: i64| rustix::fs::Timespec {
+        tv_sec: ns.div_euclid(1_000_000_000),
+        tv_nsec: ns.rem_euclid(1_000_000_000) as _,
+    };
+    let times = rustix::fs::Timestamps {
+        last_access: ts(attrs.atime),
+        last_modification: ts(attrs.mtime),
+    };
+    rustix::fs::utimensat(
+        rustix::fs::CWD,
+        path,
+        &times,
+        rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+    )
+    .map_err(|e| Error::io("setting times of", path, e.into()))
+}

@@ -1,0 +1,294 @@
+//! `WorkspaceService`: turns what a user names (`--vault NAME|PATH`, `AVFS_VAULT`, the
+//! current vault) into an open workspace, and manages the registry of vaults and forks.
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use super::registry::{Registry, RegistryEntry, close_names};
+use crate::error::{Error, Result};
+use crate::model::{Actor, ForkInfo, Vault, VaultInfo, Workspace};
+
+const MAIN: &str = "main";
+
+/// What a selector resolved to.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct Target {
+    /// The registered name, or the path as given.
+    pub name: String,
+    pub path: PathBuf,
+    pub workspace: String,
+}
+
+/// One row of `vault list`.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct VaultListEntry {
+    pub name: String,
+    pub path: PathBuf,
+    pub workspace: String,
+    pub current: bool,
+    /// False if the vault file has gone missing.
+    pub exists: bool,
+}
+
+/// What `vault delete` removed.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct DeleteReport {
+    pub name: String,
+    /// True if the whole vault file was deleted; false if only a fork.
+    pub file_deleted: bool,
+    /// Registered names that went with it.
+    pub unregistered: Vec<String>,
+}
+
+pub struct WorkspaceService {
+    registry: Registry,
+    actor: Actor,
+}
+
+fn validate_vault_name(name: &str) -> Result<()> {
+    let ok = !name.is_empty()
+        && name.len() <= 100
+        && !name.starts_with(['-', '.'])
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::InvalidName {
+            name: name.to_string(),
+            reason: "vault names are 1-100 letters, digits, `-`, `_` or `.`, not starting with `-` or `.`"
+                .into(),
+        })
+    }
+}
+
+fn looks_like_path(s: &str) -> bool {
+    s.contains('/') || s.ends_with(".avfs") || Path::new(s).is_file()
+}
+
+impl WorkspaceService {
+    pub fn new(registry: Registry, actor: Actor) -> Self {
+        WorkspaceService { registry, actor }
+    }
+
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    pub fn actor(&self) -> &Actor {
+        &self.actor
+    }
+
+    /// Resolve a selector (or the current vault when `None`).
+    pub fn resolve(&self, selector: Option<&str>) -> Result<Target> {
+        let data = self.registry.load()?;
+        let name = match selector.filter(|s| !s.is_empty()) {
+            Some(s) => s.to_string(),
+            None => data.current.clone().ok_or(Error::NoVaultSelected)?,
+        };
+        if let Some(entry) = data.vaults.get(&name) {
+            return Ok(Target {
+                name,
+                path: entry.path.clone(),
+                workspace: entry.workspace.clone(),
+            });
+        }
+        if looks_like_path(&name) {
+            let path = PathBuf::from(&name);
+            if !path.exists() {
+                return Err(Error::VaultNotFound {
+                    name,
+                    suggestions: Vec::new(),
+                });
+            }
+            return Ok(Target {
+                name,
+                path,
+                workspace: MAIN.into(),
+            });
+        }
+        Err(Error::VaultNotFound {
+            suggestions: close_names(&name, data.vaults.keys()),
+            name,
+        })
+    }
+
+    /// Open the workspace a selector names.
+    pub fn open(&self, selector: Option<&str>) -> Result<(Target, Workspace)> {
+        let target = self.resolve(selector)?;
+        let vault = Vault::open(&target.path).map_err(|e| match e {
+            Error::VaultNotFound { .. } => Error::VaultNotFound {
+                name: target.name.clone(),
+                suggestions: Vec::new(),
+            },
+            other => other,
+        })?;
+        let ws = vault.workspace(&target.workspace, self.actor.clone())?;
+        Ok((target, ws))
+    }
+
+    /// Create and register a vault. The first vault created becomes the current one.
+    pub fn create_vault(&self, name: &str, path: Option<&Path>) -> Result<Target> {
+        validate_vault_name(name)?;
+        let path = match path {
+            Some(p) => p.to_path_buf(),
+            None => self.registry.vault_file(name),
+        };
+        self.registry.update(|data| {
+            if data.vaults.contains_key(name) {
+                return Err(Error::AlreadyExists {
+                    name: name.to_string(),
+                });
+            }
+            Vault::create(&path)?;
+            let path = path
+                .canonicalize()
+                .map_err(|e| Error::io("resolving", &path, e))?;
+            data.vaults.insert(
+                name.to_string(),
+                RegistryEntry {
+                    path: path.clone(),
+                    workspace: MAIN.into(),
+                },
+            );
+            if data.current.is_none() {
+                data.current = Some(name.to_string());
+            }
+            Ok(Target {
+                name: name.to_string(),
+                path,
+                workspace: MAIN.into(),
+            })
+        })
+    }
+
+    pub fn list(&self) -> Result<Vec<VaultListEntry>> {
+        let data = self.registry.load()?;
+        Ok(data
+            .vaults
+            .iter()
+            .map(|(name, e)| VaultListEntry {
+                name: name.clone(),
+                path: e.path.clone(),
+                workspace: e.workspace.clone(),
+                current: data.current.as_deref() == Some(name),
+                exists: e.path.exists(),
+            })
+            .collect())
+    }
+
+    /// Make `name` the current vault.
+    pub fn use_vault(&self, name: &str) -> Result<Target> {
+        let target = self.resolve(Some(name))?;
+        if !self.registry.load()?.vaults.contains_key(name) {
+            return Err(Error::invalid(format!(
+                "`{name}` is a path, not a registered name; register it with `avfs vault create`"
+            )));
+        }
+        self.registry.update(|data| {
+            data.current = Some(name.to_string());
+            Ok(())
+        })?;
+        Ok(target)
+    }
+
+    pub fn info(&self, selector: Option<&str>) -> Result<(Target, VaultInfo)> {
+        let (target, ws) = self.open(selector)?;
+        let info = ws.vault().info(&target.workspace)?;
+        Ok((target, info))
+    }
+
+    /// Delete a registered vault (its file and every name on it) or a fork.
+    pub fn delete(&self, name: &str) -> Result<DeleteReport> {
+        let target = self.resolve(Some(name))?;
+        self.registry.update(|data| {
+            let unregister = |data: &mut super::registry::RegistryData,
+                              pred: &dyn Fn(&RegistryEntry) -> bool| {
+                let names: Vec<String> = data
+                    .vaults
+                    .iter()
+                    .filter(|(_, e)| pred(e))
+                    .map(|(n, _)| n.clone())
+                    .collect();
+                for n in &names {
+                    data.vaults.remove(n);
+                    if data.current.as_deref() == Some(n) {
+                        data.current = None;
+                    }
+                }
+                names
+            };
+            if target.workspace == MAIN {
+                for suffix in ["", "-wal", "-shm"] {
+                    let mut p = target.path.clone().into_os_string();
+                    p.push(suffix);
+                    match std::fs::remove_file(&p) {
+                        Ok(()) => {}
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                        Err(e) => return Err(Error::io("deleting", PathBuf::from(p), e)),
+                    }
+                }
+                let path = target.path.clone();
+                let names = unregister(data, &|e| e.path == path);
+                Ok(DeleteReport {
+                    name: name.to_string(),
+                    file_deleted: true,
+                    unregistered: names,
+                })
+            } else {
+                Vault::open(&target.path)?.delete_fork(&target.workspace)?;
+                let (path, ws) = (target.path.clone(), target.workspace.clone());
+                let names = unregister(data, &|e| e.path == path && e.workspace == ws);
+                Ok(DeleteReport {
+                    name: name.to_string(),
+                    file_deleted: false,
+                    unregistered: names,
+                })
+            }
+        })
+    }
+
+    /// Fork `source` as `name` (at its live state or at checkpoint `at`) and register it.
+    pub fn fork(
+        &self,
+        source: &str,
+        name: &str,
+        at: Option<&str>,
+        make_current: bool,
+    ) -> Result<(Target, ForkInfo)> {
+        validate_vault_name(name)?;
+        let (src, ws) = self.open(Some(source))?;
+        self.registry.update(|data| {
+            if data.vaults.contains_key(name) {
+                return Err(Error::AlreadyExists {
+                    name: name.to_string(),
+                });
+            }
+            let info = ws.vault().fork(&ws, name, at)?;
+            let path = src
+                .path
+                .canonicalize()
+                .map_err(|e| Error::io("resolving", &src.path, e))?;
+            data.vaults.insert(
+                name.to_string(),
+                RegistryEntry {
+                    path: path.clone(),
+                    workspace: name.to_string(),
+                },
+            );
+            if make_current {
+                data.current = Some(name.to_string());
+            }
+            Ok((
+                Target {
+                    name: name.to_string(),
+                    path,
+                    workspace: name.to_string(),
+                },
+                info,
+            ))
+        })
+    }
+}

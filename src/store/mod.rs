@@ -1,0 +1,176 @@
+//! The storage layer: a narrow trait over what a vault persists (objects by id, workspaces,
+//! overlay entries, checkpoints, the op log, audit records, settings). It knows nothing about
+//! paths or processes; other engines implement the same trait without touching the layers above.
+
+mod sqlite;
+
+pub use sqlite::{FORMAT_VERSION, SqliteStore};
+
+use crate::error::Result;
+use crate::model::id::ObjectId;
+
+/// A stored object: its kind byte and encoded bytes.
+#[derive(Debug, Clone)]
+pub struct StoredObject {
+    pub kind: u8,
+    pub data: Vec<u8>,
+}
+
+/// A workspace (the vault's main line or a fork) as stored.
+#[derive(Debug, Clone)]
+pub struct WorkspaceRecord {
+    pub id: i64,
+    pub name: String,
+    /// Root object the overlay sits on.
+    pub base: ObjectId,
+    pub parent: Option<String>,
+    /// Root the fork was created from (its merge base later).
+    pub fork_root: Option<ObjectId>,
+    pub fork_checkpoint: Option<String>,
+    pub created_at: i64,
+    /// Live totals of regular files and their bytes, kept in step with every change.
+    pub files: u64,
+    pub bytes: u64,
+}
+
+/// A named checkpoint of one workspace.
+#[derive(Debug, Clone)]
+pub struct CheckpointRecord {
+    pub id: i64,
+    pub workspace: i64,
+    pub name: String,
+    pub root: ObjectId,
+    pub message: Option<String>,
+    pub created_at: i64,
+    pub files: u64,
+    pub bytes: u64,
+}
+
+/// One operation-log entry: a state change of a workspace.
+#[derive(Debug, Clone)]
+pub struct OpRecord {
+    pub id: i64,
+    pub workspace: i64,
+    pub at: i64,
+    pub kind: String,
+    pub description: String,
+    pub root_before: Option<ObjectId>,
+    pub root_after: Option<ObjectId>,
+}
+
+/// One audit record.
+#[derive(Debug, Clone, serde::Serialize, schemars::JsonSchema)]
+pub struct AuditRecord {
+    pub id: i64,
+    /// Nanoseconds since the Unix epoch.
+    pub at: i64,
+    pub actor: String,
+    pub source: String,
+    pub workspace: String,
+    pub operation: String,
+    pub paths: Vec<String>,
+    /// `ok` or the error kind.
+    pub result: String,
+    pub detail: Option<String>,
+}
+
+/// Read access, inside a consistent snapshot.
+pub trait StoreRead {
+    fn object(&self, id: &ObjectId) -> Result<Option<StoredObject>>;
+    fn has_object(&self, id: &ObjectId) -> Result<bool>;
+    /// Every object id with its kind, for gc and integrity checks.
+    fn object_ids(&self) -> Result<Vec<(ObjectId, u8)>>;
+    /// (object count, stored bytes of all objects, stored bytes of content chunks).
+    fn object_stats(&self) -> Result<(u64, u64, u64)>;
+
+    fn workspace(&self, name: &str) -> Result<Option<WorkspaceRecord>>;
+    fn workspaces(&self) -> Result<Vec<WorkspaceRecord>>;
+
+    fn overlay_get(&self, ws: i64, path: &str) -> Result<Option<Option<Vec<u8>>>>;
+    /// Direct children of `parent` in the overlay: (path, encoded node or `None` = whiteout).
+    fn overlay_children(&self, ws: i64, parent: &str) -> Result<Vec<(String, Option<Vec<u8>>)>>;
+    fn overlay_all(&self, ws: i64) -> Result<Vec<(String, Option<Vec<u8>>)>>;
+    /// Every entry strictly below `prefix` (which is non-empty).
+    fn overlay_below(&self, ws: i64, prefix: &str) -> Result<Vec<(String, Option<Vec<u8>>)>>;
+    fn overlay_len(&self, ws: i64) -> Result<u64>;
+
+    fn checkpoint(&self, ws: i64, name: &str) -> Result<Option<CheckpointRecord>>;
+    fn checkpoints(&self, ws: i64) -> Result<Vec<CheckpointRecord>>;
+    fn all_checkpoint_roots(&self) -> Result<Vec<ObjectId>>;
+
+    fn setting(&self, key: &str) -> Result<Option<String>>;
+
+    fn ops(&self, ws: Option<i64>, limit: usize) -> Result<Vec<OpRecord>>;
+    fn audit(&self, limit: usize, since: Option<i64>) -> Result<Vec<AuditRecord>>;
+}
+
+/// Write access, inside one `BEGIN IMMEDIATE` transaction. Reads see the transaction's writes.
+pub trait StoreWrite: StoreRead {
+    /// Store an object unless one with this id exists (content addressing makes that safe).
+    fn put_object(&mut self, id: &ObjectId, kind: u8, data: &[u8]) -> Result<()>;
+    fn delete_object(&mut self, id: &ObjectId) -> Result<()>;
+
+    fn insert_workspace(&mut self, rec: &WorkspaceRecord) -> Result<i64>;
+    fn update_workspace_state(
+        &mut self,
+        ws: i64,
+        base: &ObjectId,
+        files: u64,
+        bytes: u64,
+    ) -> Result<()>;
+    fn delete_workspace(&mut self, ws: i64) -> Result<()>;
+
+    fn overlay_put(&mut self, ws: i64, path: &str, parent: &str, node: Option<&[u8]>)
+    -> Result<()>;
+    fn overlay_delete(&mut self, ws: i64, path: &str) -> Result<()>;
+    fn overlay_delete_below(&mut self, ws: i64, prefix: &str) -> Result<()>;
+    fn overlay_clear(&mut self, ws: i64) -> Result<()>;
+
+    fn insert_checkpoint(&mut self, rec: &CheckpointRecord) -> Result<i64>;
+    fn rename_checkpoint(&mut self, id: i64, name: &str) -> Result<()>;
+    fn delete_checkpoint(&mut self, id: i64) -> Result<()>;
+
+    fn set_setting(&mut self, key: &str, value: Option<&str>) -> Result<()>;
+
+    fn append_op(&mut self, rec: &OpRecord) -> Result<i64>;
+    fn append_audit(&mut self, rec: &AuditRecord) -> Result<i64>;
+}
+
+/// A vault's storage engine. Closures run inside one read snapshot or one write transaction;
+/// an error from the closure rolls the transaction back.
+pub trait Store: Send + Sync {
+    fn read_with(&self, f: &mut dyn FnMut(&dyn StoreRead) -> Result<()>) -> Result<()>;
+    fn write_with(&self, f: &mut dyn FnMut(&mut dyn StoreWrite) -> Result<()>) -> Result<()>;
+    /// Reclaim free pages and truncate the write-ahead log.
+    fn compact(&self) -> Result<()>;
+    /// Bytes the vault occupies on disk (database plus write-ahead log).
+    fn disk_size(&self) -> u64;
+}
+
+impl dyn Store {
+    /// Run `f` in a read snapshot and return its value.
+    pub fn read<R>(&self, f: impl FnOnce(&dyn StoreRead) -> Result<R>) -> Result<R> {
+        let mut f = Some(f);
+        let mut out = None;
+        self.read_with(&mut |r| {
+            if let Some(f) = f.take() {
+                out = Some(f(r)?);
+            }
+            Ok(())
+        })?;
+        out.ok_or_else(|| crate::Error::Storage("read closure did not run".into()))
+    }
+
+    /// Run `f` in one write transaction and return its value; an error rolls back.
+    pub fn write<R>(&self, f: impl FnOnce(&mut dyn StoreWrite) -> Result<R>) -> Result<R> {
+        let mut f = Some(f);
+        let mut out = None;
+        self.write_with(&mut |w| {
+            if let Some(f) = f.take() {
+                out = Some(f(w)?);
+            }
+            Ok(())
+        })?;
+        out.ok_or_else(|| crate::Error::Storage("write closure did not run".into()))
+    }
+}

@@ -1,0 +1,709 @@
+//! The SQLite engine: one file per vault, WAL mode, `BEGIN IMMEDIATE` writes with a busy
+//! timeout, cached prepared statements, one writer and one reader connection per process,
+//! and one shared handle per vault file within a process.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::time::Duration;
+
+use rusqlite::{Connection, OpenFlags, OptionalExtension, Row, params};
+
+use super::{
+    AuditRecord, CheckpointRecord, OpRecord, Store, StoreRead, StoreWrite, StoredObject,
+    WorkspaceRecord,
+};
+use crate::error::{Error, Result};
+use crate::model::id::ObjectId;
+
+/// The newest on-disk format this build reads and writes.
+pub const FORMAT_VERSION: u32 = 1;
+
+const APPLICATION_ID: i32 = 0x6176_6673; // "avfs"
+const BUSY_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Forward migrations: entry `i` upgrades a vault from version `i` to `i + 1`.
+const MIGRATIONS: &[&str] = &[r#"
+CREATE TABLE settings(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE objects(
+    id BLOB NOT NULL UNIQUE,
+    kind INTEGER NOT NULL,
+    size INTEGER NOT NULL,
+    data BLOB NOT NULL
+);
+CREATE TABLE workspaces(
+    id INTEGER PRIMARY KEY,
+    name TEXT NOT NULL UNIQUE,
+    base BLOB NOT NULL,
+    parent TEXT,
+    fork_root BLOB,
+    fork_checkpoint TEXT,
+    created_at INTEGER NOT NULL,
+    files INTEGER NOT NULL,
+    bytes INTEGER NOT NULL
+);
+CREATE TABLE overlay(
+    ws INTEGER NOT NULL,
+    path TEXT NOT NULL,
+    parent TEXT NOT NULL,
+    node BLOB,
+    PRIMARY KEY(ws, path)
+) WITHOUT ROWID;
+CREATE INDEX overlay_by_parent ON overlay(ws, parent);
+CREATE TABLE checkpoints(
+    id INTEGER PRIMARY KEY,
+    ws INTEGER NOT NULL,
+    name TEXT NOT NULL,
+    root BLOB NOT NULL,
+    message TEXT,
+    created_at INTEGER NOT NULL,
+    files INTEGER NOT NULL,
+    bytes INTEGER NOT NULL,
+    UNIQUE(ws, name)
+);
+CREATE TABLE ops(
+    id INTEGER PRIMARY KEY,
+    ws INTEGER NOT NULL,
+    at INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    description TEXT NOT NULL,
+    root_before BLOB,
+    root_after BLOB
+);
+CREATE TABLE audit(
+    id INTEGER PRIMARY KEY,
+    at INTEGER NOT NULL,
+    actor TEXT NOT NULL,
+    source TEXT NOT NULL,
+    workspace TEXT NOT NULL,
+    operation TEXT NOT NULL,
+    paths TEXT NOT NULL,
+    result TEXT NOT NULL,
+    detail TEXT
+);
+CREATE INDEX audit_by_time ON audit(at);
+CREATE TRIGGER audit_append_only_update BEFORE UPDATE ON audit
+    BEGIN SELECT RAISE(ABORT, 'audit log is append-only'); END;
+CREATE TRIGGER audit_append_only_delete BEFORE DELETE ON audit
+    BEGIN SELECT RAISE(ABORT, 'audit log is append-only'); END;
+"#];
+
+/// A vault file opened for reading and writing.
+pub struct SqliteStore {
+    path: PathBuf,
+    writer: Mutex<Connection>,
+    reader: Mutex<Connection>,
+}
+
+fn open_handles() -> &'static Mutex<HashMap<PathBuf, Weak<SqliteStore>>> {
+    static OPEN: OnceLock<Mutex<HashMap<PathBuf, Weak<SqliteStore>>>> = OnceLock::new();
+    OPEN.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding the lock leaves the connection usable: SQLite rolls back any
+    // transaction the panicking code left open when the next BEGIN fails or on close.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl SqliteStore {
+    /// Create a new, empty vault file. Fails if the file exists.
+    pub fn create(path: &Path) -> Result<Arc<SqliteStore>> {
+        if path.exists() {
+            return Err(Error::AlreadyExists {
+                name: path.display().to_string(),
+            });
+        }
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|e| Error::io("creating directory", dir, e))?;
+        }
+        let conn = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE
+                | OpenFlags::SQLITE_OPEN_CREATE
+                | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )?;
+        configure(&conn)?;
+        conn.pragma_update(None, "application_id", APPLICATION_ID)?;
+        migrate(&conn, path)?;
+        drop(conn);
+        Self::open(path)
+    }
+
+    /// Open an existing vault, sharing the handle if this process already has it open.
+    pub fn open(path: &Path) -> Result<Arc<SqliteStore>> {
+        let canonical = path.canonicalize().map_err(|_| Error::VaultNotFound {
+            name: path.display().to_string(),
+            suggestions: Vec::new(),
+        })?;
+        let mut handles = lock(open_handles());
+        if let Some(store) = handles.get(&canonical).and_then(Weak::upgrade) {
+            return Ok(store);
+        }
+        let writer = open_conn(&canonical)?;
+        check_format(&writer, &canonical)?;
+        migrate(&writer, &canonical)?;
+        let reader = open_conn(&canonical)?;
+        let store = Arc::new(SqliteStore {
+            path: canonical.clone(),
+            writer: Mutex::new(writer),
+            reader: Mutex::new(reader),
+        });
+        handles.retain(|_, w| w.strong_count() > 0);
+        handles.insert(canonical, Arc::downgrade(&store));
+        Ok(store)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+fn open_conn(path: &Path) -> Result<Connection> {
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(|e| not_a_vault(path, e))?;
+    configure(&conn).map_err(|e| match e {
+        Error::CorruptVault { reason } => Error::NotAVault {
+            path: path.to_path_buf(),
+            reason,
+        },
+        other => other,
+    })?;
+    Ok(conn)
+}
+
+fn not_a_vault(path: &Path, e: rusqlite::Error) -> Error {
+    Error::NotAVault {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    }
+}
+
+fn configure(conn: &Connection) -> Result<()> {
+    conn.busy_timeout(BUSY_TIMEOUT)?;
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    // NORMAL in WAL mode is durable across application crashes; `fsync` paths call
+    // `checkpoint_durable` when a caller needs power-loss durability.
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    conn.pragma_update(None, "foreign_keys", "ON")?;
+    conn.set_prepared_statement_cache_capacity(64);
+    Ok(())
+}
+
+fn check_format(conn: &Connection, path: &Path) -> Result<()> {
+    let app_id: i32 = conn
+        .pragma_query_value(None, "application_id", |r| r.get(0))
+        .map_err(|e| not_a_vault(path, e))?;
+    if app_id != APPLICATION_ID {
+        return Err(Error::NotAVault {
+            path: path.to_path_buf(),
+            reason: "SQLite file without the agentvfs application id".into(),
+        });
+    }
+    let version = user_version(conn)?;
+    if version > FORMAT_VERSION {
+        return Err(Error::UnsupportedFormat {
+            path: path.to_path_buf(),
+            found: version,
+            supported: FORMAT_VERSION,
+        });
+    }
+    Ok(())
+}
+
+fn user_version(conn: &Connection) -> Result<u32> {
+    Ok(conn.pragma_query_value(None, "user_version", |r| r.get::<_, u32>(0))?)
+}
+
+/// Apply forward migrations under an immediate transaction, so two processes opening a new
+/// vault at once never both migrate.
+fn migrate(conn: &Connection, path: &Path) -> Result<()> {
+    if user_version(conn)? as usize >= MIGRATIONS.len() {
+        return Ok(());
+    }
+    conn.execute_batch("BEGIN IMMEDIATE")?;
+    let result = (|| {
+        let mut version = user_version(conn)?;
+        while (version as usize) < MIGRATIONS.len() {
+            conn.execute_batch(MIGRATIONS[version as usize])?;
+            version += 1;
+            conn.pragma_update(None, "user_version", version)?;
+        }
+        Ok(())
+    })();
+    match result {
+        Ok(()) => {
+            conn.execute_batch("COMMIT")?;
+            Ok(())
+        }
+        Err(e) => {
+            let _ = conn.execute_batch("ROLLBACK");
+            Err(match e {
+                Error::Storage(reason) => Error::NotAVault {
+                    path: path.to_path_buf(),
+                    reason,
+                },
+                other => other,
+            })
+        }
+    }
+}
+
+impl Store for SqliteStore {
+    fn read_with(&self, f: &mut dyn FnMut(&dyn StoreRead) -> Result<()>) -> Result<()> {
+        let conn = lock(&self.reader);
+        conn.execute_batch("BEGIN")?;
+        let result = f(&Tx(&conn));
+        let _ = conn.execute_batch("COMMIT");
+        result
+    }
+
+    fn write_with(&self, f: &mut dyn FnMut(&mut dyn StoreWrite) -> Result<()>) -> Result<()> {
+        let conn = lock(&self.writer);
+        conn.execute_batch("BEGIN IMMEDIATE")?;
+        match f(&mut Tx(&conn)) {
+            Ok(()) => {
+                if let Err(e) = conn.execute_batch("COMMIT") {
+                    let _ = conn.execute_batch("ROLLBACK");
+                    return Err(e.into());
+                }
+                Ok(())
+            }
+            Err(e) => {
+                let _ = conn.execute_batch("ROLLBACK");
+                Err(e)
+            }
+        }
+    }
+
+    fn compact(&self) -> Result<()> {
+        let conn = lock(&self.writer);
+        conn.execute_batch("VACUUM")?;
+        conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?;
+        Ok(())
+    }
+
+    fn disk_size(&self) -> u64 {
+        let size = |p: &Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+        let mut wal = self.path.clone().into_os_string();
+        wal.push("-wal");
+        size(&self.path) + size(Path::new(&wal))
+    }
+}
+
+/// A connection inside a transaction.
+struct Tx<'c>(&'c Connection);
+
+fn id_col(row: &Row<'_>, i: usize) -> rusqlite::Result<ObjectId> {
+    let v: Vec<u8> = row.get(i)?;
+    ObjectId::from_slice(&v).ok_or_else(|| {
+        rusqlite::Error::FromSqlConversionFailure(
+            i,
+            rusqlite::types::Type::Blob,
+            "bad object id".into(),
+        )
+    })
+}
+
+fn opt_id_col(row: &Row<'_>, i: usize) -> rusqlite::Result<Option<ObjectId>> {
+    let v: Option<Vec<u8>> = row.get(i)?;
+    Ok(v.and_then(|v| ObjectId::from_slice(&v)))
+}
+
+fn workspace_row(row: &Row<'_>) -> rusqlite::Result<WorkspaceRecord> {
+    Ok(WorkspaceRecord {
+        id: row.get(0)?,
+        name: row.get(1)?,
+        base: id_col(row, 2)?,
+        parent: row.get(3)?,
+        fork_root: opt_id_col(row, 4)?,
+        fork_checkpoint: row.get(5)?,
+        created_at: row.get(6)?,
+        files: row.get(7)?,
+        bytes: row.get(8)?,
+    })
+}
+
+fn checkpoint_row(row: &Row<'_>) -> rusqlite::Result<CheckpointRecord> {
+    Ok(CheckpointRecord {
+        id: row.get(0)?,
+        workspace: row.get(1)?,
+        name: row.get(2)?,
+        root: id_col(row, 3)?,
+        message: row.get(4)?,
+        created_at: row.get(5)?,
+        files: row.get(6)?,
+        bytes: row.get(7)?,
+    })
+}
+
+const WS_COLS: &str =
+    "id, name, base, parent, fork_root, fork_checkpoint, created_at, files, bytes";
+const CP_COLS: &str = "id, ws, name, root, message, created_at, files, bytes";
+
+type OverlayRows = Vec<(String, Option<Vec<u8>>)>;
+
+impl Tx<'_> {
+    fn overlay_query(&self, sql: &str, p: impl rusqlite::Params) -> Result<OverlayRows> {
+        let mut stmt = self.0.prepare_cached(sql)?;
+        let rows = stmt
+            .query_map(p, |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        Ok(rows)
+    }
+}
+
+/// Upper bound of the paths strictly below `prefix`: '/' + 1 == '0'.
+fn below_range(prefix: &str) -> (String, String) {
+    (format!("{prefix}/"), format!("{prefix}0"))
+}
+
+impl StoreRead for Tx<'_> {
+    fn object(&self, id: &ObjectId) -> Result<Option<StoredObject>> {
+        let mut stmt = self
+            .0
+            .prepare_cached("SELECT kind, data FROM objects WHERE id = ?1")?;
+        Ok(stmt
+            .query_row([&id.0[..]], |r| {
+                Ok(StoredObject {
+                    kind: r.get(0)?,
+                    data: r.get(1)?,
+                })
+            })
+            .optional()?)
+    }
+
+    fn has_object(&self, id: &ObjectId) -> Result<bool> {
+        let mut stmt = self
+            .0
+            .prepare_cached("SELECT 1 FROM objects WHERE id = ?1")?;
+        Ok(stmt.exists([&id.0[..]])?)
+    }
+
+    fn object_ids(&self) -> Result<Vec<(ObjectId, u8)>> {
+        let mut stmt = self.0.prepare_cached("SELECT id, kind FROM objects")?;
+        let rows = stmt
+            .query_map([], |r| Ok((id_col(r, 0)?, r.get(1)?)))?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        Ok(rows)
+    }
+
+    fn object_stats(&self) -> Result<(u64, u64, u64)> {
+        Ok(self.0.query_row(
+            "SELECT count(*), coalesce(sum(size), 0), coalesce(sum(CASE WHEN kind = 1 THEN size END), 0) FROM objects",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )?)
+    }
+
+    fn workspace(&self, name: &str) -> Result<Option<WorkspaceRecord>> {
+        let mut stmt = self
+            .0
+            .prepare_cached(&format!("SELECT {WS_COLS} FROM workspaces WHERE name = ?1"))?;
+        Ok(stmt.query_row([name], workspace_row).optional()?)
+    }
+
+    fn workspaces(&self) -> Result<Vec<WorkspaceRecord>> {
+        let mut stmt = self
+            .0
+            .prepare_cached(&format!("SELECT {WS_COLS} FROM workspaces ORDER BY id"))?;
+        let rows = stmt
+            .query_map([], workspace_row)?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        Ok(rows)
+    }
+
+    fn overlay_get(&self, ws: i64, path: &str) -> Result<Option<Option<Vec<u8>>>> {
+        let mut stmt = self
+            .0
+            .prepare_cached("SELECT node FROM overlay WHERE ws = ?1 AND path = ?2")?;
+        Ok(stmt.query_row(params![ws, path], |r| r.get(0)).optional()?)
+    }
+
+    fn overlay_children(&self, ws: i64, parent: &str) -> Result<OverlayRows> {
+        self.overlay_query(
+            "SELECT path, node FROM overlay WHERE ws = ?1 AND parent = ?2 AND path <> ''",
+            params![ws, parent],
+        )
+    }
+
+    fn overlay_all(&self, ws: i64) -> Result<OverlayRows> {
+        self.overlay_query(
+            "SELECT path, node FROM overlay WHERE ws = ?1 ORDER BY path",
+            params![ws],
+        )
+    }
+
+    fn overlay_below(&self, ws: i64, prefix: &str) -> Result<OverlayRows> {
+        let (lo, hi) = below_range(prefix);
+        self.overlay_query(
+            "SELECT path, node FROM overlay WHERE ws = ?1 AND path >= ?2 AND path < ?3 ORDER BY path",
+            params![ws, lo, hi],
+        )
+    }
+
+    fn overlay_len(&self, ws: i64) -> Result<u64> {
+        let mut stmt = self
+            .0
+            .prepare_cached("SELECT count(*) FROM overlay WHERE ws = ?1")?;
+        Ok(stmt.query_row([ws], |r| r.get(0))?)
+    }
+
+    fn checkpoint(&self, ws: i64, name: &str) -> Result<Option<CheckpointRecord>> {
+        let mut stmt = self.0.prepare_cached(&format!(
+            "SELECT {CP_COLS} FROM checkpoints WHERE ws = ?1 AND name = ?2"
+        ))?;
+        Ok(stmt
+            .query_row(params![ws, name], checkpoint_row)
+            .optional()?)
+    }
+
+    fn checkpoints(&self, ws: i64) -> Result<Vec<CheckpointRecord>> {
+        let mut stmt = self.0.prepare_cached(&format!(
+            "SELECT {CP_COLS} FROM checkpoints WHERE ws = ?1 ORDER BY id"
+        ))?;
+        let rows = stmt
+            .query_map([ws], checkpoint_row)?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        Ok(rows)
+    }
+
+    fn all_checkpoint_roots(&self) -> Result<Vec<ObjectId>> {
+        let mut stmt = self.0.prepare_cached("SELECT root FROM checkpoints")?;
+        let rows = stmt
+            .query_map([], |r| id_col(r, 0))?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        Ok(rows)
+    }
+
+    fn setting(&self, key: &str) -> Result<Option<String>> {
+        let mut stmt = self
+            .0
+            .prepare_cached("SELECT value FROM settings WHERE key = ?1")?;
+        Ok(stmt.query_row([key], |r| r.get(0)).optional()?)
+    }
+
+    fn ops(&self, ws: Option<i64>, limit: usize) -> Result<Vec<OpRecord>> {
+        let mut stmt = self.0.prepare_cached(
+            "SELECT id, ws, at, kind, description, root_before, root_after FROM ops
+             WHERE ?1 IS NULL OR ws = ?1 ORDER BY id DESC LIMIT ?2",
+        )?;
+        let rows = stmt
+            .query_map(params![ws, limit as i64], |r| {
+                Ok(OpRecord {
+                    id: r.get(0)?,
+                    workspace: r.get(1)?,
+                    at: r.get(2)?,
+                    kind: r.get(3)?,
+                    description: r.get(4)?,
+                    root_before: opt_id_col(r, 5)?,
+                    root_after: opt_id_col(r, 6)?,
+                })
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        Ok(rows)
+    }
+
+    fn audit(&self, limit: usize, since: Option<i64>) -> Result<Vec<AuditRecord>> {
+        let mut stmt = self.0.prepare_cached(
+            "SELECT id, at, actor, source, workspace, operation, paths, result, detail FROM audit
+             WHERE at >= ?1 ORDER BY id DESC LIMIT ?2",
+        )?;
+        let rows = stmt
+            .query_map(params![since.unwrap_or(i64::MIN), limit as i64], |r| {
+                let paths: String = r.get(6)?;
+                Ok(AuditRecord {
+                    id: r.get(0)?,
+                    at: r.get(1)?,
+                    actor: r.get(2)?,
+                    source: r.get(3)?,
+                    workspace: r.get(4)?,
+                    operation: r.get(5)?,
+                    paths: serde_json::from_str(&paths).unwrap_or_default(),
+                    result: r.get(7)?,
+                    detail: r.get(8)?,
+                })
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        Ok(rows)
+    }
+}
+
+impl StoreWrite for Tx<'_> {
+    fn put_object(&mut self, id: &ObjectId, kind: u8, data: &[u8]) -> Result<()> {
+        let mut stmt = self.0.prepare_cached(
+            "INSERT OR IGNORE INTO objects(id, kind, size, data) VALUES (?1, ?2, ?3, ?4)",
+        )?;
+        stmt.execute(params![&id.0[..], kind, data.len() as i64, data])?;
+        Ok(())
+    }
+
+    fn delete_object(&mut self, id: &ObjectId) -> Result<()> {
+        let mut stmt = self.0.prepare_cached("DELETE FROM objects WHERE id = ?1")?;
+        stmt.execute([&id.0[..]])?;
+        Ok(())
+    }
+
+    fn insert_workspace(&mut self, rec: &WorkspaceRecord) -> Result<i64> {
+        let mut stmt = self.0.prepare_cached(
+            "INSERT INTO workspaces(name, base, parent, fork_root, fork_checkpoint, created_at, files, bytes)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        )?;
+        stmt.execute(params![
+            rec.name,
+            &rec.base.0[..],
+            rec.parent,
+            rec.fork_root.as_ref().map(|i| i.0.to_vec()),
+            rec.fork_checkpoint,
+            rec.created_at,
+            rec.files,
+            rec.bytes
+        ])?;
+        Ok(self.0.last_insert_rowid())
+    }
+
+    fn update_workspace_state(
+        &mut self,
+        ws: i64,
+        base: &ObjectId,
+        files: u64,
+        bytes: u64,
+    ) -> Result<()> {
+        let mut stmt = self.0.prepare_cached(
+            "UPDATE workspaces SET base = ?2, files = ?3, bytes = ?4 WHERE id = ?1",
+        )?;
+        stmt.execute(params![ws, &base.0[..], files, bytes])?;
+        Ok(())
+    }
+
+    fn delete_workspace(&mut self, ws: i64) -> Result<()> {
+        self.0.execute("DELETE FROM overlay WHERE ws = ?1", [ws])?;
+        self.0
+            .execute("DELETE FROM checkpoints WHERE ws = ?1", [ws])?;
+        self.0.execute("DELETE FROM ops WHERE ws = ?1", [ws])?;
+        self.0
+            .execute("DELETE FROM workspaces WHERE id = ?1", [ws])?;
+        Ok(())
+    }
+
+    fn overlay_put(
+        &mut self,
+        ws: i64,
+        path: &str,
+        parent: &str,
+        node: Option<&[u8]>,
+    ) -> Result<()> {
+        let mut stmt = self.0.prepare_cached(
+            "INSERT INTO overlay(ws, path, parent, node) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT(ws, path) DO UPDATE SET node = excluded.node",
+        )?;
+        stmt.execute(params![ws, path, parent, node])?;
+        Ok(())
+    }
+
+    fn overlay_delete(&mut self, ws: i64, path: &str) -> Result<()> {
+        let mut stmt = self
+            .0
+            .prepare_cached("DELETE FROM overlay WHERE ws = ?1 AND path = ?2")?;
+        stmt.execute(params![ws, path])?;
+        Ok(())
+    }
+
+    fn overlay_delete_below(&mut self, ws: i64, prefix: &str) -> Result<()> {
+        let (lo, hi) = below_range(prefix);
+        let mut stmt = self
+            .0
+            .prepare_cached("DELETE FROM overlay WHERE ws = ?1 AND path >= ?2 AND path < ?3")?;
+        stmt.execute(params![ws, lo, hi])?;
+        Ok(())
+    }
+
+    fn overlay_clear(&mut self, ws: i64) -> Result<()> {
+        let mut stmt = self.0.prepare_cached("DELETE FROM overlay WHERE ws = ?1")?;
+        stmt.execute([ws])?;
+        Ok(())
+    }
+
+    fn insert_checkpoint(&mut self, rec: &CheckpointRecord) -> Result<i64> {
+        let mut stmt = self.0.prepare_cached(
+            "INSERT INTO checkpoints(ws, name, root, message, created_at, files, bytes)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        )?;
+        stmt.execute(params![
+            rec.workspace,
+            rec.name,
+            &rec.root.0[..],
+            rec.message,
+            rec.created_at,
+            rec.files,
+            rec.bytes
+        ])?;
+        Ok(self.0.last_insert_rowid())
+    }
+
+    fn rename_checkpoint(&mut self, id: i64, name: &str) -> Result<()> {
+        self.0.execute(
+            "UPDATE checkpoints SET name = ?2 WHERE id = ?1",
+            params![id, name],
+        )?;
+        Ok(())
+    }
+
+    fn delete_checkpoint(&mut self, id: i64) -> Result<()> {
+        self.0
+            .execute("DELETE FROM checkpoints WHERE id = ?1", [id])?;
+        Ok(())
+    }
+
+    fn set_setting(&mut self, key: &str, value: Option<&str>) -> Result<()> {
+        match value {
+            Some(v) => self.0.execute(
+                "INSERT INTO settings(key, value) VALUES (?1, ?2)
+                 ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                params![key, v],
+            )?,
+            None => self
+                .0
+                .execute("DELETE FROM settings WHERE key = ?1", [key])?,
+        };
+        Ok(())
+    }
+
+    fn append_op(&mut self, rec: &OpRecord) -> Result<i64> {
+        let mut stmt = self.0.prepare_cached(
+            "INSERT INTO ops(ws, at, kind, description, root_before, root_after)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        )?;
+        stmt.execute(params![
+            rec.workspace,
+            rec.at,
+            rec.kind,
+            rec.description,
+            rec.root_before.as_ref().map(|i| i.0.to_vec()),
+            rec.root_after.as_ref().map(|i| i.0.to_vec())
+        ])?;
+        Ok(self.0.last_insert_rowid())
+    }
+
+    fn append_audit(&mut self, rec: &AuditRecord) -> Result<i64> {
+        let mut stmt = self.0.prepare_cached(
+            "INSERT INTO audit(at, actor, source, workspace, operation, paths, result, detail)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        )?;
+        let paths = serde_json::to_string(&rec.paths).map_err(|e| Error::Storage(e.to_string()))?;
+        stmt.execute(params![
+            rec.at,
+            rec.actor,
+            rec.source,
+            rec.workspace,
+            rec.operation,
+            paths,
+            rec.result,
+            rec.detail
+        ])?;
+        Ok(self.0.last_insert_rowid())
+    }
+}
