@@ -61,6 +61,20 @@ pub enum Error {
         limit: u64,
         attempted: u64,
     },
+    #[error("nothing to undo in this workspace's operation log")]
+    NothingToUndo,
+    #[error("nothing to redo: no undo since the last change")]
+    NothingToRedo,
+    #[error("operation {id} not found in this workspace's operation log (see `avfs op log`)")]
+    OperationNotFound { id: i64 },
+    #[error("merge has {} conflict(s): {}; nothing was applied (see --strategy ours|theirs)", .conflicts.len(), .conflicts.iter().map(|c| c.path.as_str()).collect::<Vec<_>>().join(", "))]
+    MergeConflict {
+        conflicts: Vec<crate::model::merge::Conflict>,
+    },
+    #[error("{} host path(s) changed since the workspace's base: {}; nothing was written (use --force to overwrite)", .conflicts.len(), .conflicts.iter().map(|c| c.path.as_str()).collect::<Vec<_>>().join(", "))]
+    ApplyConflict {
+        conflicts: Vec<crate::service::apply::HostConflict>,
+    },
     #[error("checkpoint `{name}` not found")]
     CheckpointNotFound { name: String },
     #[error("`{path}` already exists on the host; pass --force to overwrite")]
@@ -117,6 +131,11 @@ impl Error {
             Error::InvalidArgument { .. } => "invalid_argument",
             Error::QuotaExceeded { .. } => "quota_exceeded",
             Error::CheckpointNotFound { .. } => "checkpoint_not_found",
+            Error::NothingToUndo => "nothing_to_undo",
+            Error::MergeConflict { .. } => "merge_conflict",
+            Error::ApplyConflict { .. } => "apply_conflict",
+            Error::NothingToRedo => "nothing_to_redo",
+            Error::OperationNotFound { .. } => "operation_not_found",
             Error::HostPathExists { .. } => "host_path_exists",
             Error::Io { .. } => "io_error",
             Error::Storage(_) => "storage_error",
@@ -155,7 +174,14 @@ impl Error {
             Error::Io { path, source, .. } => {
                 json!({ "path": path, "os_error": source.raw_os_error() })
             }
-            Error::NoVaultSelected | Error::InvalidArgument { .. } | Error::Storage(_) => {
+            Error::OperationNotFound { id } => json!({ "id": id }),
+            Error::MergeConflict { conflicts } => json!({ "conflicts": conflicts }),
+            Error::ApplyConflict { conflicts } => json!({ "conflicts": conflicts }),
+            Error::NoVaultSelected
+            | Error::NothingToUndo
+            | Error::NothingToRedo
+            | Error::InvalidArgument { .. }
+            | Error::Storage(_) => {
                 json!({})
             }
         }
@@ -168,7 +194,12 @@ impl Error {
             | Error::NoVaultSelected
             | Error::ForkNotFound { .. }
             | Error::PathNotFound { .. }
-            | Error::CheckpointNotFound { .. } => exit::NOT_FOUND,
+            | Error::CheckpointNotFound { .. }
+            | Error::OperationNotFound { .. } => exit::NOT_FOUND,
+            Error::NothingToUndo
+            | Error::NothingToRedo
+            | Error::MergeConflict { .. }
+            | Error::ApplyConflict { .. } => exit::CONFLICT,
             Error::AlreadyExists { .. } | Error::HostPathExists { .. } => exit::CONFLICT,
             Error::NotADirectory { .. }
             | Error::IsADirectory { .. }

@@ -1,14 +1,19 @@
 //! The workspace model: paths, nodes, trees and the overlay that makes forks and checkpoints
 //! cost O(changes); quotas and audit records. It uses the store and nothing above it.
 
+pub mod diff;
+mod fold;
 pub mod id;
+pub mod merge;
 pub mod node;
+mod oplog;
 pub mod path;
 mod quota;
 mod vault;
 mod view;
 mod workspace;
 
+pub use oplog::{OpInfo, PruneReport};
 pub use quota::Quota;
 pub use vault::{
     CheckReport, CheckpointInfo, ForkInfo, GcReport, Problem, StatsReport, Vault, VaultInfo,

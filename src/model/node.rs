@@ -173,6 +173,26 @@ impl Node {
         }
     }
 
+    /// Same type and content (times, metadata and cached totals aside).
+    pub fn kind_eq(&self, other: &Node) -> bool {
+        match (&self.kind, &other.kind) {
+            (
+                NodeKind::File {
+                    size: a,
+                    content: ca,
+                },
+                NodeKind::File {
+                    size: b,
+                    content: cb,
+                },
+            ) => a == b && ca == cb,
+            (NodeKind::Dir { tree: a, .. }, NodeKind::Dir { tree: b, .. }) => a == b,
+            (NodeKind::Symlink { target: a }, NodeKind::Symlink { target: b }) => a == b,
+            (NodeKind::Fifo, NodeKind::Fifo) => true,
+            _ => false,
+        }
+    }
+
     /// The full st_mode including the file-type bits.
     pub fn st_mode(&self) -> u32 {
         let ty = match self.kind {

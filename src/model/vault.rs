@@ -153,7 +153,8 @@ impl Vault {
                 name: MAIN.into(),
                 base: root.id,
                 parent: None,
-                fork_root: None,
+                // The empty tree main starts from: the default "from" side of a diff.
+                fork_root: Some(root.id),
                 fork_checkpoint: None,
                 created_at: now,
                 files: 0,
@@ -252,12 +253,7 @@ impl Vault {
                 bytes,
             };
             let id = e.w.insert_workspace(&rec)?;
-            e.op(
-                "fork",
-                &format!("fork {} as {name}", e.ws.name),
-                Some(root),
-                Some(root),
-            )?;
+            e.describe(format!("fork {} as {name}", e.ws.name));
             Ok(fork_info(&WorkspaceRecord { id, ..rec }))
         })
     }

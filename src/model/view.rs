@@ -23,7 +23,7 @@ pub(crate) struct ObjectCache {
 const CACHE_LIMIT: usize = 8192;
 
 impl ObjectCache {
-    fn tree(&self, r: &dyn StoreRead, id: &ObjectId) -> Result<Arc<Tree>> {
+    pub(crate) fn tree(&self, r: &dyn StoreRead, id: &ObjectId) -> Result<Arc<Tree>> {
         if let Some(t) = self.trees.lock().unwrap_or_else(|p| p.into_inner()).get(id) {
             return Ok(t.clone());
         }
@@ -36,7 +36,7 @@ impl ObjectCache {
         Ok(tree)
     }
 
-    fn root(&self, r: &dyn StoreRead, id: &ObjectId) -> Result<Node> {
+    pub(crate) fn root(&self, r: &dyn StoreRead, id: &ObjectId) -> Result<Node> {
         if let Some(n) = self.roots.lock().unwrap_or_else(|p| p.into_inner()).get(id) {
             return Ok(n.clone());
         }

@@ -2,13 +2,13 @@
 //! through `Edit`, inside one store transaction that also checks quotas and appends the
 //! audit record, so the CLI, the mount and the proxy share one set of rules.
 
-use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use serde::Serialize;
 
+use super::fold::fold_overlay;
 use super::id::ObjectId;
-use super::node::{EncodedObject, Node, NodeKind, Tree, encode_content, kind};
+use super::node::{Node, NodeKind, encode_content};
 use super::now_ns;
 use super::path::VPath;
 use super::quota::Quota;
@@ -144,12 +144,54 @@ impl Workspace {
         })
     }
 
-    /// Apply a change in one transaction, recording it in the audit log. On failure nothing
-    /// is written except an audit record of the failure.
+    /// Apply a change in one transaction: check quotas, record an operation in the op log
+    /// (state before and after, so it can be undone) and an audit record. Afterwards the
+    /// workspace's base is the new state and its overlay is empty, so the next change pays
+    /// only for itself. On failure nothing is written except an audit record of the failure.
     pub fn edit<R>(
         &self,
         operation: &str,
         paths: &[&VPath],
+        f: impl FnOnce(&mut Edit<'_>) -> Result<R>,
+    ) -> Result<R> {
+        self.edit_inner(operation, paths, Logging::Op(None), f)
+    }
+
+    /// Like `edit`, but the op-log entry's "before" state is `before` (taken by
+    /// `snapshot_root` earlier): for changes spread over several transactions, like import.
+    pub fn edit_since<R>(
+        &self,
+        before: ObjectId,
+        operation: &str,
+        paths: &[&VPath],
+        f: impl FnOnce(&mut Edit<'_>) -> Result<R>,
+    ) -> Result<R> {
+        self.edit_inner(operation, paths, Logging::Op(Some(before)), f)
+    }
+
+    /// Apply a change without an op-log entry and without folding the overlay: for batches
+    /// that belong to a larger operation (import batches, a mount's buffered writes), which
+    /// record one entry when they finish.
+    pub fn edit_batch<R>(
+        &self,
+        operation: &str,
+        paths: &[&VPath],
+        f: impl FnOnce(&mut Edit<'_>) -> Result<R>,
+    ) -> Result<R> {
+        self.edit_inner(operation, paths, Logging::AuditOnly, f)
+    }
+
+    /// The root of the live state, folding pending overlay entries into objects (the
+    /// overlay itself is left alone). Cost: O(pending changes).
+    pub fn snapshot_root(&self) -> Result<ObjectId> {
+        self.edit_inner("snapshot", &[], Logging::None, |e| e.fold())
+    }
+
+    pub(crate) fn edit_inner<R>(
+        &self,
+        operation: &str,
+        paths: &[&VPath],
+        logging: Logging,
         f: impl FnOnce(&mut Edit<'_>) -> Result<R>,
     ) -> Result<R> {
         let paths: Vec<String> = paths.iter().map(|p| p.display()).collect();
@@ -164,11 +206,36 @@ impl Workspace {
                 ws,
                 quota,
                 now,
+                description: None,
+                undo_target: None,
+            };
+            let before = match logging {
+                Logging::Op(Some(before)) => Some(before),
+                Logging::Op(None) => Some(edit.fold()?),
+                _ => None,
             };
             let out = f(&mut edit)?;
+            if let Some(before) = before {
+                let after = edit.fold()?;
+                edit.w.overlay_clear(edit.ws.id)?;
+                edit.ws.base = after;
+                let description = edit.description.take().unwrap_or_else(|| paths.join(" "));
+                edit.w.append_op(&OpRecord {
+                    id: 0,
+                    workspace: edit.ws.id,
+                    at: edit.now,
+                    kind: operation.to_string(),
+                    description,
+                    root_before: Some(before),
+                    root_after: Some(after),
+                    target: edit.undo_target,
+                })?;
+            }
             edit.flush_totals()?;
             let Edit { w, .. } = edit;
-            self.audit(w, operation, &paths, "ok", None)?;
+            if !matches!(logging, Logging::None) {
+                self.audit(w, operation, &paths, "ok", None)?;
+            }
             Ok(out)
         });
         if let Err(e) = &result {
@@ -224,7 +291,6 @@ impl Workspace {
                 }
                 None => e.next_checkpoint_name()?,
             };
-            let before = e.ws.base;
             let root = e.fold()?;
             let mut rec = CheckpointRecord {
                 id: 0,
@@ -237,14 +303,7 @@ impl Workspace {
                 bytes: e.ws.bytes,
             };
             rec.id = e.w.insert_checkpoint(&rec)?;
-            e.w.overlay_clear(e.ws.id)?;
-            e.ws.base = root;
-            e.op(
-                "checkpoint",
-                &format!("save {}", rec.name),
-                Some(before),
-                Some(root),
-            )?;
+            e.describe(format!("save {}", rec.name));
             Ok(rec)
         })
     }
@@ -257,17 +316,8 @@ impl Workspace {
                     .ok_or_else(|| Error::CheckpointNotFound {
                         name: name.to_string(),
                     })?;
-            let before = e.fold()?;
-            e.w.overlay_clear(e.ws.id)?;
-            e.ws.base = cp.root;
-            e.ws.files = cp.files;
-            e.ws.bytes = cp.bytes;
-            e.op(
-                "restore",
-                &format!("restore {}", cp.name),
-                Some(before),
-                Some(cp.root),
-            )?;
+            e.reset_to(cp.root, cp.files, cp.bytes)?;
+            e.describe(format!("restore {}", cp.name));
             Ok(cp)
         })
     }
@@ -387,6 +437,16 @@ impl Workspace {
     }
 }
 
+/// How a change is recorded.
+pub(crate) enum Logging {
+    /// An op-log entry, with this "before" root or the state at the start.
+    Op(Option<ObjectId>),
+    /// Audit record only (a batch of a larger operation).
+    AuditOnly,
+    /// Nothing (internal bookkeeping such as taking a snapshot root).
+    None,
+}
+
 /// Options for writing a whole file.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct WriteOptions {
@@ -403,6 +463,10 @@ pub struct Edit<'a> {
     pub(crate) ws: WorkspaceRecord,
     pub(crate) quota: Quota,
     pub(crate) now: i64,
+    /// Overrides the op-log description (default: the paths).
+    pub(crate) description: Option<String>,
+    /// For undo/redo entries: the op they act on.
+    pub(crate) undo_target: Option<i64>,
 }
 
 impl<'a> Edit<'a> {
@@ -425,22 +489,17 @@ impl<'a> Edit<'a> {
             .update_workspace_state(self.ws.id, &self.ws.base, self.ws.files, self.ws.bytes)
     }
 
-    pub(crate) fn op(
-        &mut self,
-        kind: &str,
-        description: &str,
-        before: Option<ObjectId>,
-        after: Option<ObjectId>,
-    ) -> Result<()> {
-        self.w.append_op(&OpRecord {
-            id: 0,
-            workspace: self.ws.id,
-            at: self.now,
-            kind: kind.to_string(),
-            description: description.to_string(),
-            root_before: before,
-            root_after: after,
-        })?;
+    /// Describe this change in the op log (default: the paths it names).
+    pub fn describe(&mut self, description: String) {
+        self.description = Some(description);
+    }
+
+    /// Make the live state exactly `root` (with its totals), dropping pending changes.
+    pub(crate) fn reset_to(&mut self, root: ObjectId, files: u64, bytes: u64) -> Result<()> {
+        self.w.overlay_clear(self.ws.id)?;
+        self.ws.base = root;
+        self.ws.files = files;
+        self.ws.bytes = bytes;
         Ok(())
     }
 
@@ -850,97 +909,15 @@ impl<'a> Edit<'a> {
     /// Fold the overlay into immutable objects and return the new root id. The overlay is
     /// left in place; callers decide whether to clear it. Cost: O(overlay entries).
     pub(crate) fn fold(&mut self) -> Result<ObjectId> {
-        let rows = self.w.overlay_all(self.ws.id)?;
-        if rows.is_empty() {
-            return Ok(self.ws.base);
-        }
-        let mut nodes: HashMap<String, Option<Node>> = HashMap::new();
-        let mut children: HashMap<String, Vec<String>> = HashMap::new();
-        for (p, value) in rows {
-            let node = match value {
-                Some(b) => Some(super::view::decode::<Node>(&b)?),
-                None => None,
-            };
-            if !p.is_empty() {
-                let parent = VPath::parse(&p)?.parent().unwrap_or_default();
-                children
-                    .entry(parent.as_str().to_string())
-                    .or_default()
-                    .push(p.clone());
-            }
-            nodes.insert(p, node);
-        }
-        let root = match nodes.get("") {
-            Some(Some(n)) => n.clone(),
-            _ => {
-                return Err(Error::CorruptVault {
-                    reason: "overlay has entries but no root".into(),
-                });
-            }
-        };
-        let root = self.fold_dir("", root, &nodes, &children)?;
-        let obj = EncodedObject::encode(kind::ROOT, &root)?;
-        self.w.put_object(&obj.id, obj.kind, &obj.data)?;
-        Ok(obj.id)
+        fold_overlay(self.w, self.cache, self.ws.id, self.ws.base)
     }
 
-    fn fold_dir(
-        &mut self,
-        path: &str,
-        mut node: Node,
-        nodes: &HashMap<String, Option<Node>>,
-        children: &HashMap<String, Vec<String>>,
-    ) -> Result<Node> {
-        let NodeKind::Dir { tree, .. } = &node.kind else {
-            return Ok(node);
+    /// Make the live state exactly `root`, dropping pending changes.
+    pub(crate) fn reset_to_root(&mut self, root: ObjectId) -> Result<()> {
+        let (files, bytes) = match self.cache.root(&*self.w, &root)?.kind {
+            NodeKind::Dir { files, bytes, .. } => (files, bytes),
+            _ => (0, 0),
         };
-        let mut entries: BTreeMap<String, Node> = match tree {
-            Some(t) => self.view().tree(t)?.entries.iter().cloned().collect(),
-            None => BTreeMap::new(),
-        };
-        for child in children.get(path).map(Vec::as_slice).unwrap_or_default() {
-            let name = child.rsplit('/').next().unwrap_or(child).to_string();
-            match nodes.get(child).cloned().flatten() {
-                None => {
-                    entries.remove(&name);
-                }
-                Some(n) => {
-                    let n = if n.is_dir() && children.contains_key(child) {
-                        self.fold_dir(child, n, nodes, children)?
-                    } else {
-                        n
-                    };
-                    entries.insert(name, n);
-                }
-            }
-        }
-        let (mut files, mut bytes) = (0u64, 0u64);
-        for n in entries.values() {
-            match &n.kind {
-                NodeKind::File { size, .. } => {
-                    files += 1;
-                    bytes += size;
-                }
-                NodeKind::Dir {
-                    files: f, bytes: b, ..
-                } => {
-                    files += f;
-                    bytes += b;
-                }
-                _ => {}
-            }
-        }
-        let tree = if entries.is_empty() {
-            None
-        } else {
-            let tree = Tree {
-                entries: entries.into_iter().collect(),
-            };
-            let obj = EncodedObject::encode(kind::TREE, &tree)?;
-            self.w.put_object(&obj.id, obj.kind, &obj.data)?;
-            Some(obj.id)
-        };
-        node.kind = NodeKind::Dir { tree, files, bytes };
-        Ok(node)
+        self.reset_to(root, files, bytes)
     }
 }

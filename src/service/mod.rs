@@ -1,7 +1,9 @@
 //! Runtime services: what adapters (the CLI, later the mount and the proxy) call. They
 //! resolve names to vaults and workspaces and orchestrate the model; no parsing, no printing.
 
+pub mod apply;
 pub mod files;
+pub mod history;
 pub mod registry;
 pub mod search;
 pub mod transfer;

@@ -93,7 +93,8 @@ pub fn import(
     let mut batch: Vec<Staged> = Vec::new();
     let mut batch_bytes = 0u64;
     let mut dirs: Vec<(VPath, Attrs)> = Vec::new();
-    ws.edit("import", &[dest], |e| e.mkdir(dest, true, 0o755))?;
+    let before = ws.snapshot_root()?;
+    ws.edit_batch("import", &[dest], |e| e.mkdir(dest, true, 0o755))?;
     for entry in walker.build() {
         let entry =
             entry.map_err(|e| Error::invalid(format!("walking {}: {e}", host.display())))?;
@@ -143,8 +144,9 @@ pub fn import(
         }
     }
     write_batch(ws, dest, batch)?;
-    // Adding children moved the directories' times; put the host's back.
-    ws.edit("import", &[dest], |e| {
+    // Adding children moved the directories' times; put the host's back. This last step
+    // records the whole import as one operation.
+    ws.edit_since(before, "import", &[dest], |e| {
         for (path, attrs) in &dirs {
             e.update(path, |n| {
                 n.attrs = attrs.clone();
@@ -161,7 +163,7 @@ fn write_batch(ws: &Workspace, dest: &VPath, batch: Vec<Staged>) -> Result<()> {
     if batch.is_empty() {
         return Ok(());
     }
-    ws.edit("import", &[dest], |e| {
+    ws.edit_batch("import", &[dest], |e| {
         for staged in batch {
             write_staged(e, staged)?;
         }

@@ -56,6 +56,8 @@ pub struct OpRecord {
     pub description: String,
     pub root_before: Option<ObjectId>,
     pub root_after: Option<ObjectId>,
+    /// For undo and redo entries: the entry they act on.
+    pub target: Option<i64>,
 }
 
 /// One audit record.
@@ -119,6 +121,8 @@ pub trait StoreWrite: StoreRead {
         bytes: u64,
     ) -> Result<()>;
     fn delete_workspace(&mut self, ws: i64) -> Result<()>;
+    /// Move a fork's merge base (after it was merged).
+    fn set_fork_root(&mut self, ws: i64, root: &ObjectId) -> Result<()>;
 
     fn overlay_put(&mut self, ws: i64, path: &str, parent: &str, node: Option<&[u8]>)
     -> Result<()>;
@@ -133,6 +137,7 @@ pub trait StoreWrite: StoreRead {
     fn set_setting(&mut self, key: &str, value: Option<&str>) -> Result<()>;
 
     fn append_op(&mut self, rec: &OpRecord) -> Result<i64>;
+    fn delete_op(&mut self, id: i64) -> Result<()>;
     fn append_audit(&mut self, rec: &AuditRecord) -> Result<i64>;
 }
 

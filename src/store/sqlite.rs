@@ -68,8 +68,10 @@ CREATE TABLE ops(
     kind TEXT NOT NULL,
     description TEXT NOT NULL,
     root_before BLOB,
-    root_after BLOB
+    root_after BLOB,
+    target INTEGER
 );
+CREATE INDEX ops_by_ws ON ops(ws, id);
 CREATE TABLE audit(
     id INTEGER PRIMARY KEY,
     at INTEGER NOT NULL,
@@ -488,7 +490,7 @@ impl StoreRead for Tx<'_> {
 
     fn ops(&self, ws: Option<i64>, limit: usize) -> Result<Vec<OpRecord>> {
         let mut stmt = self.0.prepare_cached(
-            "SELECT id, ws, at, kind, description, root_before, root_after FROM ops
+            "SELECT id, ws, at, kind, description, root_before, root_after, target FROM ops
              WHERE ?1 IS NULL OR ws = ?1 ORDER BY id DESC LIMIT ?2",
         )?;
         let rows = stmt
@@ -501,6 +503,7 @@ impl StoreRead for Tx<'_> {
                     description: r.get(4)?,
                     root_before: opt_id_col(r, 5)?,
                     root_after: opt_id_col(r, 6)?,
+                    target: r.get(7)?,
                 })
             })?
             .collect::<rusqlite::Result<Vec<_>>>()?;
@@ -576,6 +579,14 @@ impl StoreWrite for Tx<'_> {
             "UPDATE workspaces SET base = ?2, files = ?3, bytes = ?4 WHERE id = ?1",
         )?;
         stmt.execute(params![ws, &base.0[..], files, bytes])?;
+        Ok(())
+    }
+
+    fn set_fork_root(&mut self, ws: i64, root: &ObjectId) -> Result<()> {
+        self.0.execute(
+            "UPDATE workspaces SET fork_root = ?2 WHERE id = ?1",
+            params![ws, &root.0[..]],
+        )?;
         Ok(())
     }
 
@@ -674,8 +685,8 @@ impl StoreWrite for Tx<'_> {
 
     fn append_op(&mut self, rec: &OpRecord) -> Result<i64> {
         let mut stmt = self.0.prepare_cached(
-            "INSERT INTO ops(ws, at, kind, description, root_before, root_after)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            "INSERT INTO ops(ws, at, kind, description, root_before, root_after, target)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
         )?;
         stmt.execute(params![
             rec.workspace,
@@ -683,9 +694,15 @@ impl StoreWrite for Tx<'_> {
             rec.kind,
             rec.description,
             rec.root_before.as_ref().map(|i| i.0.to_vec()),
-            rec.root_after.as_ref().map(|i| i.0.to_vec())
+            rec.root_after.as_ref().map(|i| i.0.to_vec()),
+            rec.target
         ])?;
         Ok(self.0.last_insert_rowid())
+    }
+
+    fn delete_op(&mut self, id: i64) -> Result<()> {
+        self.0.execute("DELETE FROM ops WHERE id = ?1", [id])?;
+        Ok(())
     }
 
     fn append_audit(&mut self, rec: &AuditRecord) -> Result<i64> {

@@ -4,6 +4,7 @@
 mod admin;
 mod checkpoint;
 mod files;
+mod history;
 mod schema;
 mod transfer;
 mod vault;
@@ -89,6 +90,21 @@ pub enum Command {
     /// Get or set key/value metadata on a path.
     #[command(subcommand)]
     Meta(files::MetaCmd),
+    /// Show what changed between two states (default: last checkpoint → live).
+    Diff(history::DiffArgs),
+    /// Merge a fork's changes into its parent (or --into another fork), three-way.
+    Merge(history::MergeArgs),
+    /// Inspect the operation log or return to a past operation.
+    #[command(subcommand)]
+    Op(history::OpCmd),
+    /// Undo the most recent change (itself a new operation, so it can be redone).
+    Undo,
+    /// Redo the most recent undo.
+    Redo,
+    /// Drop old checkpoints and operations, then reclaim space.
+    Prune(history::PruneArgs),
+    /// Write this fork's changes (since its base) into a host directory.
+    Apply(history::ApplyArgs),
     /// Copy a host directory into the workspace.
     Import(transfer::ImportArgs),
     /// Copy a workspace path out to a host directory.
@@ -159,6 +175,13 @@ pub fn run(ctx: &Ctx, command: Command) -> (&'static str, Result<Reply, Error>) 
         Command::Tag(a) => ("tag", files::cmd_tag(ctx, a, true)),
         Command::Untag(a) => ("untag", files::cmd_tag(ctx, a, false)),
         Command::Meta(c) => files::run_meta(ctx, c),
+        Command::Diff(a) => ("diff", history::cmd_diff(ctx, a)),
+        Command::Merge(a) => ("merge", history::cmd_merge(ctx, a)),
+        Command::Op(c) => history::run_op(ctx, c),
+        Command::Undo => ("undo", history::cmd_undo(ctx, false)),
+        Command::Redo => ("redo", history::cmd_undo(ctx, true)),
+        Command::Prune(a) => ("prune", history::cmd_prune(ctx, a)),
+        Command::Apply(a) => ("apply", history::cmd_apply(ctx, a)),
         Command::Import(a) => ("import", transfer::cmd_import(ctx, a)),
         Command::Export(a) => ("export", transfer::cmd_export(ctx, a)),
         Command::Quota(c) => admin::run_quota(ctx, c),

@@ -11,8 +11,13 @@ use agentvfs::service::transfer::TransferReport;
 use agentvfs::service::{DeleteReport, Target, VaultListEntry};
 use agentvfs::store::AuditRecord;
 
+use agentvfs::model::OpInfo;
+use agentvfs::model::merge::MergeReport;
+use agentvfs::service::apply::ApplyReport;
+
 use super::admin::CompactOutput;
 use super::files::{CatOutput, MetaOutput, MoveOutput, PathsOutput, TreeNode, WriteOutput};
+use super::history::{DiffOutput, PruneOutput};
 use super::vault::{ForkOutput, InfoOutput};
 
 fn s<T: JsonSchema>() -> Value {
@@ -54,7 +59,18 @@ pub fn commands() -> Vec<(&'static str, Value)> {
         ("meta set", s::<MetaOutput>()),
         ("meta unset", s::<MetaOutput>()),
         ("import", s::<TransferReport>()),
-        ("export", s::<TransferReport>()),
+        (
+            "export",
+            json!({ "anyOf": [s::<TransferReport>(), s::<ApplyReport>()] }),
+        ),
+        ("diff", s::<DiffOutput>()),
+        ("merge", s::<MergeReport>()),
+        ("op log", s::<Vec<OpInfo>>()),
+        ("op restore", s::<OpInfo>()),
+        ("undo", s::<OpInfo>()),
+        ("redo", s::<OpInfo>()),
+        ("prune", s::<PruneOutput>()),
+        ("apply", s::<ApplyReport>()),
         ("quota show", s::<Quota>()),
         ("quota set", s::<Quota>()),
         ("audit", s::<Vec<AuditRecord>>()),

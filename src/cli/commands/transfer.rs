@@ -32,8 +32,15 @@ pub struct ExportArgs {
     #[arg(long)]
     pub force: bool,
     /// Export as of this checkpoint.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "changes")]
     pub at: Option<String>,
+    /// Write only the changes since a base state (like `avfs apply`), refusing host files
+    /// that changed since that base unless --force.
+    #[arg(long)]
+    pub changes: bool,
+    /// With --changes: the base state (default `@base`).
+    #[arg(long, requires = "changes")]
+    pub from: Option<String>,
 }
 
 fn summary(verb: &str, r: &TransferReport) -> String {
@@ -77,6 +84,16 @@ pub fn cmd_import(ctx: &Ctx, a: ImportArgs) -> Result<Reply> {
 }
 
 pub fn cmd_export(ctx: &Ctx, a: ExportArgs) -> Result<Reply> {
+    if a.changes {
+        return super::history::apply_changes(
+            ctx,
+            a.from.as_deref(),
+            &a.vault_path,
+            &a.host_dir,
+            a.force,
+            false,
+        );
+    }
     let (_, ws) = ctx.open()?;
     let src = path(&a.vault_path)?;
     let bar = ctx.progress("exporting");

@@ -1,0 +1,307 @@
+//! Three-way merge of a fork back into a workspace: the fork's changes since its base land
+//! on the target's live state. Unchanged subtrees are taken whole by id; text files changed
+//! on both sides in different places merge line by line; anything else changed on both
+//! sides is a conflict. The result is applied in one transaction, or not at all.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use super::diff::{Change, diff_views};
+use super::fold::{fold_overlay, store_dir, store_root};
+use super::node::{Node, NodeKind, encode_content};
+use super::path::VPath;
+use super::vault::Vault;
+use super::view::{ObjectCache, View};
+use super::workspace::{Logging, Workspace};
+use crate::error::{Error, Result};
+use crate::store::StoreWrite;
+
+/// What to do with a path changed on both sides.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MergeStrategy {
+    /// Report every conflict and apply nothing.
+    Fail,
+    /// Keep the target's version.
+    Ours,
+    /// Take the fork's version.
+    Theirs,
+}
+
+/// A path changed on both sides in ways that do not combine.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+pub struct Conflict {
+    pub path: String,
+    /// The target's change: `added`, `modified`, `deleted` or `type_changed`.
+    pub ours: String,
+    /// The fork's change.
+    pub theirs: String,
+}
+
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct MergeReport {
+    pub fork: String,
+    pub into: String,
+    pub strategy: String,
+    pub dry_run: bool,
+    /// True if the target now holds the merge result.
+    pub applied: bool,
+    /// How the target changes (or would change): its live state before vs. the result.
+    pub changes: Vec<Change>,
+    /// Conflicts found; resolved by the strategy when it is `ours` or `theirs`.
+    pub conflicts: Vec<Conflict>,
+    /// Text files whose edits on both sides were combined line by line.
+    pub text_merged: Vec<String>,
+}
+
+fn change_kind(base: Option<&Node>, side: Option<&Node>) -> String {
+    match (base, side) {
+        (None, Some(_)) => "added",
+        (Some(_), None) => "deleted",
+        (Some(b), Some(s))
+            if std::mem::discriminant(&b.kind) != std::mem::discriminant(&s.kind) =>
+        {
+            "type_changed"
+        }
+        _ => "modified",
+    }
+    .to_string()
+}
+
+fn same(a: Option<&Node>, b: Option<&Node>) -> bool {
+    match (a, b) {
+        (None, None) => true,
+        (Some(a), Some(b)) => a.kind_eq(b) && a.attrs.mode == b.attrs.mode,
+        _ => false,
+    }
+}
+
+struct Merger<'a, 'w> {
+    w: &'a mut (dyn StoreWrite + 'w),
+    cache: &'a ObjectCache,
+    strategy: MergeStrategy,
+    conflicts: Vec<Conflict>,
+    text_merged: Vec<String>,
+}
+
+impl Merger<'_, '_> {
+    fn entries(&self, n: Option<&Node>) -> Result<BTreeMap<String, Node>> {
+        match n.map(|n| &n.kind) {
+            Some(NodeKind::Dir { tree: Some(t), .. }) => Ok(self
+                .cache
+                .tree(&*self.w, t)?
+                .entries
+                .iter()
+                .cloned()
+                .collect()),
+            _ => Ok(BTreeMap::new()),
+        }
+    }
+
+    fn conflict(
+        &mut self,
+        path: &VPath,
+        base: Option<&Node>,
+        ours: Option<Node>,
+        theirs: Option<Node>,
+    ) -> Option<Node> {
+        self.conflicts.push(Conflict {
+            path: path.display(),
+            ours: change_kind(base, ours.as_ref()),
+            theirs: change_kind(base, theirs.as_ref()),
+        });
+        match self.strategy {
+            MergeStrategy::Theirs => theirs,
+            MergeStrategy::Ours | MergeStrategy::Fail => ours,
+        }
+    }
+
+    fn merge(
+        &mut self,
+        path: &VPath,
+        base: Option<&Node>,
+        ours: Option<Node>,
+        theirs: Option<Node>,
+    ) -> Result<Option<Node>> {
+        if same(ours.as_ref(), theirs.as_ref()) || same(base, theirs.as_ref()) {
+            return Ok(ours);
+        }
+        if same(base, ours.as_ref()) {
+            return Ok(theirs);
+        }
+        match (ours, theirs) {
+            (Some(o), Some(t)) if o.is_dir() && t.is_dir() => {
+                let (be, oe, te) = (
+                    self.entries(base)?,
+                    self.entries(Some(&o))?,
+                    self.entries(Some(&t))?,
+                );
+                let names: BTreeSet<&String> =
+                    be.keys().chain(oe.keys()).chain(te.keys()).collect();
+                let mut merged = BTreeMap::new();
+                for name in names {
+                    let child = self.merge(
+                        &path.join(name),
+                        be.get(name),
+                        oe.get(name).cloned(),
+                        te.get(name).cloned(),
+                    )?;
+                    if let Some(c) = child {
+                        merged.insert(name.clone(), c);
+                    }
+                }
+                let mut node = o.clone();
+                match pick(base.map(|b| b.attrs.mode), o.attrs.mode, t.attrs.mode) {
+                    Some(m) => node.attrs.mode = m,
+                    None => return Ok(self.conflict(path, base, Some(o), Some(t))),
+                }
+                Ok(Some(store_dir(self.w, node, merged)?))
+            }
+            (Some(o), Some(t)) if o.is_file() && t.is_file() && base.is_some_and(Node::is_file) => {
+                let b = base.expect("checked above");
+                let Some(mode) = pick(Some(b.attrs.mode), o.attrs.mode, t.attrs.mode) else {
+                    return Ok(self.conflict(path, base, Some(o), Some(t)));
+                };
+                let mut node = o.clone();
+                node.attrs.mode = mode;
+                if t.kind_eq(b) || o.kind_eq(&t) {
+                    return Ok(Some(node));
+                }
+                if o.kind_eq(b) {
+                    node.kind = t.kind.clone();
+                    return Ok(Some(node));
+                }
+                match self.text_merge(b, &o, &t)? {
+                    Some(bytes) => {
+                        let (content, objects) = encode_content(&bytes)?;
+                        for obj in objects {
+                            self.w.put_object(&obj.id, obj.kind, &obj.data)?;
+                        }
+                        node.kind = NodeKind::File {
+                            size: bytes.len() as u64,
+                            content,
+                        };
+                        self.text_merged.push(path.display());
+                        Ok(Some(node))
+                    }
+                    None => Ok(self.conflict(path, base, Some(o), Some(t))),
+                }
+            }
+            (o, t) => Ok(self.conflict(path, base, o, t)),
+        }
+    }
+
+    /// A line-based three-way merge, or `None` if a side is binary or edits overlap.
+    fn text_merge(&self, base: &Node, ours: &Node, theirs: &Node) -> Result<Option<Vec<u8>>> {
+        let view = View {
+            r: &*self.w,
+            cache: self.cache,
+            overlay: None,
+            base: crate::model::id::ObjectId([0; 32]),
+        };
+        let text = |n: &Node| -> Result<Option<String>> {
+            let bytes = view.read_node(n)?;
+            if bytes.contains(&0) {
+                return Ok(None);
+            }
+            Ok(String::from_utf8(bytes).ok())
+        };
+        let (Some(b), Some(o), Some(t)) = (text(base)?, text(ours)?, text(theirs)?) else {
+            return Ok(None);
+        };
+        Ok(diffy::merge(&b, &o, &t).ok().map(String::into_bytes))
+    }
+}
+
+/// Three-way pick of a scalar: the side that changed it, or `None` if both did differently.
+fn pick(base: Option<u32>, ours: u32, theirs: u32) -> Option<u32> {
+    if ours == theirs || Some(theirs) == base {
+        Some(ours)
+    } else if Some(ours) == base {
+        Some(theirs)
+    } else {
+        None
+    }
+}
+
+impl Vault {
+    /// Merge fork `fork` into workspace `into` (three-way, against the fork's base).
+    /// With `MergeStrategy::Fail`, any conflict is an error and nothing is applied.
+    pub fn merge(
+        self: &Arc<Self>,
+        fork: &str,
+        into: &Workspace,
+        strategy: MergeStrategy,
+        dry_run: bool,
+    ) -> Result<MergeReport> {
+        let logging = if dry_run {
+            Logging::None
+        } else {
+            Logging::Op(None)
+        };
+        let paths = [&VPath::root()];
+        into.edit_inner("merge", &paths, logging, |e| {
+            let f = e.w.workspace(fork)?.ok_or_else(|| Error::ForkNotFound {
+                name: fork.to_string(),
+            })?;
+            if f.id == e.ws.id {
+                return Err(Error::invalid("cannot merge a workspace into itself"));
+            }
+            let base_root = f.fork_root.unwrap_or(f.base);
+            let theirs_root = fold_overlay(e.w, e.cache, f.id, f.base)?;
+            let ours_root = e.fold()?;
+            let cache = e.cache;
+            let (base, ours, theirs) = (
+                cache.root(&*e.w, &base_root)?,
+                cache.root(&*e.w, &ours_root)?,
+                cache.root(&*e.w, &theirs_root)?,
+            );
+            let mut m = Merger {
+                w: &mut *e.w,
+                cache,
+                strategy,
+                conflicts: Vec::new(),
+                text_merged: Vec::new(),
+            };
+            let merged = m
+                .merge(&VPath::root(), Some(&base), Some(ours), Some(theirs))?
+                .ok_or_else(|| Error::Storage("merge removed the root".into()))?;
+            let (conflicts, text_merged) = (m.conflicts, m.text_merged);
+            let merged_root = store_root(e.w, &merged)?;
+            if !conflicts.is_empty() && strategy == MergeStrategy::Fail && !dry_run {
+                return Err(Error::MergeConflict { conflicts });
+            }
+            let changes = {
+                let bare = |root| View {
+                    r: &*e.w,
+                    cache,
+                    overlay: None,
+                    base: root,
+                };
+                diff_views(&bare(ours_root), &bare(merged_root))?
+            };
+            let applied = !dry_run;
+            if applied {
+                e.reset_to_root(merged_root)?;
+                e.w.set_fork_root(f.id, &theirs_root)?;
+                e.describe(format!("merge {fork} into {}", e.ws.name));
+            }
+            Ok(MergeReport {
+                fork: fork.to_string(),
+                into: e.ws.name.clone(),
+                strategy: match strategy {
+                    MergeStrategy::Fail => "fail",
+                    MergeStrategy::Ours => "ours",
+                    MergeStrategy::Theirs => "theirs",
+                }
+                .into(),
+                dry_run,
+                applied,
+                changes,
+                conflicts,
+                text_merged,
+            })
+        })
+    }
+}

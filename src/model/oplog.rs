@@ -1,0 +1,210 @@
+//! The operation log of a workspace: every state change records the root before and after,
+//! so `undo`, `redo` and `op restore` are themselves new operations that move the workspace
+//! to an earlier state. Nothing is ever rewritten, so no undo loses work.
+
+use std::collections::{HashMap, HashSet};
+
+use serde::Serialize;
+
+use super::workspace::Workspace;
+use crate::error::{Error, Result};
+use crate::store::OpRecord;
+
+pub const UNDO: &str = "undo";
+pub const REDO: &str = "redo";
+
+/// One op-log entry as reported.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct OpInfo {
+    pub id: i64,
+    /// Nanoseconds since the Unix epoch.
+    pub at: i64,
+    /// The operation: `write`, `rm`, `checkpoint.save`, `checkpoint.restore`, `import`,
+    /// `merge`, `undo`, `redo`, `op.restore`, …
+    pub kind: String,
+    pub description: String,
+    pub root_before: Option<String>,
+    pub root_after: Option<String>,
+    /// For undo/redo: the entry acted on.
+    pub target: Option<i64>,
+    /// True if a later undo reverted this entry (and no redo re-applied it).
+    pub undone: bool,
+}
+
+fn info(op: &OpRecord, undone: &HashSet<i64>) -> OpInfo {
+    OpInfo {
+        id: op.id,
+        at: op.at,
+        kind: op.kind.clone(),
+        description: op.description.clone(),
+        root_before: op.root_before.map(|r| r.to_hex()),
+        root_after: op.root_after.map(|r| r.to_hex()),
+        target: op.target,
+        undone: undone.contains(&op.id),
+    }
+}
+
+/// Which entries are currently undone, given the log oldest first.
+fn undone_set(ops: &[OpRecord]) -> HashSet<i64> {
+    let by_id: HashMap<i64, &OpRecord> = ops.iter().map(|o| (o.id, o)).collect();
+    let mut undone = HashSet::new();
+    for op in ops {
+        match (op.kind.as_str(), op.target) {
+            (UNDO, Some(t)) => {
+                undone.insert(t);
+            }
+            (REDO, Some(u)) => {
+                undone.insert(u);
+                if let Some(t) = by_id.get(&u).and_then(|o| o.target) {
+                    undone.remove(&t);
+                }
+            }
+            _ => {}
+        }
+    }
+    undone
+}
+
+fn changed(op: &OpRecord) -> bool {
+    op.root_before != op.root_after
+}
+
+impl Workspace {
+    fn ops_oldest_first(&self) -> Result<Vec<OpRecord>> {
+        self.vault.store.read(|r| {
+            let ws = r
+                .workspace(self.name())?
+                .ok_or_else(|| Error::ForkNotFound {
+                    name: self.name().to_string(),
+                })?;
+            let mut ops = r.ops(Some(ws.id), usize::MAX >> 1)?;
+            ops.reverse();
+            Ok(ops)
+        })
+    }
+
+    /// The op log, newest first.
+    pub fn op_log(&self, limit: usize) -> Result<Vec<OpInfo>> {
+        let ops = self.ops_oldest_first()?;
+        let undone = undone_set(&ops);
+        Ok(ops
+            .iter()
+            .rev()
+            .take(limit)
+            .map(|o| info(o, &undone))
+            .collect())
+    }
+
+    /// Undo the most recent state change that is not already undone.
+    pub fn undo(&self) -> Result<OpInfo> {
+        let ops = self.ops_oldest_first()?;
+        let undone = undone_set(&ops);
+        let target = ops
+            .iter()
+            .rev()
+            .find(|o| o.kind != UNDO && o.kind != REDO && changed(o) && !undone.contains(&o.id))
+            .ok_or(Error::NothingToUndo)?;
+        let root = target.root_before.ok_or(Error::NothingToUndo)?;
+        self.move_to(
+            UNDO,
+            Some(target.id),
+            root,
+            format!("undo #{} {}", target.id, target.kind),
+        )
+    }
+
+    /// Redo the most recent undo, if nothing else changed the workspace since.
+    pub fn redo(&self) -> Result<OpInfo> {
+        let ops = self.ops_oldest_first()?;
+        let undone = undone_set(&ops);
+        let mut found = None;
+        for op in ops.iter().rev() {
+            match op.kind.as_str() {
+                UNDO if !undone.contains(&op.id) => {
+                    found = Some(op);
+                    break;
+                }
+                UNDO | REDO => continue,
+                _ if changed(op) => break,
+                _ => continue,
+            }
+        }
+        let undo = found.ok_or(Error::NothingToRedo)?;
+        let root = undo.root_before.ok_or(Error::NothingToRedo)?;
+        let label = format!("redo #{} (undo #{})", undo.target.unwrap_or(0), undo.id);
+        self.move_to(REDO, Some(undo.id), root, label)
+    }
+
+    /// Return the workspace to the state right after entry `id`.
+    pub fn op_restore(&self, id: i64) -> Result<OpInfo> {
+        let ops = self.ops_oldest_first()?;
+        let op = ops
+            .iter()
+            .find(|o| o.id == id)
+            .ok_or(Error::OperationNotFound { id })?;
+        let root = op.root_after.ok_or(Error::OperationNotFound { id })?;
+        self.move_to("op.restore", None, root, format!("restore to after #{id}"))
+    }
+
+    fn move_to(
+        &self,
+        kind: &str,
+        target: Option<i64>,
+        root: crate::model::id::ObjectId,
+        description: String,
+    ) -> Result<OpInfo> {
+        self.edit(kind, &[], |e| {
+            e.reset_to_root(root)?;
+            e.undo_target = target;
+            e.describe(description);
+            Ok(())
+        })?;
+        let ops = self.ops_oldest_first()?;
+        let undone = undone_set(&ops);
+        ops.last()
+            .map(|o| info(o, &undone))
+            .ok_or_else(|| Error::Storage("op log entry missing after write".into()))
+    }
+}
+
+/// What `prune` removed.
+#[derive(Debug, Clone, Default, Serialize, schemars::JsonSchema)]
+pub struct PruneReport {
+    pub checkpoints_removed: Vec<String>,
+    pub operations_removed: u64,
+}
+
+impl Workspace {
+    /// Drop old checkpoints and op-log entries: all but the newest `keep_last`, and/or those
+    /// older than `older_than` (ns since the epoch). The live state is untouched; run `gc`
+    /// afterwards to reclaim the objects only they referenced.
+    pub fn prune(&self, keep_last: Option<usize>, older_than: Option<i64>) -> Result<PruneReport> {
+        if keep_last.is_none() && older_than.is_none() {
+            return Err(Error::invalid(
+                "prune needs --keep-last N and/or --older-than DURATION",
+            ));
+        }
+        self.edit_inner("prune", &[], super::workspace::Logging::AuditOnly, |e| {
+            let doomed = |index_from_newest: usize, at: i64| {
+                keep_last.is_some_and(|k| index_from_newest >= k)
+                    || older_than.is_some_and(|t| at < t)
+            };
+            let mut report = PruneReport::default();
+            let cps = e.w.checkpoints(e.ws.id)?;
+            for (i, cp) in cps.iter().rev().enumerate() {
+                if doomed(i, cp.created_at) {
+                    e.w.delete_checkpoint(cp.id)?;
+                    report.checkpoints_removed.push(cp.name.clone());
+                }
+            }
+            let ops = e.w.ops(Some(e.ws.id), usize::MAX >> 1)?;
+            for (i, op) in ops.iter().enumerate() {
+                if doomed(i, op.at) {
+                    e.w.delete_op(op.id)?;
+                    report.operations_removed += 1;
+                }
+            }
+            Ok(report)
+        })
+    }
+}

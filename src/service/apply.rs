@@ -1,0 +1,228 @@
+//! Writing a workspace's changes into a real directory: the diff from a base state to the
+//! live state, applied file by file, refusing host files that no longer match the base
+//! (someone changed them since the import) unless forced. Everything is checked before
+//! anything is written.
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+use crate::model::View;
+use crate::model::Workspace;
+use crate::model::diff::{Change, ChangeStatus, StateRef, diff_views};
+use crate::model::node::{Node, NodeKind};
+use crate::model::path::VPath;
+
+/// A host path that does not match the base the change was made against.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+pub struct HostConflict {
+    pub path: String,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, Default, Serialize, schemars::JsonSchema)]
+pub struct ApplyReport {
+    pub host: String,
+    pub dry_run: bool,
+    /// Files, symlinks and directories created or rewritten.
+    pub written: Vec<String>,
+    pub deleted: Vec<String>,
+    /// Paths whose permission bits changed.
+    pub mode_changed: Vec<String>,
+    /// Paths already in the wanted state on the host.
+    pub unchanged: Vec<String>,
+    /// Conflicts overridden by --force (empty otherwise: conflicts are an error).
+    pub forced: Vec<HostConflict>,
+}
+
+/// What the host holds at a path, compared with a node.
+fn host_matches(v: &View<'_>, host: &Path, node: Option<&Node>) -> Result<bool> {
+    let meta = fs::symlink_metadata(host).ok();
+    Ok(match (node, meta) {
+        (None, None) => true,
+        (None, Some(_)) | (Some(_), None) => false,
+        (Some(n), Some(m)) => match &n.kind {
+            NodeKind::File { .. } => {
+                m.is_file()
+                    && m.permissions().mode() & 0o7777 == n.attrs.mode
+                    && fs::read(host).map_err(|e| Error::io("reading", host, e))?
+                        == v.read_node(n)?
+            }
+            NodeKind::Symlink { target } => {
+                m.file_type().is_symlink()
+                    && fs::read_link(host).ok().as_deref() == Some(Path::new(target))
+            }
+            NodeKind::Dir { .. } => m.is_dir() && m.permissions().mode() & 0o7777 == n.attrs.mode,
+            NodeKind::Fifo => {
+                use std::os::unix::fs::FileTypeExt;
+                m.file_type().is_fifo()
+            }
+        },
+    })
+}
+
+fn lookup(v: &View<'_>, path: &str) -> Result<Option<Node>> {
+    Ok(v.lookup(&VPath::parse(path)?)?.map(|(n, _)| n))
+}
+
+/// Apply the changes from `from` to the live state of `ws`, under workspace path `prefix`,
+/// into host directory `host` (workspace `prefix` maps to `host`).
+pub fn apply(
+    ws: &Workspace,
+    from: &StateRef,
+    prefix: &VPath,
+    host: &Path,
+    force: bool,
+    dry_run: bool,
+) -> Result<ApplyReport> {
+    if !host.is_dir() {
+        return Err(Error::invalid(format!(
+            "{} is not a directory",
+            host.display()
+        )));
+    }
+    let live = StateRef::Live(ws.name().to_string());
+    ws.vault().with_views(from, &live, |base, now| {
+        let changes: Vec<Change> = diff_views(base, now)?
+            .into_iter()
+            .filter(|c| VPath::parse(&c.path).is_ok_and(|p| p.starts_with(prefix)))
+            .collect();
+        let host_path = |p: &str| -> Result<PathBuf> {
+            let vp = VPath::parse(p)?;
+            let rel = vp.as_str()[prefix.as_str().len()..].trim_start_matches('/');
+            Ok(if rel.is_empty() {
+                host.to_path_buf()
+            } else {
+                host.join(rel)
+            })
+        };
+        let mut report = ApplyReport {
+            host: host.display().to_string(),
+            dry_run,
+            ..Default::default()
+        };
+        // Plan: (path, old node, new node) per affected workspace path.
+        let mut plan: Vec<(String, Option<Node>, Option<Node>)> = Vec::new();
+        for c in &changes {
+            if c.status == ChangeStatus::Renamed {
+                let old = c.old_path.clone().unwrap_or_default();
+                plan.push((old.clone(), lookup(base, &old)?, None));
+            }
+            plan.push((
+                c.path.clone(),
+                lookup(base, &c.path)?,
+                lookup(now, &c.path)?,
+            ));
+        }
+        let mut conflicts = Vec::new();
+        for (path, old, new) in &plan {
+            let hp = host_path(path)?;
+            // A directory's children are checked on their own; only its existence matters.
+            let dir_ok = |n: &Option<Node>| n.as_ref().is_some_and(Node::is_dir) && hp.is_dir();
+            if host_matches(now, &hp, new.as_ref())? || (dir_ok(old) && dir_ok(new)) {
+                continue;
+            }
+            let ok = host_matches(base, &hp, old.as_ref())?
+                || (dir_ok(old) && new.as_ref().is_some_and(Node::is_dir));
+            if !ok {
+                conflicts.push(HostConflict {
+                    path: path.clone(),
+                    reason: if old.is_none() {
+                        "exists on the host but not in the base".into()
+                    } else {
+                        "differs on the host from the base version".into()
+                    },
+                });
+            }
+        }
+        if !conflicts.is_empty() && !force {
+            return Err(Error::ApplyConflict { conflicts });
+        }
+        report.forced = conflicts;
+        // Deletions deepest first, then creations and updates shallowest first.
+        let mut deletions: Vec<&(String, Option<Node>, Option<Node>)> =
+            plan.iter().filter(|(_, _, n)| n.is_none()).collect();
+        deletions.sort_by(|a, b| b.0.cmp(&a.0));
+        for (path, _, _) in deletions {
+            let hp = host_path(path)?;
+            if fs::symlink_metadata(&hp).is_err() {
+                report.unchanged.push(path.clone());
+                continue;
+            }
+            if !dry_run {
+                let r = if hp.is_dir() && !hp.is_symlink() {
+                    fs::remove_dir_all(&hp)
+                } else {
+                    fs::remove_file(&hp)
+                };
+                r.map_err(|e| Error::io("deleting", &hp, e))?;
+            }
+            report.deleted.push(path.clone());
+        }
+        let mut writes: Vec<&(String, Option<Node>, Option<Node>)> =
+            plan.iter().filter(|(_, _, n)| n.is_some()).collect();
+        writes.sort_by(|a, b| a.0.cmp(&b.0));
+        for (path, old, new) in writes {
+            let Some(new) = new else { continue };
+            let hp = host_path(path)?;
+            if host_matches(now, &hp, Some(new))? {
+                report.unchanged.push(path.clone());
+                continue;
+            }
+            let content_same =
+                old.as_ref().is_some_and(|o| o.kind_eq(new)) && fs::symlink_metadata(&hp).is_ok();
+            if content_same || (new.is_dir() && hp.is_dir()) {
+                if !dry_run {
+                    fs::set_permissions(&hp, fs::Permissions::from_mode(new.attrs.mode))
+                        .map_err(|e| Error::io("setting mode of", &hp, e))?;
+                }
+                report.mode_changed.push(path.clone());
+                continue;
+            }
+            if !dry_run {
+                write_node(now, &hp, new)?;
+            }
+            report.written.push(path.clone());
+        }
+        Ok(report)
+    })
+}
+
+fn write_node(v: &View<'_>, hp: &Path, node: &Node) -> Result<()> {
+    if let Ok(m) = fs::symlink_metadata(hp)
+        && (!m.is_dir() || !node.is_dir())
+    {
+        let r = if m.is_dir() {
+            fs::remove_dir_all(hp)
+        } else {
+            fs::remove_file(hp)
+        };
+        r.map_err(|e| Error::io("replacing", hp, e))?;
+    }
+    match &node.kind {
+        NodeKind::Dir { .. } => fs::create_dir_all(hp).map_err(|e| Error::io("creating", hp, e))?,
+        NodeKind::File { .. } => {
+            fs::write(hp, v.read_node(node)?).map_err(|e| Error::io("writing", hp, e))?;
+        }
+        NodeKind::Symlink { target } => {
+            std::os::unix::fs::symlink(target, hp)
+                .map_err(|e| Error::io("creating symlink", hp, e))?;
+            return Ok(());
+        }
+        NodeKind::Fifo => {
+            rustix::fs::mknodat(
+                rustix::fs::CWD,
+                hp,
+                rustix::fs::FileType::Fifo,
+                rustix::fs::Mode::from_raw_mode(node.attrs.mode),
+                0,
+            )
+            .map_err(|e| Error::io("creating fifo", hp, e.into()))?;
+        }
+    }
+    fs::set_permissions(hp, fs::Permissions::from_mode(node.attrs.mode))
+        .map_err(|e| Error::io("setting mode of", hp, e))
+}
