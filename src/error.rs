@@ -75,6 +75,12 @@ pub enum Error {
     ApplyConflict {
         conflicts: Vec<crate::service::apply::HostConflict>,
     },
+    #[error("cannot mount at `{dir}`: {reason}")]
+    MountFailed { dir: PathBuf, reason: String },
+    #[error(
+        "this avfs was built without the `fuse` feature; rebuild with default features to mount"
+    )]
+    FuseUnavailable,
     #[error("checkpoint `{name}` not found")]
     CheckpointNotFound { name: String },
     #[error("`{path}` already exists on the host; pass --force to overwrite")]
@@ -133,6 +139,8 @@ impl Error {
             Error::CheckpointNotFound { .. } => "checkpoint_not_found",
             Error::NothingToUndo => "nothing_to_undo",
             Error::MergeConflict { .. } => "merge_conflict",
+            Error::MountFailed { .. } => "mount_failed",
+            Error::FuseUnavailable => "fuse_unavailable",
             Error::ApplyConflict { .. } => "apply_conflict",
             Error::NothingToRedo => "nothing_to_redo",
             Error::OperationNotFound { .. } => "operation_not_found",
@@ -175,11 +183,13 @@ impl Error {
                 json!({ "path": path, "os_error": source.raw_os_error() })
             }
             Error::OperationNotFound { id } => json!({ "id": id }),
+            Error::MountFailed { dir, reason } => json!({ "dir": dir, "reason": reason }),
             Error::MergeConflict { conflicts } => json!({ "conflicts": conflicts }),
             Error::ApplyConflict { conflicts } => json!({ "conflicts": conflicts }),
             Error::NoVaultSelected
             | Error::NothingToUndo
             | Error::NothingToRedo
+            | Error::FuseUnavailable
             | Error::InvalidArgument { .. }
             | Error::Storage(_) => {
                 json!({})
@@ -213,15 +223,11 @@ impl Error {
             | Error::CorruptVault { .. }
             | Error::VaultDamaged { .. } => exit::CORRUPT,
             Error::Io { .. } => exit::IO,
-            Error::Storage(_) => exit::FAILURE,
+            Error::Storage(_) | Error::MountFailed { .. } | Error::FuseUnavailable => exit::FAILURE,
         }
     }
 
-    pub(crate) fn io(
-        context: &'static str,
-        path: impl Into<PathBuf>,
-        source: std::io::Error,
-    ) -> Self {
+    pub fn io(context: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         Error::Io {
             context,
             path: path.into(),

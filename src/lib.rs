@@ -5,6 +5,8 @@
 //! [`service`] (what adapters call). The `avfs` binary is a thin adapter over `service`.
 
 pub mod error;
+#[cfg(feature = "fuse")]
+pub mod fuse;
 pub mod model;
 pub mod service;
 pub mod store;

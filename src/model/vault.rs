@@ -196,6 +196,11 @@ impl Vault {
         &self.path
     }
 
+    /// Make every committed change durable on disk.
+    pub fn sync(&self) -> Result<()> {
+        self.store.sync()
+    }
+
     /// Open a workspace by name (`main` or a fork).
     pub fn workspace(self: &Arc<Self>, name: &str, actor: Actor) -> Result<Workspace> {
         self.store.read(|r| {

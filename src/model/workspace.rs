@@ -813,6 +813,41 @@ impl<'a> Edit<'a> {
         self.touch_dir(&dst_parent)
     }
 
+    /// Swap two existing paths atomically (rename(2) with RENAME_EXCHANGE).
+    pub fn exchange(&mut self, a: &VPath, b: &VPath) -> Result<()> {
+        let (pa, pb) = (Self::parent_of(a)?, Self::parent_of(b)?);
+        let missing = |p: &VPath| Error::PathNotFound { path: p.display() };
+        let (na, oa) = self.view().lookup(a)?.ok_or_else(|| missing(a))?;
+        let (nb, ob) = self.view().lookup(b)?.ok_or_else(|| missing(b))?;
+        if a == b {
+            return Ok(());
+        }
+        if a.starts_with(b) || b.starts_with(a) {
+            return Err(Error::InvalidPath {
+                path: b.display(),
+                reason: "cannot exchange a directory with its own descendant".into(),
+            });
+        }
+        let rows = |e: &Self, p: &VPath, n: &Node, o: bool| {
+            if o && n.is_dir() {
+                e.w.overlay_below(e.ws.id, p.as_str())
+            } else {
+                Ok(Vec::new())
+            }
+        };
+        let (ra, rb) = (rows(self, a, &na, oa)?, rows(self, b, &nb, ob)?);
+        self.ensure_dir(&pa)?;
+        self.ensure_dir(&pb)?;
+        self.w.overlay_delete_below(self.ws.id, a.as_str())?;
+        self.w.overlay_delete_below(self.ws.id, b.as_str())?;
+        self.put_raw(a, Some(&nb))?;
+        self.put_raw(b, Some(&na))?;
+        self.move_rows(rb, b, a)?;
+        self.move_rows(ra, a, b)?;
+        self.touch_dir(&pa)?;
+        self.touch_dir(&pb)
+    }
+
     fn move_rows(
         &mut self,
         rows: Vec<(String, Option<Vec<u8>>)>,

@@ -4,6 +4,8 @@
 pub mod apply;
 pub mod files;
 pub mod history;
+pub mod mount;
+pub mod mounts;
 pub mod registry;
 pub mod search;
 pub mod transfer;

@@ -148,6 +148,8 @@ pub trait Store: Send + Sync {
     fn write_with(&self, f: &mut dyn FnMut(&mut dyn StoreWrite) -> Result<()>) -> Result<()>;
     /// Reclaim free pages and truncate the write-ahead log.
     fn compact(&self) -> Result<()>;
+    /// Make every committed transaction durable (survives power loss), for `fsync`.
+    fn sync(&self) -> Result<()>;
     /// Bytes the vault occupies on disk (database plus write-ahead log).
     fn disk_size(&self) -> u64;
 }

@@ -288,6 +288,21 @@ impl Store for SqliteStore {
         Ok(())
     }
 
+    fn sync(&self) -> Result<()> {
+        // Committed transactions live in the WAL; with synchronous=NORMAL it is synced only
+        // at checkpoints, so sync it now. Hold the writer lock so no commit is half-written.
+        let _writer = lock(&self.writer);
+        let mut wal = self.path.clone().into_os_string();
+        wal.push("-wal");
+        match std::fs::File::open(&wal) {
+            Ok(f) => f
+                .sync_data()
+                .map_err(|e| Error::io("syncing", PathBuf::from(wal), e)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(Error::io("syncing", PathBuf::from(wal), e)),
+        }
+    }
+
     fn disk_size(&self) -> u64 {
         let size = |p: &Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
         let mut wal = self.path.clone().into_os_string();

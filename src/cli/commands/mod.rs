@@ -5,6 +5,7 @@ mod admin;
 mod checkpoint;
 mod files;
 mod history;
+mod mount;
 mod schema;
 mod transfer;
 mod vault;
@@ -105,6 +106,12 @@ pub enum Command {
     Prune(history::PruneArgs),
     /// Write this fork's changes (since its base) into a host directory.
     Apply(history::ApplyArgs),
+    /// Mount a vault or fork (or NAME@CHECKPOINT, read-only) as a real directory.
+    Mount(mount::MountArgs),
+    /// Unmount a directory (also cleans up a mount left by a killed daemon).
+    Unmount(mount::UnmountArgs),
+    /// List mounts with their vault, daemon pid and state.
+    Mounts,
     /// Copy a host directory into the workspace.
     Import(transfer::ImportArgs),
     /// Copy a workspace path out to a host directory.
@@ -182,6 +189,9 @@ pub fn run(ctx: &Ctx, command: Command) -> (&'static str, Result<Reply, Error>) 
         Command::Redo => ("redo", history::cmd_undo(ctx, true)),
         Command::Prune(a) => ("prune", history::cmd_prune(ctx, a)),
         Command::Apply(a) => ("apply", history::cmd_apply(ctx, a)),
+        Command::Mount(a) => ("mount", mount::cmd_mount(ctx, a)),
+        Command::Unmount(a) => ("unmount", mount::cmd_unmount(ctx, a)),
+        Command::Mounts => ("mounts", mount::cmd_mounts(ctx)),
         Command::Import(a) => ("import", transfer::cmd_import(ctx, a)),
         Command::Export(a) => ("export", transfer::cmd_export(ctx, a)),
         Command::Quota(c) => admin::run_quota(ctx, c),

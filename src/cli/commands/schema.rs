@@ -15,9 +15,12 @@ use agentvfs::model::OpInfo;
 use agentvfs::model::merge::MergeReport;
 use agentvfs::service::apply::ApplyReport;
 
+use agentvfs::service::mounts::MountRecord;
+
 use super::admin::CompactOutput;
 use super::files::{CatOutput, MetaOutput, MoveOutput, PathsOutput, TreeNode, WriteOutput};
 use super::history::{DiffOutput, PruneOutput};
+use super::mount::UnmountOutput;
 use super::vault::{ForkOutput, InfoOutput};
 
 fn s<T: JsonSchema>() -> Value {
@@ -71,6 +74,9 @@ pub fn commands() -> Vec<(&'static str, Value)> {
         ("redo", s::<OpInfo>()),
         ("prune", s::<PruneOutput>()),
         ("apply", s::<ApplyReport>()),
+        ("mount", s::<MountRecord>()),
+        ("unmount", s::<UnmountOutput>()),
+        ("mounts", s::<Vec<MountRecord>>()),
         ("quota show", s::<Quota>()),
         ("quota set", s::<Quota>()),
         ("audit", s::<Vec<AuditRecord>>()),

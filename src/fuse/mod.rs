@@ -1,0 +1,523 @@
+//! The FUSE adapter: translates kernel requests (via `fuser`) into `MountSession` calls and
+//! replies. No rules live here: validation, buffering and errno choice are the session's.
+
+use std::ffi::OsStr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use fuser::{
+    AccessFlags, Config, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
+    INodeNo, KernelConfig, LockOwner, MountOption, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
+    ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite,
+    ReplyXattr, Request, TimeOrNow, WriteFlags,
+};
+
+use crate::service::mount::{Attr, AttrKind, MountSession, SetAttr};
+
+/// The daemon is the only writer of its workspace, so the kernel may cache entries and
+/// attributes; the session changes nothing behind the kernel's back.
+const TTL: Duration = Duration::from_secs(1);
+
+struct Fs(Arc<MountSession>);
+
+fn time(ns: i64) -> SystemTime {
+    if ns >= 0 {
+        UNIX_EPOCH + Duration::from_nanos(ns as u64)
+    } else {
+        UNIX_EPOCH - Duration::from_nanos(ns.unsigned_abs())
+    }
+}
+
+fn ns(t: TimeOrNow) -> i64 {
+    let t = match t {
+        TimeOrNow::SpecificTime(t) => t,
+        TimeOrNow::Now => SystemTime::now(),
+    };
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => d.as_nanos() as i64,
+        Err(e) => -(e.duration().as_nanos() as i64),
+    }
+}
+
+fn file_type(k: AttrKind) -> FileType {
+    match k {
+        AttrKind::File => FileType::RegularFile,
+        AttrKind::Dir => FileType::Directory,
+        AttrKind::Symlink => FileType::Symlink,
+        AttrKind::Fifo => FileType::NamedPipe,
+    }
+}
+
+fn attr(a: &Attr) -> FileAttr {
+    FileAttr {
+        ino: INodeNo(a.ino),
+        size: a.size,
+        blocks: a.size.div_ceil(512),
+        atime: time(a.atime),
+        mtime: time(a.mtime),
+        ctime: time(a.ctime),
+        crtime: time(a.ctime),
+        kind: file_type(a.kind),
+        perm: a.perm as u16,
+        nlink: a.nlink,
+        uid: a.uid,
+        gid: a.gid,
+        rdev: 0,
+        blksize: 4096,
+        flags: 0,
+    }
+}
+
+fn e(code: i32) -> Errno {
+    Errno::from_i32(code)
+}
+
+fn name(n: &OsStr) -> Result<&str, Errno> {
+    n.to_str().ok_or(Errno::EINVAL)
+}
+
+impl Filesystem for Fs {
+    fn init(&mut self, _req: &Request, _config: &mut KernelConfig) -> std::io::Result<()> {
+        Ok(())
+    }
+
+    fn destroy(&mut self) {
+        if let Err(err) = self.0.finish() {
+            eprintln!("avfs mount: saving the session failed: {err}");
+        }
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEntry) {
+        match name(n).and_then(|n| self.0.lookup(parent.0, n).map_err(e)) {
+            Ok(a) => reply.entry(&TTL, &attr(&a), Generation(0)),
+            Err(err) => reply.error(err),
+        }
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        match self.0.getattr(ino.0) {
+            Ok(a) => reply.attr(&TTL, &attr(&a)),
+            Err(err) => reply.error(e(err)),
+        }
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let s = SetAttr {
+            mode,
+            uid,
+            gid,
+            size,
+            atime: atime.map(ns),
+            mtime: mtime.map(ns),
+        };
+        match self.0.setattr(ino.0, s) {
+            Ok(a) => reply.attr(&TTL, &attr(&a)),
+            Err(err) => reply.error(e(err)),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        match self.0.readlink(ino.0) {
+            Ok(t) => reply.data(&t),
+            Err(err) => reply.error(e(err)),
+        }
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        n: &OsStr,
+        mode: u32,
+        umask: u32,
+        _rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let r = name(n).and_then(|n| {
+            self.0
+                .mknod(parent.0, n, mode & !umask, req.uid(), req.gid())
+                .map_err(e)
+        });
+        match r {
+            Ok(a) => reply.entry(&TTL, &attr(&a), Generation(0)),
+            Err(err) => reply.error(err),
+        }
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        n: &OsStr,
+        mode: u32,
+        umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let r = name(n).and_then(|n| {
+            self.0
+                .mkdir(parent.0, n, mode & !umask, req.uid(), req.gid())
+                .map_err(e)
+        });
+        match r {
+            Ok(a) => reply.entry(&TTL, &attr(&a), Generation(0)),
+            Err(err) => reply.error(err),
+        }
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
+        match name(n).and_then(|n| self.0.unlink(parent.0, n).map_err(e)) {
+            Ok(()) => reply.ok(),
+            Err(err) => reply.error(err),
+        }
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
+        match name(n).and_then(|n| self.0.rmdir(parent.0, n).map_err(e)) {
+            Ok(()) => reply.ok(),
+            Err(err) => reply.error(err),
+        }
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        let r = name(link).and_then(|n| {
+            let t = target.to_str().ok_or(Errno::EINVAL)?;
+            self.0
+                .symlink(parent.0, n, t, req.uid(), req.gid())
+                .map_err(e)
+        });
+        match r {
+            Ok(a) => reply.entry(&TTL, &attr(&a), Generation(0)),
+            Err(err) => reply.error(err),
+        }
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        n: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let r = name(n).and_then(|n| {
+            let nn = name(newname)?;
+            self.0
+                .rename(
+                    parent.0,
+                    n,
+                    newparent.0,
+                    nn,
+                    flags.contains(RenameFlags::RENAME_NOREPLACE),
+                    flags.contains(RenameFlags::RENAME_EXCHANGE),
+                )
+                .map_err(e)
+        });
+        match r {
+            Ok(()) => reply.ok(),
+            Err(err) => reply.error(err),
+        }
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        match self.0.open(ino.0, flags.0) {
+            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+            Err(err) => reply.error(e(err)),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        match self.0.read_data(ino.0, fh.0, offset, size) {
+            Ok(d) => reply.data(&d),
+            Err(err) => reply.error(e(err)),
+        }
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        match self.0.write_data(ino.0, fh.0, offset, data) {
+            Ok(n) => reply.written(n),
+            Err(err) => reply.error(e(err)),
+        }
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        match self.0.flush(ino.0) {
+            Ok(()) => reply.ok(),
+            Err(err) => reply.error(e(err)),
+        }
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        match self.0.release(ino.0, fh.0) {
+            Ok(()) => reply.ok(),
+            Err(err) => reply.error(e(err)),
+        }
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        match self.0.fsync(ino.0) {
+            Ok(()) => reply.ok(),
+            Err(err) => reply.error(e(err)),
+        }
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        match self.0.opendir(ino.0) {
+            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+            Err(err) => reply.error(e(err)),
+        }
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        match self.0.readdir(fh.0, offset) {
+            Ok(entries) => {
+                for (ino, next, kind, n) in entries {
+                    if reply.add(INodeNo(ino), next, file_type(kind), n) {
+                        break;
+                    }
+                }
+                reply.ok();
+            }
+            Err(err) => reply.error(e(err)),
+        }
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        self.0.releasedir(fh.0);
+        reply.ok();
+    }
+
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        match self.0.workspace().vault().sync() {
+            Ok(()) => reply.ok(),
+            Err(_) => reply.error(Errno::EIO),
+        }
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        let s = self.0.statfs();
+        reply.statfs(
+            s.blocks, s.bfree, s.bfree, s.files, s.ffree, s.bsize, 255, s.bsize,
+        );
+    }
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        n: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        match name(n).and_then(|n| self.0.setxattr(ino.0, n, value, flags).map_err(e)) {
+            Ok(()) => reply.ok(),
+            Err(err) => reply.error(err),
+        }
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, n: &OsStr, size: u32, reply: ReplyXattr) {
+        match name(n).and_then(|n| self.0.getxattr(ino.0, n).map_err(e)) {
+            Ok(v) => xattr_reply(reply, &v, size),
+            Err(err) => reply.error(err),
+        }
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        match self.0.listxattr(ino.0) {
+            Ok(v) => xattr_reply(reply, &v, size),
+            Err(err) => reply.error(e(err)),
+        }
+    }
+
+    fn removexattr(&self, _req: &Request, ino: INodeNo, n: &OsStr, reply: ReplyEmpty) {
+        match name(n).and_then(|n| self.0.removexattr(ino.0, n).map_err(e)) {
+            Ok(()) => reply.ok(),
+            Err(err) => reply.error(err),
+        }
+    }
+
+    fn access(&self, _req: &Request, ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
+        // Permission bits are checked by the kernel (default_permissions); this only
+        // confirms the inode exists.
+        match self.0.getattr(ino.0) {
+            Ok(_) => reply.ok(),
+            Err(err) => reply.error(e(err)),
+        }
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        n: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let r = name(n).and_then(|n| {
+            self.0
+                .create(parent.0, n, mode & !umask, flags, req.uid(), req.gid())
+                .map_err(e)
+        });
+        match r {
+            Ok((a, fh)) => reply.created(
+                &TTL,
+                &attr(&a),
+                Generation(0),
+                FileHandle(fh),
+                FopenFlags::empty(),
+            ),
+            Err(err) => reply.error(err),
+        }
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        match self.0.fallocate(ino.0, offset, length, mode) {
+            Ok(()) => reply.ok(),
+            Err(err) => reply.error(e(err)),
+        }
+    }
+}
+
+fn xattr_reply(reply: ReplyXattr, value: &[u8], size: u32) {
+    if size == 0 {
+        reply.size(value.len() as u32);
+    } else if (size as usize) < value.len() {
+        reply.error(Errno::ERANGE);
+    } else {
+        reply.data(value);
+    }
+}
+
+fn config(readonly: bool) -> Config {
+    let mut c = Config::default();
+    c.mount_options = vec![
+        MountOption::FSName("avfs".into()),
+        MountOption::Subtype("avfs".into()),
+        MountOption::DefaultPermissions,
+        if readonly {
+            MountOption::RO
+        } else {
+            MountOption::RW
+        },
+    ];
+    c.acl = fuser::SessionACL::All;
+    // Two workers: a slow read does not block other callers.
+    c.n_threads = Some(2);
+    c
+}
+
+/// Serve `session` at `dir` until it is unmounted. Blocks.
+pub fn serve(session: MountSession, dir: &Path) -> std::io::Result<()> {
+    let readonly = session.readonly();
+    fuser::mount(Fs(Arc::new(session)), dir, &config(readonly))
+}
+
+/// Serve `session` at `dir` on background threads; dropping the handle unmounts.
+pub fn spawn(session: MountSession, dir: &Path) -> std::io::Result<fuser::BackgroundSession> {
+    let readonly = session.readonly();
+    fuser::spawn_mount(Fs(Arc::new(session)), dir, &config(readonly))
+}

@@ -1,0 +1,923 @@
+//! `MountSession`: a workspace served as a POSIX file system. It owns the inode table (stable
+//! for the life of the mount and independent of content ids), open handles, and per-inode
+//! write buffers that are committed in one transaction on close, fsync or a size threshold,
+//! never one per `write()`. The FUSE adapter only translates calls; every rule is here.
+//! Errors are errno values.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::error::Error;
+use crate::model::id::ObjectId;
+use crate::model::node::{Attrs, Node, NodeKind};
+use crate::model::path::VPath;
+use crate::model::{Quota, View, Workspace, now_ns};
+
+pub type Errno = i32;
+pub type MResult<T> = std::result::Result<T, Errno>;
+
+/// Commit a write buffer once it holds this many bytes more than its last commit.
+const DIRTY_LIMIT: usize = 64 * 1024 * 1024;
+
+pub const ROOT_INO: u64 = 1;
+
+/// Map a model error to the errno a POSIX caller expects.
+pub fn errno(e: &Error) -> Errno {
+    use rustix::io::Errno as E;
+    let e = match e {
+        Error::PathNotFound { .. } => E::NOENT,
+        Error::NotADirectory { .. } => E::NOTDIR,
+        Error::IsADirectory { .. } => E::ISDIR,
+        Error::DirectoryNotEmpty { .. } => E::NOTEMPTY,
+        Error::AlreadyExists { .. } => E::EXIST,
+        Error::QuotaExceeded { .. } => E::DQUOT,
+        Error::InvalidPath { .. } | Error::InvalidName { .. } | Error::InvalidArgument { .. } => {
+            E::INVAL
+        }
+        _ => E::IO,
+    };
+    e.raw_os_error()
+}
+
+fn err(e: rustix::io::Errno) -> Errno {
+    e.raw_os_error()
+}
+
+/// What a node looks like to the kernel.
+#[derive(Debug, Clone)]
+pub struct Attr {
+    pub ino: u64,
+    pub kind: AttrKind,
+    pub size: u64,
+    pub perm: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub atime: i64,
+    pub mtime: i64,
+    pub ctime: i64,
+    pub nlink: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttrKind {
+    File,
+    Dir,
+    Symlink,
+    Fifo,
+}
+
+/// Times to set; `None` leaves one alone.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SetAttr {
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub size: Option<u64>,
+    pub atime: Option<i64>,
+    pub mtime: Option<i64>,
+}
+
+/// Space figures for statfs, from the quota when one is set.
+#[derive(Debug, Clone, Copy)]
+pub struct FsStats {
+    pub blocks: u64,
+    pub bfree: u64,
+    pub files: u64,
+    pub ffree: u64,
+    pub bsize: u32,
+}
+
+#[derive(Default)]
+struct Inodes {
+    /// `None` once the path was unlinked (open handles may still use the inode).
+    by_ino: HashMap<u64, Option<VPath>>,
+    by_path: HashMap<VPath, u64>,
+    next: u64,
+}
+
+struct Handle {
+    ino: u64,
+    append: bool,
+    /// The node when opened, so an unlinked file stays readable until closed.
+    snapshot: Option<Node>,
+}
+
+struct Dirty {
+    data: Vec<u8>,
+    node: Node,
+    committed_len: usize,
+    /// Handles open on this inode; the buffer goes when the last one closes.
+    opens: usize,
+    changed: bool,
+}
+
+/// A directory entry as listed at opendir: (inode, kind, name).
+type DirEntry = (u64, AttrKind, String);
+
+pub struct MountSession {
+    ws: Workspace,
+    /// Serve this checkpoint, read-only.
+    at: Option<String>,
+    readonly: bool,
+    quota: Quota,
+    inodes: Mutex<Inodes>,
+    handles: Mutex<HashMap<u64, Handle>>,
+    dirty: Mutex<HashMap<u64, Dirty>>,
+    dirs: Mutex<HashMap<u64, Vec<DirEntry>>>,
+    next_fh: AtomicU64,
+    started_from: ObjectId,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn kind_of(n: &Node) -> AttrKind {
+    match n.kind {
+        NodeKind::File { .. } => AttrKind::File,
+        NodeKind::Dir { .. } => AttrKind::Dir,
+        NodeKind::Symlink { .. } => AttrKind::Symlink,
+        NodeKind::Fifo => AttrKind::Fifo,
+    }
+}
+
+fn attr_of(ino: u64, n: &Node) -> Attr {
+    Attr {
+        ino,
+        kind: kind_of(n),
+        size: n.size(),
+        perm: n.attrs.mode & 0o7777,
+        uid: n.attrs.uid,
+        gid: n.attrs.gid,
+        atime: n.attrs.atime,
+        mtime: n.attrs.mtime,
+        ctime: n.attrs.ctime,
+        nlink: if n.is_dir() { 2 } else { 1 },
+    }
+}
+
+fn name_ok(name: &str) -> MResult<()> {
+    if name.is_empty() || name == "." || name == ".." || name.contains('/') {
+        return Err(err(rustix::io::Errno::INVAL));
+    }
+    if name.len() > 255 {
+        return Err(err(rustix::io::Errno::NAMETOOLONG));
+    }
+    Ok(())
+}
+
+impl MountSession {
+    /// Serve `ws` (or its checkpoint `at`, read-only).
+    pub fn new(ws: Workspace, at: Option<String>, readonly: bool) -> crate::Result<MountSession> {
+        let quota = ws.vault().quota()?;
+        let started_from = match &at {
+            Some(cp) => ws.checkpoint(cp)?.root,
+            None => ws.snapshot_root()?,
+        };
+        let mut inodes = Inodes {
+            next: ROOT_INO + 1,
+            ..Default::default()
+        };
+        inodes.by_ino.insert(ROOT_INO, Some(VPath::root()));
+        inodes.by_path.insert(VPath::root(), ROOT_INO);
+        Ok(MountSession {
+            ws,
+            readonly: readonly || at.is_some(),
+            at,
+            quota,
+            inodes: Mutex::new(inodes),
+            handles: Mutex::new(HashMap::new()),
+            dirty: Mutex::new(HashMap::new()),
+            dirs: Mutex::new(HashMap::new()),
+            next_fh: AtomicU64::new(1),
+            started_from,
+        })
+    }
+
+    pub fn workspace(&self) -> &Workspace {
+        &self.ws
+    }
+
+    pub fn readonly(&self) -> bool {
+        self.readonly
+    }
+
+    fn read<R>(&self, f: impl FnOnce(&View<'_>) -> crate::Result<R>) -> MResult<R> {
+        self.ws
+            .read_at(self.at.as_deref(), f)
+            .map_err(|e| errno(&e))
+    }
+
+    fn edit<R>(
+        &self,
+        op: &str,
+        paths: &[&VPath],
+        f: impl FnOnce(&mut crate::model::Edit<'_>) -> crate::Result<R>,
+    ) -> MResult<R> {
+        if self.readonly {
+            return Err(err(rustix::io::Errno::ROFS));
+        }
+        self.ws.edit_batch(op, paths, f).map_err(|e| errno(&e))
+    }
+
+    fn path_of(&self, ino: u64) -> MResult<VPath> {
+        match lock(&self.inodes).by_ino.get(&ino) {
+            Some(Some(p)) => Ok(p.clone()),
+            _ => Err(err(rustix::io::Errno::NOENT)),
+        }
+    }
+
+    fn ino_for(&self, path: &VPath) -> u64 {
+        let mut inodes = lock(&self.inodes);
+        if let Some(i) = inodes.by_path.get(path) {
+            return *i;
+        }
+        let ino = inodes.next;
+        inodes.next += 1;
+        inodes.by_ino.insert(ino, Some(path.clone()));
+        inodes.by_path.insert(path.clone(), ino);
+        ino
+    }
+
+    fn forget_path(&self, path: &VPath) {
+        let mut inodes = lock(&self.inodes);
+        let gone: Vec<VPath> = inodes
+            .by_path
+            .keys()
+            .filter(|p| p.starts_with(path))
+            .cloned()
+            .collect();
+        for p in gone {
+            if let Some(ino) = inodes.by_path.remove(&p) {
+                inodes.by_ino.insert(ino, None);
+            }
+        }
+    }
+
+    fn move_paths(&self, from: &VPath, to: &VPath) {
+        let mut inodes = lock(&self.inodes);
+        let moved: Vec<(VPath, u64)> = inodes
+            .by_path
+            .iter()
+            .filter(|(p, _)| p.starts_with(from))
+            .map(|(p, i)| (p.clone(), *i))
+            .collect();
+        for (p, _) in &moved {
+            inodes.by_path.remove(p);
+        }
+        for (p, ino) in moved {
+            let np = p.rebase(from, to);
+            inodes.by_ino.insert(ino, Some(np.clone()));
+            inodes.by_path.insert(np, ino);
+        }
+    }
+
+    fn child(&self, parent: u64, name: &str) -> MResult<VPath> {
+        name_ok(name)?;
+        Ok(self.path_of(parent)?.join(name))
+    }
+
+    /// The current node of an inode, with buffered writes applied.
+    fn node(&self, ino: u64) -> MResult<Node> {
+        if let Some(d) = lock(&self.dirty).get(&ino) {
+            return Ok(d.node.clone());
+        }
+        let path = match lock(&self.inodes).by_ino.get(&ino) {
+            Some(Some(p)) => p.clone(),
+            Some(None) => {
+                // Unlinked but open: serve the node it had when opened.
+                return lock(&self.handles)
+                    .values()
+                    .find(|h| h.ino == ino)
+                    .and_then(|h| h.snapshot.clone())
+                    .ok_or(err(rustix::io::Errno::NOENT));
+            }
+            None => return Err(err(rustix::io::Errno::NOENT)),
+        };
+        self.read(|v| v.get(&path))
+    }
+
+    pub fn getattr(&self, ino: u64) -> MResult<Attr> {
+        Ok(attr_of(ino, &self.node(ino)?))
+    }
+
+    pub fn lookup(&self, parent: u64, name: &str) -> MResult<Attr> {
+        let path = self.child(parent, name)?;
+        let node = self.read(|v| v.get(&path))?;
+        let ino = self.ino_for(&path);
+        // Buffered writes not yet committed still count.
+        Ok(attr_of(ino, &self.node(ino).unwrap_or(node)))
+    }
+
+    pub fn readlink(&self, ino: u64) -> MResult<Vec<u8>> {
+        match self.node(ino)?.kind {
+            NodeKind::Symlink { target } => Ok(target.into_bytes()),
+            _ => Err(err(rustix::io::Errno::INVAL)),
+        }
+    }
+
+    fn new_node(&self, kind: NodeKind, mode: u32, uid: u32, gid: u32) -> Node {
+        let mut attrs = Attrs::new(mode, now_ns());
+        attrs.uid = uid;
+        attrs.gid = gid;
+        Node::new(kind, attrs)
+    }
+
+    fn create_node(
+        &self,
+        op: &str,
+        parent: u64,
+        name: &str,
+        node: Node,
+        exclusive: bool,
+    ) -> MResult<Attr> {
+        let path = self.child(parent, name)?;
+        self.edit(op, &[&path], |e| {
+            if let Some((existing, _)) = e.view().lookup(&path)? {
+                if exclusive || existing.is_dir() || !node.is_file() {
+                    return Err(Error::AlreadyExists {
+                        name: path.display(),
+                    });
+                }
+                return Ok(());
+            }
+            e.put_node(&path, node)
+        })?;
+        self.lookup(parent, name)
+    }
+
+    pub fn mkdir(&self, parent: u64, name: &str, mode: u32, uid: u32, gid: u32) -> MResult<Attr> {
+        let dir = self.new_node(
+            NodeKind::Dir {
+                tree: None,
+                files: 0,
+                bytes: 0,
+            },
+            mode,
+            uid,
+            gid,
+        );
+        self.create_node("mount.mkdir", parent, name, dir, true)
+    }
+
+    /// mknod for regular files and FIFOs; devices and sockets are not stored.
+    pub fn mknod(&self, parent: u64, name: &str, mode: u32, uid: u32, gid: u32) -> MResult<Attr> {
+        let kind = match mode & 0o170000 {
+            0o010000 => NodeKind::Fifo,
+            0 | 0o100000 => NodeKind::File {
+                size: 0,
+                content: None,
+            },
+            _ => return Err(err(rustix::io::Errno::PERM)),
+        };
+        self.create_node(
+            "mount.mknod",
+            parent,
+            name,
+            self.new_node(kind, mode, uid, gid),
+            true,
+        )
+    }
+
+    pub fn symlink(
+        &self,
+        parent: u64,
+        name: &str,
+        target: &str,
+        uid: u32,
+        gid: u32,
+    ) -> MResult<Attr> {
+        let node = self.new_node(
+            NodeKind::Symlink {
+                target: target.to_string(),
+            },
+            0o777,
+            uid,
+            gid,
+        );
+        self.create_node("mount.symlink", parent, name, node, true)
+    }
+
+    /// Create (and open) a regular file.
+    pub fn create(
+        &self,
+        parent: u64,
+        name: &str,
+        mode: u32,
+        flags: i32,
+        uid: u32,
+        gid: u32,
+    ) -> MResult<(Attr, u64)> {
+        let exclusive = flags & libc_flags::O_EXCL != 0;
+        let file = self.new_node(
+            NodeKind::File {
+                size: 0,
+                content: None,
+            },
+            mode,
+            uid,
+            gid,
+        );
+        let attr = self.create_node("mount.create", parent, name, file, exclusive)?;
+        if flags & libc_flags::O_TRUNC != 0 && attr.size > 0 {
+            self.setattr(
+                attr.ino,
+                SetAttr {
+                    size: Some(0),
+                    ..Default::default()
+                },
+            )?;
+        }
+        let fh = self.open(attr.ino, flags)?;
+        Ok((self.getattr(attr.ino)?, fh))
+    }
+
+    pub fn unlink(&self, parent: u64, name: &str) -> MResult<()> {
+        let path = self.child(parent, name)?;
+        self.edit("mount.unlink", &[&path], |e| {
+            let (n, _) = e.view().lookup(&path)?.ok_or_else(|| Error::PathNotFound {
+                path: path.display(),
+            })?;
+            if n.is_dir() {
+                return Err(Error::IsADirectory {
+                    path: path.display(),
+                });
+            }
+            e.remove(&path, false)
+        })?;
+        self.forget_path(&path);
+        Ok(())
+    }
+
+    pub fn rmdir(&self, parent: u64, name: &str) -> MResult<()> {
+        let path = self.child(parent, name)?;
+        self.edit("mount.rmdir", &[&path], |e| {
+            let (n, _) = e.view().lookup(&path)?.ok_or_else(|| Error::PathNotFound {
+                path: path.display(),
+            })?;
+            if !n.is_dir() {
+                return Err(Error::NotADirectory {
+                    path: path.display(),
+                });
+            }
+            e.remove(&path, false)
+        })?;
+        self.forget_path(&path);
+        Ok(())
+    }
+
+    /// rename(2), with RENAME_NOREPLACE and RENAME_EXCHANGE.
+    pub fn rename(
+        &self,
+        parent: u64,
+        name: &str,
+        newparent: u64,
+        newname: &str,
+        noreplace: bool,
+        exchange: bool,
+    ) -> MResult<()> {
+        let (from, to) = (self.child(parent, name)?, self.child(newparent, newname)?);
+        // Buffered content must land under the old name before the name moves.
+        let from_ino = lock(&self.inodes).by_path.get(&from).copied();
+        if let Some(ino) = from_ino {
+            self.commit(ino)?;
+        }
+        self.edit("mount.rename", &[&from, &to], |e| {
+            if exchange {
+                return e.exchange(&from, &to);
+            }
+            if noreplace && e.view().lookup(&to)?.is_some() {
+                return Err(Error::AlreadyExists { name: to.display() });
+            }
+            e.rename(&from, &to)
+        })?;
+        if exchange {
+            let tmp = VPath::parse("\u{1}avfs-exchange").unwrap_or_default();
+            self.move_paths(&to, &tmp);
+            self.move_paths(&from, &to);
+            self.move_paths(&tmp, &from);
+        } else {
+            self.forget_path(&to);
+            self.move_paths(&from, &to);
+        }
+        Ok(())
+    }
+
+    pub fn setattr(&self, ino: u64, s: SetAttr) -> MResult<Attr> {
+        if self.readonly {
+            return Err(err(rustix::io::Errno::ROFS));
+        }
+        let now = now_ns();
+        {
+            let mut dirty = lock(&self.dirty);
+            if let Some(d) = dirty.get_mut(&ino) {
+                // An inode with buffered writes changes in the buffer; committed on close.
+                apply_setattr(&mut d.node, &s, now);
+                if let Some(size) = s.size {
+                    self.check_size(size)?;
+                    d.data.resize(size as usize, 0);
+                    set_size(&mut d.node, size);
+                    d.changed = true;
+                }
+                return Ok(attr_of(ino, &d.node));
+            }
+        }
+        let path = self.path_of(ino)?;
+        if let Some(size) = s.size {
+            self.check_size(size)?;
+        }
+        let node = self.edit("mount.setattr", &[&path], |e| {
+            if let Some(size) = s.size {
+                let (n, _) = e.view().lookup(&path)?.ok_or_else(|| Error::PathNotFound {
+                    path: path.display(),
+                })?;
+                if n.is_dir() {
+                    return Err(Error::IsADirectory {
+                        path: path.display(),
+                    });
+                }
+                let mut data = e.view().read_node(&n)?;
+                data.resize(size as usize, 0);
+                let content = e.store_content(&data)?;
+                let mut n = n;
+                n.kind = NodeKind::File { size, content };
+                n.attrs.mtime = now;
+                e.put_node(&path, n)?;
+            }
+            e.update(&path, |n| {
+                apply_setattr(n, &s, now);
+                Ok(())
+            })
+        })?;
+        Ok(attr_of(ino, &node))
+    }
+
+    fn check_size(&self, size: u64) -> MResult<()> {
+        self.quota.check_file_size(size).map_err(|e| errno(&e))
+    }
+
+    pub fn open(&self, ino: u64, flags: i32) -> MResult<u64> {
+        let node = self.node(ino)?;
+        let acc = flags & libc_flags::O_ACCMODE;
+        let writable = acc == libc_flags::O_WRONLY || acc == libc_flags::O_RDWR;
+        if writable && self.readonly {
+            return Err(err(rustix::io::Errno::ROFS));
+        }
+        if node.is_dir() && writable {
+            return Err(err(rustix::io::Errno::ISDIR));
+        }
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        if writable && node.is_file() {
+            let mut dirty = lock(&self.dirty);
+            match dirty.get_mut(&ino) {
+                Some(d) => d.opens += 1,
+                None => {
+                    let data = self.read(|v| v.read_node(&node))?;
+                    dirty.insert(
+                        ino,
+                        Dirty {
+                            committed_len: data.len(),
+                            data,
+                            node: node.clone(),
+                            opens: 1,
+                            changed: false,
+                        },
+                    );
+                }
+            }
+        }
+        lock(&self.handles).insert(
+            fh,
+            Handle {
+                ino,
+                append: flags & libc_flags::O_APPEND != 0,
+                snapshot: Some(node),
+            },
+        );
+        Ok(fh)
+    }
+
+    pub fn read_data(&self, ino: u64, fh: u64, offset: u64, size: u32) -> MResult<Vec<u8>> {
+        if let Some(d) = lock(&self.dirty).get(&ino) {
+            let start = (offset as usize).min(d.data.len());
+            let end = (start + size as usize).min(d.data.len());
+            return Ok(d.data[start..end].to_vec());
+        }
+        let node = match lock(&self.handles).get(&fh) {
+            Some(h)
+                if lock(&self.inodes)
+                    .by_ino
+                    .get(&ino)
+                    .is_some_and(Option::is_none) =>
+            {
+                h.snapshot.clone()
+            }
+            _ => None,
+        };
+        let node = match node {
+            Some(n) => n,
+            None => self.node(ino)?,
+        };
+        if node.is_dir() {
+            return Err(err(rustix::io::Errno::ISDIR));
+        }
+        self.read(|v| v.read_node_range(&node, offset, size as u64))
+    }
+
+    pub fn write_data(&self, ino: u64, fh: u64, offset: u64, data: &[u8]) -> MResult<u32> {
+        let append = lock(&self.handles).get(&fh).is_some_and(|h| h.append);
+        let over_limit = {
+            let mut dirty = lock(&self.dirty);
+            let d = dirty.get_mut(&ino).ok_or(err(rustix::io::Errno::BADF))?;
+            let start = if append {
+                d.data.len()
+            } else {
+                offset as usize
+            };
+            let end = start + data.len();
+            if end > d.data.len() {
+                self.check_size(end as u64)?;
+                let grow = (end - d.data.len()) as u64;
+                if let Some(limit) = self.quota.max_size_mb {
+                    let total = self
+                        .ws
+                        .vault()
+                        .info(self.ws.name())
+                        .map(|i| i.workspace.bytes)
+                        .unwrap_or(0);
+                    let pending = (d.data.len() - d.committed_len.min(d.data.len())) as u64;
+                    if total + pending + grow > limit * 1024 * 1024 {
+                        return Err(err(rustix::io::Errno::DQUOT));
+                    }
+                }
+                d.data.resize(end, 0);
+            }
+            d.data[start..end].copy_from_slice(data);
+            let now = now_ns();
+            set_size(&mut d.node, d.data.len() as u64);
+            d.node.attrs.mtime = now;
+            d.node.attrs.ctime = now;
+            d.changed = true;
+            d.data.len().saturating_sub(d.committed_len) > DIRTY_LIMIT
+        };
+        if over_limit {
+            self.commit(ino)?;
+        }
+        Ok(data.len() as u32)
+    }
+
+    /// Write an inode's buffered content in one transaction.
+    pub fn commit(&self, ino: u64) -> MResult<()> {
+        let (data, node) = {
+            let dirty = lock(&self.dirty);
+            match dirty.get(&ino) {
+                Some(d) if d.changed => (d.data.clone(), d.node.clone()),
+                _ => return Ok(()),
+            }
+        };
+        let path = match lock(&self.inodes).by_ino.get(&ino) {
+            Some(Some(p)) => p.clone(),
+            // Unlinked while open: its content goes nowhere.
+            _ => return Ok(()),
+        };
+        self.edit("mount.write", &[&path], |e| {
+            let content = e.store_content(&data)?;
+            let mut n = match e.view().lookup(&path)? {
+                Some((cur, _)) if cur.is_file() => cur,
+                _ => {
+                    return Err(Error::PathNotFound {
+                        path: path.display(),
+                    });
+                }
+            };
+            n.kind = NodeKind::File {
+                size: data.len() as u64,
+                content,
+            };
+            n.attrs = node.attrs.clone();
+            n.xattrs = node.xattrs.clone();
+            e.put_node(&path, n)
+        })?;
+        if let Some(d) = lock(&self.dirty).get_mut(&ino) {
+            d.committed_len = data.len();
+            d.changed = d.data != data;
+        }
+        Ok(())
+    }
+
+    pub fn flush(&self, ino: u64) -> MResult<()> {
+        self.commit(ino)
+    }
+
+    /// Commit and make durable.
+    pub fn fsync(&self, ino: u64) -> MResult<()> {
+        self.commit(ino)?;
+        self.ws.vault().sync().map_err(|e| errno(&e))
+    }
+
+    pub fn release(&self, ino: u64, fh: u64) -> MResult<()> {
+        let result = self.commit(ino);
+        lock(&self.handles).remove(&fh);
+        let mut dirty = lock(&self.dirty);
+        if let Some(d) = dirty.get_mut(&ino) {
+            d.opens = d.opens.saturating_sub(1);
+            if d.opens == 0 {
+                dirty.remove(&ino);
+            }
+        }
+        result
+    }
+
+    pub fn opendir(&self, ino: u64) -> MResult<u64> {
+        let path = self.path_of(ino)?;
+        let children = self.read(|v| v.list(&path))?;
+        let parent = path.parent().map(|p| self.ino_for(&p)).unwrap_or(ROOT_INO);
+        let mut entries = vec![
+            (ino, AttrKind::Dir, ".".to_string()),
+            (parent, AttrKind::Dir, "..".to_string()),
+        ];
+        for c in children {
+            let child_ino = self.ino_for(&path.join(&c.name));
+            entries.push((child_ino, kind_of(&c.node), c.name));
+        }
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        lock(&self.dirs).insert(fh, entries);
+        Ok(fh)
+    }
+
+    /// Entries from `offset` on: a snapshot taken at opendir, so offsets stay stable while
+    /// the directory changes.
+    pub fn readdir(&self, fh: u64, offset: u64) -> MResult<Vec<(u64, u64, AttrKind, String)>> {
+        let dirs = lock(&self.dirs);
+        let entries = dirs.get(&fh).ok_or(err(rustix::io::Errno::BADF))?;
+        Ok(entries
+            .iter()
+            .enumerate()
+            .skip(offset as usize)
+            .map(|(i, (ino, k, n))| (*ino, i as u64 + 1, *k, n.clone()))
+            .collect())
+    }
+
+    pub fn releasedir(&self, fh: u64) {
+        lock(&self.dirs).remove(&fh);
+    }
+
+    pub fn statfs(&self) -> FsStats {
+        const BSIZE: u64 = 4096;
+        let (used_bytes, used_files) = self
+            .ws
+            .vault()
+            .info(self.ws.name())
+            .map(|i| (i.workspace.bytes, i.workspace.files))
+            .unwrap_or((0, 0));
+        let total_bytes = self
+            .quota
+            .max_size_mb
+            .map(|m| m * 1024 * 1024)
+            .unwrap_or(1 << 44);
+        let total_files = self.quota.max_files.unwrap_or(1 << 32);
+        FsStats {
+            blocks: total_bytes / BSIZE,
+            bfree: total_bytes.saturating_sub(used_bytes) / BSIZE,
+            files: total_files,
+            ffree: total_files.saturating_sub(used_files),
+            bsize: BSIZE as u32,
+        }
+    }
+
+    pub fn getxattr(&self, ino: u64, name: &str) -> MResult<Vec<u8>> {
+        self.node(ino)?
+            .xattrs
+            .get(name)
+            .cloned()
+            .ok_or(err(rustix::io::Errno::NODATA))
+    }
+
+    pub fn listxattr(&self, ino: u64) -> MResult<Vec<u8>> {
+        let mut out = Vec::new();
+        for k in self.node(ino)?.xattrs.keys() {
+            out.extend_from_slice(k.as_bytes());
+            out.push(0);
+        }
+        Ok(out)
+    }
+
+    /// `flags`: XATTR_CREATE (1) fails if present, XATTR_REPLACE (2) fails if absent.
+    pub fn setxattr(&self, ino: u64, name: &str, value: &[u8], flags: i32) -> MResult<()> {
+        let exists = self.node(ino)?.xattrs.contains_key(name);
+        if flags & 1 != 0 && exists {
+            return Err(err(rustix::io::Errno::EXIST));
+        }
+        if flags & 2 != 0 && !exists {
+            return Err(err(rustix::io::Errno::NODATA));
+        }
+        self.commit(ino)?;
+        let path = self.path_of(ino)?;
+        self.edit("mount.setxattr", &[&path], |e| {
+            e.update(&path, |n| {
+                n.xattrs.insert(name.to_string(), value.to_vec());
+                Ok(())
+            })
+        })?;
+        self.refresh_dirty_meta(ino)
+    }
+
+    pub fn removexattr(&self, ino: u64, name: &str) -> MResult<()> {
+        if !self.node(ino)?.xattrs.contains_key(name) {
+            return Err(err(rustix::io::Errno::NODATA));
+        }
+        self.commit(ino)?;
+        let path = self.path_of(ino)?;
+        self.edit("mount.removexattr", &[&path], |e| {
+            e.update(&path, |n| {
+                n.xattrs.remove(name);
+                Ok(())
+            })
+        })?;
+        self.refresh_dirty_meta(ino)
+    }
+
+    fn refresh_dirty_meta(&self, ino: u64) -> MResult<()> {
+        let has_dirty = lock(&self.dirty).contains_key(&ino);
+        if has_dirty {
+            let path = self.path_of(ino)?;
+            let node = self.read(|v| v.get(&path))?;
+            if let Some(d) = lock(&self.dirty).get_mut(&ino) {
+                d.node.xattrs = node.xattrs;
+                d.node.attrs.ctime = node.attrs.ctime;
+            }
+        }
+        Ok(())
+    }
+
+    /// fallocate mode 0: make sure the file is at least `offset + len` long.
+    pub fn fallocate(&self, ino: u64, offset: u64, len: u64, mode: i32) -> MResult<()> {
+        if mode != 0 {
+            return Err(err(rustix::io::Errno::OPNOTSUPP));
+        }
+        let end = offset + len;
+        let size = self.node(ino)?.size();
+        if end > size {
+            self.setattr(
+                ino,
+                SetAttr {
+                    size: Some(end),
+                    ..Default::default()
+                },
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Commit everything and record the whole mount session as one operation in the op log.
+    pub fn finish(&self) -> crate::Result<()> {
+        let inos: Vec<u64> = lock(&self.dirty).keys().copied().collect();
+        for ino in inos {
+            let _ = self.commit(ino);
+        }
+        if self.readonly {
+            return Ok(());
+        }
+        self.ws.edit_since(self.started_from, "mount", &[], |e| {
+            e.describe("changes made through the mount".into());
+            Ok(())
+        })?;
+        self.ws.vault().sync()
+    }
+}
+
+fn set_size(n: &mut Node, size: u64) {
+    if let NodeKind::File { size: s, .. } = &mut n.kind {
+        *s = size;
+    }
+}
+
+fn apply_setattr(n: &mut Node, s: &SetAttr, now: i64) {
+    if let Some(m) = s.mode {
+        n.attrs.mode = m & 0o7777;
+    }
+    if let Some(u) = s.uid {
+        n.attrs.uid = u;
+    }
+    if let Some(g) = s.gid {
+        n.attrs.gid = g;
+    }
+    if let Some(a) = s.atime {
+        n.attrs.atime = a;
+    }
+    if let Some(m) = s.mtime {
+        n.attrs.mtime = m;
+    }
+    n.attrs.ctime = now;
+}
+
+/// open(2) flag values (Linux).
+pub mod libc_flags {
+    pub const O_ACCMODE: i32 = 0o3;
+    pub const O_WRONLY: i32 = 0o1;
+    pub const O_RDWR: i32 = 0o2;
+    pub const O_EXCL: i32 = 0o200;
+    pub const O_TRUNC: i32 = 0o1000;
+    pub const O_APPEND: i32 = 0o2000;
+}
