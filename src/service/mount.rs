@@ -99,6 +99,8 @@ struct Inodes {
 struct Handle {
     ino: u64,
     append: bool,
+    /// Writable handles hold a reference on the inode's write buffer.
+    writable: bool,
     /// The node when opened, so an unlinked file stays readable until closed.
     snapshot: Option<Node>,
 }
@@ -592,6 +594,7 @@ impl MountSession {
             Handle {
                 ino,
                 append: flags & libc_flags::O_APPEND != 0,
+                writable: writable && node.is_file(),
                 snapshot: Some(node),
             },
         );
@@ -718,8 +721,11 @@ impl MountSession {
 
     pub fn release(&self, ino: u64, fh: u64) -> MResult<()> {
         let result = self.commit(ino);
-        lock(&self.handles).remove(&fh);
+        let writable = lock(&self.handles).remove(&fh).is_some_and(|h| h.writable);
         let mut dirty = lock(&self.dirty);
+        if !writable {
+            return result;
+        }
         if let Some(d) = dirty.get_mut(&ino) {
             d.opens = d.opens.saturating_sub(1);
             if d.opens == 0 {

@@ -1,0 +1,343 @@
+//! Real tools on a real FUSE mount: git, cargo, python venv, tar, sqlite, editor-style
+//! atomic saves; read-only and checkpoint mounts; two forks mounted at once; stale mounts
+//! left by a killed daemon; a crash during a write storm.
+
+mod mount_support;
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::process::Command;
+
+use mount_support::{Mounted, avfs_in, ok};
+
+#[test]
+fn git_workflow_is_clean() {
+    let m = Mounted::new("git");
+    m.sh("git init -q -b main . && printf 'a\\n' > a.txt && mkdir -p src && printf 'fn main(){}\\n' > src/main.rs \
+          && chmod +x src/main.rs && git add -A && git commit -qm init");
+    m.sh("git checkout -q -b feature && printf 'b\\n' >> a.txt && git commit -qam feature \
+          && git checkout -q main && printf 'c\\n' > c.txt && git add c.txt && git commit -qm main-side \
+          && git checkout -q feature && git rebase -q main && git gc -q");
+    assert_eq!(m.sh("git status --porcelain"), "");
+    assert_eq!(
+        m.sh("git log --format=%s").lines().collect::<Vec<_>>(),
+        ["feature", "main-side", "init"]
+    );
+    m.sh("git fsck --strict");
+    // The executable bit survived git's own object and checkout round trip.
+    let mode = fs::metadata(m.dir.join("src/main.rs"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o111, 0o111);
+    m.unmount();
+    // After unmount the vault holds the repository, and the session is one op-log entry.
+    let ls = ok(m.avfs(&["--vault", "git", "ls", "-a", "/"]));
+    assert!(ls.contains(".git/") && ls.contains("c.txt"), "{ls}");
+    let ops = ok(m.avfs(&["--vault", "git", "--json", "op", "log"]));
+    assert!(ops.contains("\"kind\":\"mount\""), "{ops}");
+}
+
+#[test]
+fn cargo_builds_and_tests_a_crate() {
+    let m = Mounted::new("cargo");
+    let target = m.home.path().join("cargo-target-not-used");
+    let _ = target;
+    m.sh("cargo new -q --vcs none demo && cd demo && printf '#[test]\\nfn t() { assert_eq!(2 + 2, 4); }\\n' >> src/main.rs \
+          && cargo build -q --offline && cargo test -q --offline 2>&1 | grep -q 'test result: ok. 1 passed'");
+    assert_eq!(m.sh("./demo/target/debug/demo"), "Hello, world!\n");
+}
+
+#[test]
+fn python_venv_runs() {
+    let m = Mounted::new("py");
+    m.sh("python3 -m venv --without-pip venv");
+    let out = m.sh("./venv/bin/python -c 'import sys; print(sys.prefix)'");
+    assert_eq!(out.trim(), m.dir.join("venv").to_str().unwrap());
+}
+
+#[test]
+fn tar_round_trip_is_byte_identical() {
+    let src = tempfile::tempdir().unwrap();
+    let s = src.path();
+    fs::create_dir_all(s.join("tree/bin")).unwrap();
+    fs::write(s.join("tree/bin/run"), b"#!/bin/sh\necho hi\n").unwrap();
+    fs::set_permissions(s.join("tree/bin/run"), fs::Permissions::from_mode(0o755)).unwrap();
+    fs::write(
+        s.join("tree/data.bin"),
+        (0..200_000u32).map(|i| (i % 251) as u8).collect::<Vec<_>>(),
+    )
+    .unwrap();
+    fs::write(s.join("tree/empty"), b"").unwrap();
+    std::os::unix::fs::symlink("bin/run", s.join("tree/link")).unwrap();
+    std::os::unix::fs::symlink("../outside", s.join("tree/dangling")).unwrap();
+    let tar1 = s.join("in.tar");
+    let status = Command::new("tar")
+        .args([
+            "cf",
+            tar1.to_str().unwrap(),
+            "--sort=name",
+            "--mtime=2020-01-01",
+            "--owner=0",
+            "--group=0",
+            "-C",
+        ])
+        .arg(s)
+        .arg("tree")
+        .status()
+        .unwrap();
+    assert!(status.success());
+
+    let m = Mounted::new("tar");
+    m.sh(&format!("tar xf {}", tar1.display()));
+    let tar2 = s.join("out.tar");
+    m.sh(&format!(
+        "tar cf {} --sort=name --mtime=2020-01-01 --owner=0 --group=0 tree",
+        tar2.display()
+    ));
+    assert_eq!(
+        fs::read(&tar1).unwrap(),
+        fs::read(&tar2).unwrap(),
+        "tar c of the mount differs from the input"
+    );
+    assert_eq!(m.sh("./tree/bin/run"), "hi\n");
+}
+
+#[test]
+fn sqlite_database_survives_concurrent_writers() {
+    let m = Mounted::new("sqlite");
+    m.sh("sqlite3 db.sqlite 'PRAGMA journal_mode=DELETE; CREATE TABLE t(w INTEGER, i INTEGER);' >/dev/null");
+    let mut children = Vec::new();
+    for w in 0..4 {
+        let script = format!(
+            "for i in $(seq 1 25); do sqlite3 -cmd '.timeout 20000' db.sqlite \"INSERT INTO t VALUES({w}, $i);\" || exit 1; done"
+        );
+        children.push(
+            Command::new("sh")
+                .arg("-c")
+                .arg(script)
+                .current_dir(&m.dir)
+                .spawn()
+                .unwrap(),
+        );
+    }
+    for mut c in children {
+        assert!(c.wait().unwrap().success());
+    }
+    assert_eq!(
+        m.sh("sqlite3 db.sqlite 'SELECT count(*) FROM t;'").trim(),
+        "100"
+    );
+    assert_eq!(
+        m.sh("sqlite3 db.sqlite 'PRAGMA integrity_check;'").trim(),
+        "ok"
+    );
+}
+
+#[test]
+fn editor_style_atomic_save() {
+    let m = Mounted::new("editor");
+    fs::write(m.dir.join("doc.txt"), b"v1").unwrap();
+    // Write a temp file, fsync it, rename it over the original.
+    let tmp = m.dir.join(".doc.txt.swp");
+    {
+        use std::io::Write;
+        let mut f = fs::File::create(&tmp).unwrap();
+        f.write_all(b"v2 saved atomically").unwrap();
+        f.sync_all().unwrap();
+    }
+    fs::rename(&tmp, m.dir.join("doc.txt")).unwrap();
+    assert_eq!(
+        fs::read(m.dir.join("doc.txt")).unwrap(),
+        b"v2 saved atomically"
+    );
+    assert!(!tmp.exists());
+    m.unmount();
+    assert_eq!(
+        ok(m.avfs(&["--vault", "editor", "cat", "doc.txt"])),
+        "v2 saved atomically"
+    );
+}
+
+#[test]
+fn readonly_and_checkpoint_mounts_refuse_writes() {
+    let home = tempfile::tempdir().unwrap();
+    let h = home.path();
+    ok(avfs_in(h, &["vault", "create", "ro"]));
+    ok(avfs_in(h, &["write", "f.txt", "before"]));
+    ok(avfs_in(h, &["checkpoint", "save", "cp1"]));
+    ok(avfs_in(h, &["write", "f.txt", "after"]));
+    let dir = h.join("past");
+    fs::create_dir(&dir).unwrap();
+    ok(avfs_in(h, &["mount", "ro@cp1", dir.to_str().unwrap()]));
+    assert_eq!(fs::read(dir.join("f.txt")).unwrap(), b"before");
+    let err = fs::write(dir.join("new"), b"x").unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(30), "EROFS expected, got {err}");
+    ok(avfs_in(h, &["unmount", dir.to_str().unwrap()]));
+
+    let live = h.join("live");
+    fs::create_dir(&live).unwrap();
+    ok(avfs_in(
+        h,
+        &["mount", "ro", live.to_str().unwrap(), "--readonly"],
+    ));
+    assert_eq!(fs::read(live.join("f.txt")).unwrap(), b"after");
+    assert_eq!(
+        fs::write(live.join("f.txt"), b"x")
+            .unwrap_err()
+            .raw_os_error(),
+        Some(30)
+    );
+    ok(avfs_in(h, &["unmount", live.to_str().unwrap()]));
+    assert_eq!(ok(avfs_in(h, &["cat", "f.txt"])), "after");
+}
+
+#[test]
+fn two_forks_mounted_at_once_stay_isolated() {
+    let home = tempfile::tempdir().unwrap();
+    let h = home.path();
+    ok(avfs_in(h, &["vault", "create", "base"]));
+    ok(avfs_in(h, &["write", "shared.txt", "original"]));
+    ok(avfs_in(h, &["vault", "fork", "base", "f1"]));
+    ok(avfs_in(h, &["vault", "fork", "base", "f2"]));
+    let (d1, d2) = (h.join("m1"), h.join("m2"));
+    fs::create_dir(&d1).unwrap();
+    fs::create_dir(&d2).unwrap();
+    ok(avfs_in(h, &["mount", "f1", d1.to_str().unwrap()]));
+    ok(avfs_in(h, &["mount", "f2", d2.to_str().unwrap()]));
+    fs::write(d1.join("shared.txt"), b"from f1").unwrap();
+    fs::write(d2.join("only-f2"), b"2").unwrap();
+    // The parent keeps changing while its forks are mounted.
+    ok(avfs_in(h, &["write", "shared.txt", "parent changed"]));
+    assert_eq!(fs::read(d1.join("shared.txt")).unwrap(), b"from f1");
+    assert_eq!(fs::read(d2.join("shared.txt")).unwrap(), b"original");
+    assert!(!d1.join("only-f2").exists());
+    let mounts = ok(avfs_in(h, &["--json", "mounts"]));
+    assert!(
+        mounts.contains("\"vault\":\"f1\"") && mounts.contains("\"vault\":\"f2\""),
+        "{mounts}"
+    );
+    ok(avfs_in(h, &["unmount", d1.to_str().unwrap()]));
+    ok(avfs_in(h, &["unmount", d2.to_str().unwrap()]));
+    assert_eq!(
+        ok(avfs_in(h, &["--vault", "f1", "cat", "shared.txt"])),
+        "from f1"
+    );
+    assert_eq!(
+        ok(avfs_in(h, &["--vault", "base", "cat", "shared.txt"])),
+        "parent changed"
+    );
+    assert!(
+        !avfs_in(h, &["--vault", "base", "cat", "only-f2"])
+            .status
+            .success()
+    );
+}
+
+fn daemon_pid(h: &std::path::Path) -> u32 {
+    let v: serde_json::Value =
+        serde_json::from_str(&ok(avfs_in(h, &["--json", "mounts"]))).unwrap();
+    v["data"][0]["pid"].as_u64().unwrap() as u32
+}
+
+#[test]
+fn killed_daemon_is_cleaned_up_and_double_unmount_is_a_noop() {
+    let home = tempfile::tempdir().unwrap();
+    let h = home.path();
+    ok(avfs_in(h, &["vault", "create", "k"]));
+    let dir = h.join("mnt");
+    fs::create_dir(&dir).unwrap();
+    ok(avfs_in(h, &["mount", "k", dir.to_str().unwrap()]));
+    let pid = daemon_pid(h);
+    Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    // The next mount of the directory detects the dead mount and replaces it.
+    ok(avfs_in(h, &["mount", "k", dir.to_str().unwrap()]));
+    fs::write(dir.join("ok"), b"1").unwrap();
+    let pid = daemon_pid(h);
+    Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let out: serde_json::Value = serde_json::from_str(&ok(avfs_in(
+        h,
+        &["--json", "unmount", dir.to_str().unwrap()],
+    )))
+    .unwrap();
+    assert_eq!(out["data"]["stale"], true, "{out}");
+    let again: serde_json::Value = serde_json::from_str(&ok(avfs_in(
+        h,
+        &["--json", "unmount", dir.to_str().unwrap()],
+    )))
+    .unwrap();
+    assert_eq!(again["data"]["was_mounted"], false);
+    assert!(
+        fs::read_dir(&dir).is_ok(),
+        "directory usable again after cleanup"
+    );
+    ok(avfs_in(h, &["vault", "check"]));
+}
+
+#[test]
+fn crash_during_write_storm_keeps_every_fsynced_write() {
+    let home = tempfile::tempdir().unwrap();
+    let h = home.path();
+    ok(avfs_in(h, &["vault", "create", "storm"]));
+    let dir = h.join("mnt");
+    fs::create_dir(&dir).unwrap();
+    ok(avfs_in(h, &["mount", "storm", dir.to_str().unwrap()]));
+    let pid = daemon_pid(h);
+    // fsync'd files are acknowledged; a writer keeps going with unsynced writes meanwhile.
+    let mut storm = Command::new("sh")
+        .arg("-c")
+        .arg("i=0; while true; do i=$((i+1)); echo $i > noise-$((i % 50)); done")
+        .current_dir(&dir)
+        .spawn()
+        .unwrap();
+    let mut acked = Vec::new();
+    for i in 0..40 {
+        use std::io::Write;
+        let p = dir.join(format!("durable-{i}"));
+        let mut f = fs::File::create(&p).unwrap();
+        f.write_all(format!("payload {i}").as_bytes()).unwrap();
+        f.sync_all().unwrap();
+        acked.push(i);
+    }
+    Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .unwrap();
+    let _ = storm.kill();
+    let _ = storm.wait();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    ok(avfs_in(h, &["unmount", dir.to_str().unwrap()]));
+    ok(avfs_in(h, &["vault", "check"]));
+    for i in acked {
+        assert_eq!(
+            ok(avfs_in(h, &["cat", &format!("durable-{i}")])),
+            format!("payload {i}"),
+            "fsync'd write {i} lost"
+        );
+    }
+}
+
+#[test]
+fn quota_surfaces_as_edquot_and_leaves_the_vault_intact() {
+    let home = tempfile::tempdir().unwrap();
+    let h = home.path();
+    ok(avfs_in(h, &["vault", "create", "q"]));
+    ok(avfs_in(h, &["quota", "set", "--max-file-size-mb", "1"]));
+    let dir = h.join("mnt");
+    fs::create_dir(&dir).unwrap();
+    ok(avfs_in(h, &["mount", "q", dir.to_str().unwrap()]));
+    let err = fs::write(dir.join("big"), vec![7u8; 2 * 1024 * 1024]).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(122), "EDQUOT expected, got {err}");
+    fs::write(dir.join("small"), b"fits").unwrap();
+    ok(avfs_in(h, &["unmount", dir.to_str().unwrap()]));
+    assert_eq!(ok(avfs_in(h, &["cat", "small"])), "fits");
+    ok(avfs_in(h, &["vault", "check"]));
+}
