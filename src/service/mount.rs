@@ -129,7 +129,14 @@ pub struct MountSession {
     dirs: Mutex<HashMap<u64, Vec<DirEntry>>>,
     next_fh: AtomicU64,
     started_from: ObjectId,
+    /// Nodes by path, valid until the next change through this session (the only writer
+    /// of the workspace while mounted). `generation` guards against caching a node read
+    /// before a change that completed meanwhile.
+    nodes: Mutex<HashMap<VPath, Node>>,
+    generation: AtomicU64,
 }
+
+const NODE_CACHE_LIMIT: usize = 200_000;
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -194,6 +201,8 @@ impl MountSession {
             dirs: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             started_from,
+            nodes: Mutex::new(HashMap::new()),
+            generation: AtomicU64::new(0),
         })
     }
 
@@ -220,7 +229,27 @@ impl MountSession {
         if self.readonly {
             return Err(err(rustix::io::Errno::ROFS));
         }
-        self.ws.edit_batch(op, paths, f).map_err(|e| errno(&e))
+        let result = self.ws.edit_batch(op, paths, f).map_err(|e| errno(&e));
+        self.generation.fetch_add(1, Ordering::SeqCst);
+        lock(&self.nodes).clear();
+        result
+    }
+
+    /// The node at `path`, from the cache when it is current.
+    fn get_node(&self, path: &VPath) -> MResult<Node> {
+        if let Some(n) = lock(&self.nodes).get(path) {
+            return Ok(n.clone());
+        }
+        let generation = self.generation.load(Ordering::SeqCst);
+        let node = self.read(|v| v.get(path))?;
+        let mut nodes = lock(&self.nodes);
+        if self.generation.load(Ordering::SeqCst) == generation {
+            if nodes.len() >= NODE_CACHE_LIMIT {
+                nodes.clear();
+            }
+            nodes.insert(path.clone(), node.clone());
+        }
+        Ok(node)
     }
 
     fn path_of(&self, ino: u64) -> MResult<VPath> {
@@ -297,7 +326,7 @@ impl MountSession {
             }
             None => return Err(err(rustix::io::Errno::NOENT)),
         };
-        self.read(|v| v.get(&path))
+        self.get_node(&path)
     }
 
     pub fn getattr(&self, ino: u64) -> MResult<Attr> {
@@ -306,7 +335,7 @@ impl MountSession {
 
     pub fn lookup(&self, parent: u64, name: &str) -> MResult<Attr> {
         let path = self.child(parent, name)?;
-        let node = self.read(|v| v.get(&path))?;
+        let node = self.get_node(&path)?;
         let ino = self.ino_for(&path);
         // Buffered writes not yet committed still count.
         Ok(attr_of(ino, &self.node(ino).unwrap_or(node)))
@@ -431,7 +460,7 @@ impl MountSession {
                 },
             )?;
         }
-        let fh = self.open(attr.ino, flags)?;
+        let (fh, _) = self.open(attr.ino, flags)?;
         Ok((self.getattr(attr.ino)?, fh))
     }
 
@@ -559,7 +588,9 @@ impl MountSession {
         self.quota.check_file_size(size).map_err(|e| errno(&e))
     }
 
-    pub fn open(&self, ino: u64, flags: i32) -> MResult<u64> {
+    /// Open an inode; returns the handle and whether the kernel may keep its page cache
+    /// (read-only opens of files with no buffered writes: nothing else changes them).
+    pub fn open(&self, ino: u64, flags: i32) -> MResult<(u64, bool)> {
         let node = self.node(ino)?;
         let acc = flags & libc_flags::O_ACCMODE;
         let writable = acc == libc_flags::O_WRONLY || acc == libc_flags::O_RDWR;
@@ -598,7 +629,8 @@ impl MountSession {
                 snapshot: Some(node),
             },
         );
-        Ok(fh)
+        let keep_cache = !writable && !lock(&self.dirty).contains_key(&ino);
+        Ok((fh, keep_cache))
     }
 
     pub fn read_data(&self, ino: u64, fh: u64, offset: u64, size: u32) -> MResult<Vec<u8>> {
