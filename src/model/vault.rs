@@ -196,6 +196,16 @@ impl Vault {
         &self.path
     }
 
+    /// Turn group commit on or off (see `Store::set_batching`).
+    pub fn set_batching(&self, on: bool) -> Result<()> {
+        self.store.set_batching(on)
+    }
+
+    /// Commit any open batch so other processes see it.
+    pub fn flush_batch(&self) -> Result<()> {
+        self.store.flush_batch()
+    }
+
     /// Make every committed change durable on disk.
     pub fn sync(&self) -> Result<()> {
         self.store.sync()

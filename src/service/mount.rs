@@ -5,8 +5,10 @@
 //! Errors are errno values.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
 
 use crate::error::Error;
 use crate::model::id::ObjectId;
@@ -134,6 +136,8 @@ pub struct MountSession {
     /// before a change that completed meanwhile.
     nodes: Mutex<HashMap<VPath, Node>>,
     generation: AtomicU64,
+    /// Stops the group-commit flusher thread.
+    stop_flusher: Arc<AtomicBool>,
 }
 
 const NODE_CACHE_LIMIT: usize = 200_000;
@@ -188,6 +192,19 @@ impl MountSession {
             next: ROOT_INO + 1,
             ..Default::default()
         };
+        let stop_flusher = Arc::new(AtomicBool::new(false));
+        if !(readonly || at.is_some()) {
+            // Group commit: the mount's many small changes share transactions, committed
+            // by this thread every 20 ms when idle (and at once on fsync).
+            ws.vault().set_batching(true)?;
+            let (vault, stop) = (ws.vault().clone(), stop_flusher.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(20));
+                    let _ = vault.flush_batch();
+                }
+            });
+        }
         inodes.by_ino.insert(ROOT_INO, Some(VPath::root()));
         inodes.by_path.insert(VPath::root(), ROOT_INO);
         Ok(MountSession {
@@ -203,6 +220,7 @@ impl MountSession {
             started_from,
             nodes: Mutex::new(HashMap::new()),
             generation: AtomicU64::new(0),
+            stop_flusher,
         })
     }
 
@@ -917,6 +935,8 @@ impl MountSession {
         if self.readonly {
             return Ok(());
         }
+        self.stop_flusher.store(true, Ordering::Relaxed);
+        self.ws.vault().set_batching(false)?;
         self.ws.edit_since(self.started_from, "mount", &[], |e| {
             e.describe("changes made through the mount".into());
             Ok(())

@@ -146,6 +146,12 @@ pub trait StoreWrite: StoreRead {
 pub trait Store: Send + Sync {
     fn read_with(&self, f: &mut dyn FnMut(&dyn StoreRead) -> Result<()>) -> Result<()>;
     fn write_with(&self, f: &mut dyn FnMut(&mut dyn StoreWrite) -> Result<()>) -> Result<()>;
+    /// Group commit for a single busy writer (a mount daemon): writes share one transaction
+    /// committed at least every few tens of milliseconds, on `flush_batch` and on `sync`.
+    /// Other processes see changes once committed.
+    fn set_batching(&self, on: bool) -> Result<()>;
+    /// Commit the open batch, if any.
+    fn flush_batch(&self) -> Result<()>;
     /// Reclaim free pages and truncate the write-ahead log.
     fn compact(&self) -> Result<()>;
     /// Make every committed transaction durable (survives power loss), for `fsync`.

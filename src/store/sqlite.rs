@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, OpenFlags, OptionalExtension, Row, params};
 
@@ -93,9 +93,41 @@ CREATE TRIGGER audit_append_only_delete BEFORE DELETE ON audit
 /// A vault file opened for reading and writing.
 pub struct SqliteStore {
     path: PathBuf,
-    writer: Mutex<Connection>,
+    writer: Mutex<Writer>,
     reader: Mutex<Connection>,
 }
+
+/// The writer connection and, in batching mode, the transaction it holds open.
+struct Writer {
+    conn: Connection,
+    /// Group commit: writes share one transaction, committed after `BATCH_WINDOW`, on
+    /// `flush_batch`, or on `sync`. Each write is a savepoint, so a failing one rolls back
+    /// alone.
+    batching: bool,
+    open_since: Option<Instant>,
+}
+
+impl Writer {
+    fn commit_open(&mut self) -> Result<()> {
+        if self.open_since.take().is_some()
+            && let Err(e) = self.conn.execute_batch("COMMIT")
+        {
+            let _ = self.conn.execute_batch("ROLLBACK");
+            return Err(e.into());
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        // A batch still open at shutdown holds acknowledged writes: keep them.
+        let _ = self.commit_open();
+    }
+}
+
+/// How long a batched transaction may stay open.
+const BATCH_WINDOW: Duration = Duration::from_millis(50);
 
 fn open_handles() -> &'static Mutex<HashMap<PathBuf, Weak<SqliteStore>>> {
     static OPEN: OnceLock<Mutex<HashMap<PathBuf, Weak<SqliteStore>>>> = OnceLock::new();
@@ -148,7 +180,11 @@ impl SqliteStore {
         let reader = open_conn(&canonical)?;
         let store = Arc::new(SqliteStore {
             path: canonical.clone(),
-            writer: Mutex::new(writer),
+            writer: Mutex::new(Writer {
+                conn: writer,
+                batching: false,
+                open_since: None,
+            }),
             reader: Mutex::new(reader),
         });
         handles.retain(|_, w| w.strong_count() > 0);
@@ -256,6 +292,13 @@ fn migrate(conn: &Connection, path: &Path) -> Result<()> {
 
 impl Store for SqliteStore {
     fn read_with(&self, f: &mut dyn FnMut(&dyn StoreRead) -> Result<()>) -> Result<()> {
+        {
+            // While batching, reads go through the writer so they see the open batch.
+            let w = lock(&self.writer);
+            if w.batching {
+                return f(&Tx(&w.conn));
+            }
+        }
         let conn = lock(&self.reader);
         conn.execute_batch("BEGIN")?;
         let result = f(&Tx(&conn));
@@ -264,34 +307,66 @@ impl Store for SqliteStore {
     }
 
     fn write_with(&self, f: &mut dyn FnMut(&mut dyn StoreWrite) -> Result<()>) -> Result<()> {
-        let conn = lock(&self.writer);
-        conn.execute_batch("BEGIN IMMEDIATE")?;
-        match f(&mut Tx(&conn)) {
+        let mut w = lock(&self.writer);
+        if w.batching {
+            if w.open_since.is_none() {
+                w.conn.execute_batch("BEGIN IMMEDIATE")?;
+                w.open_since = Some(Instant::now());
+            }
+            w.conn.execute_batch("SAVEPOINT avfs_write")?;
+            let result = f(&mut Tx(&w.conn));
+            match &result {
+                Ok(()) => w.conn.execute_batch("RELEASE avfs_write")?,
+                Err(_) => w
+                    .conn
+                    .execute_batch("ROLLBACK TO avfs_write; RELEASE avfs_write")?,
+            }
+            if w.open_since.is_some_and(|t| t.elapsed() >= BATCH_WINDOW) {
+                w.commit_open()?;
+            }
+            return result;
+        }
+        w.conn.execute_batch("BEGIN IMMEDIATE")?;
+        match f(&mut Tx(&w.conn)) {
             Ok(()) => {
-                if let Err(e) = conn.execute_batch("COMMIT") {
-                    let _ = conn.execute_batch("ROLLBACK");
+                if let Err(e) = w.conn.execute_batch("COMMIT") {
+                    let _ = w.conn.execute_batch("ROLLBACK");
                     return Err(e.into());
                 }
                 Ok(())
             }
             Err(e) => {
-                let _ = conn.execute_batch("ROLLBACK");
+                let _ = w.conn.execute_batch("ROLLBACK");
                 Err(e)
             }
         }
     }
 
+    fn set_batching(&self, on: bool) -> Result<()> {
+        let mut w = lock(&self.writer);
+        w.commit_open()?;
+        w.batching = on;
+        Ok(())
+    }
+
+    fn flush_batch(&self) -> Result<()> {
+        lock(&self.writer).commit_open()
+    }
+
     fn compact(&self) -> Result<()> {
-        let conn = lock(&self.writer);
-        conn.execute_batch("VACUUM")?;
-        conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?;
+        let mut w = lock(&self.writer);
+        w.commit_open()?;
+        w.conn.execute_batch("VACUUM")?;
+        w.conn
+            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?;
         Ok(())
     }
 
     fn sync(&self) -> Result<()> {
         // Committed transactions live in the WAL; with synchronous=NORMAL it is synced only
         // at checkpoints, so sync it now. Hold the writer lock so no commit is half-written.
-        let _writer = lock(&self.writer);
+        let mut w = lock(&self.writer);
+        w.commit_open()?;
         let mut wal = self.path.clone().into_os_string();
         wal.push("-wal");
         match std::fs::File::open(&wal) {
