@@ -7,6 +7,7 @@ pub mod history;
 pub mod mount;
 pub mod mounts;
 pub mod registry;
+pub mod runner;
 pub mod search;
 pub mod transfer;
 pub mod workspace;

@@ -1,0 +1,278 @@
+//! Running one child process at the command boundary: its own process group, output drained
+//! on separate threads with a cap, a timeout that terminates the whole group (SIGTERM, a
+//! grace period, SIGKILL), and descendants that left the group found through the child
+//! subreaper and killed too. A child that floods output or never closes its pipes cannot
+//! wedge the caller.
+
+use std::io::Read;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+
+/// How long a terminated group gets before SIGKILL.
+const GRACE: Duration = Duration::from_secs(2);
+/// How long to keep reading pipes after the child exits (a background grandchild may hold them).
+const DRAIN_AFTER_EXIT: Duration = Duration::from_millis(300);
+
+/// Captured output of one stream.
+#[derive(Debug, Clone, Default, Serialize, schemars::JsonSchema)]
+pub struct Captured {
+    /// The kept bytes as text (invalid UTF-8 replaced).
+    pub text: String,
+    /// Every byte the stream produced, kept or not.
+    pub bytes: u64,
+    /// True if `text` holds only the first `cap` bytes.
+    pub truncated: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct RunSpec<'a> {
+    pub program: &'a str,
+    pub args: &'a [String],
+    pub cwd: &'a Path,
+    pub env: Vec<(String, String)>,
+    pub timeout: Duration,
+    /// Keep at most this many bytes of each stream.
+    pub cap: usize,
+}
+
+#[derive(Debug, Clone)]
+pub struct RunResult {
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub timed_out: bool,
+    pub duration: Duration,
+    pub stdout: Captured,
+    pub stderr: Captured,
+    /// Descendants still alive after the child ended, killed by the runner.
+    pub killed_stragglers: usize,
+}
+
+#[derive(Default)]
+struct Sink {
+    data: Vec<u8>,
+    total: u64,
+}
+
+fn drain(mut r: impl Read + Send + 'static, cap: usize) -> (Arc<Mutex<Sink>>, JoinHandle<()>) {
+    let sink = Arc::new(Mutex::new(Sink::default()));
+    let s2 = sink.clone();
+    let h = std::thread::spawn(move || {
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            match r.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    let mut s = s2.lock().unwrap_or_else(|p| p.into_inner());
+                    s.total += n as u64;
+                    let room = cap.saturating_sub(s.data.len());
+                    let keep = room.min(n);
+                    s.data.extend_from_slice(&buf[..keep]);
+                }
+            }
+        }
+    });
+    (sink, h)
+}
+
+fn captured(sink: &Arc<Mutex<Sink>>, cap: usize) -> Captured {
+    let s = sink.lock().unwrap_or_else(|p| p.into_inner());
+    Captured {
+        text: String::from_utf8_lossy(&s.data).into_owned(),
+        bytes: s.total,
+        truncated: s.total as usize > cap.min(s.data.len()) || s.total > s.data.len() as u64,
+    }
+}
+
+fn signal_group(pgid: i32, sig: rustix::process::Signal) {
+    if let Some(pid) = rustix::process::Pid::from_raw(pgid) {
+        let _ = rustix::process::kill_process_group(pid, sig);
+    }
+}
+
+/// Children of this process (the subreaper inherits orphaned descendants).
+fn our_children() -> Vec<i32> {
+    let me = std::process::id() as i32;
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|s| {
+                    let rest = &s[s.rfind(')')? + 2..];
+                    let mut f = rest.split(' ');
+                    let state = f.next()?;
+                    let ppid: i32 = f.next()?.parse().ok()?;
+                    Some(ppid == me && state != "Z")
+                })
+                .unwrap_or(false)
+        })
+        .collect()
+}
+
+/// Kill every descendant we inherited, and reap them.
+fn kill_stragglers() -> usize {
+    let mut killed = 0;
+    for _ in 0..50 {
+        let kids = our_children();
+        if kids.is_empty() {
+            break;
+        }
+        for pid in kids {
+            if let Some(p) = rustix::process::Pid::from_raw(pid) {
+                if rustix::process::kill_process(p, rustix::process::Signal::KILL).is_ok() {
+                    killed += 1;
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(10));
+        reap_all();
+    }
+    reap_all();
+    killed
+}
+
+fn reap_all() {
+    while let Ok(Some(_)) = rustix::process::wait(rustix::process::WaitOptions::NOHANG) {}
+}
+
+/// One run at a time per process: leftover descendants are found as "children of this
+/// process", which is only exact while no other run is in flight. Hosts that want parallel
+/// commands run several processes.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// Run the command to completion or timeout.
+pub fn run(spec: &RunSpec<'_>) -> Result<RunResult> {
+    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    // Orphaned descendants (setsid, double fork) are reparented to us, so we can find them.
+    let _ = rustix::process::set_child_subreaper(Some(rustix::process::getpid()));
+    let mut cmd = Command::new(spec.program);
+    cmd.args(spec.args)
+        .current_dir(spec.cwd)
+        .env_clear()
+        .envs(spec.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    let start = Instant::now();
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| Error::io("starting", spec.program, e))?;
+    let pgid = child.id() as i32;
+    let (out, out_h) = drain(child.stdout.take().expect("piped stdout"), spec.cap);
+    let (err, err_h) = drain(child.stderr.take().expect("piped stderr"), spec.cap);
+    let mut timed_out = false;
+    let mut term_sent: Option<Instant> = None;
+    let status = loop {
+        if let Some(status) = child
+            .try_wait()
+            .map_err(|e| Error::io("waiting for", spec.program, e))?
+        {
+            break status;
+        }
+        let now = Instant::now();
+        if !timed_out && now.duration_since(start) >= spec.timeout {
+            timed_out = true;
+            term_sent = Some(now);
+            signal_group(pgid, rustix::process::Signal::TERM);
+        }
+        if let Some(t) = term_sent
+            && now.duration_since(t) >= GRACE
+        {
+            signal_group(pgid, rustix::process::Signal::KILL);
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let duration = start.elapsed();
+    // The group may outlive its leader; and anything that left the group is ours now.
+    signal_group(pgid, rustix::process::Signal::KILL);
+    let killed_stragglers = kill_stragglers();
+    let deadline = Instant::now() + DRAIN_AFTER_EXIT;
+    for h in [out_h, err_h] {
+        while !h.is_finished() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    Ok(RunResult {
+        exit_code: status.code(),
+        signal: status.signal(),
+        timed_out,
+        duration,
+        stdout: captured(&out, spec.cap),
+        stderr: captured(&err, spec.cap),
+        killed_stragglers,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sh(script: &str, timeout_ms: u64, cap: usize) -> RunResult {
+        let args = vec!["-c".to_string(), script.to_string()];
+        run(&RunSpec {
+            program: "/bin/sh",
+            args: &args,
+            cwd: Path::new("/tmp"),
+            env: vec![("PATH".into(), "/usr/bin:/bin".into())],
+            timeout: Duration::from_millis(timeout_ms),
+            cap,
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn exit_code_and_output() {
+        let r = sh("echo out; echo err >&2; exit 3", 10_000, 1024);
+        assert_eq!(r.exit_code, Some(3));
+        assert_eq!(r.stdout.text, "out\n");
+        assert_eq!(r.stderr.text, "err\n");
+        assert!(!r.timed_out && !r.stdout.truncated);
+    }
+
+    #[test]
+    fn timeout_kills_the_group_and_keeps_partial_output() {
+        let r = sh("echo started; sleep 100 & sleep 100", 300, 1024);
+        assert!(r.timed_out);
+        assert_eq!(r.stdout.text, "started\n");
+        assert!(r.duration < Duration::from_secs(10));
+    }
+
+    #[test]
+    fn detached_grandchildren_do_not_survive() {
+        // A setsid'd grandchild leaves the group; a double fork leaves its parent.
+        let r = sh(
+            "setsid sleep 100 & echo $!; (sleep 100 & echo $!) ; sleep 100",
+            300,
+            1024,
+        );
+        assert!(r.timed_out);
+        let pids: Vec<&str> = r.stdout.text.lines().collect();
+        assert_eq!(pids.len(), 2, "{:?}", r.stdout.text);
+        std::thread::sleep(Duration::from_millis(50));
+        for pid in pids {
+            let alive = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .is_ok_and(|s| !s.contains(") Z "));
+            assert!(!alive, "descendant {pid} survived the timeout");
+        }
+    }
+
+    #[test]
+    fn flood_is_truncated_and_counted() {
+        let r = sh("head -c 5000000 /dev/zero", 20_000, 1000);
+        assert_eq!(r.stdout.bytes, 5_000_000);
+        assert_eq!(r.stdout.text.len(), 1000);
+        assert!(r.stdout.truncated);
+    }
+}
