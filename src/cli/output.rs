@@ -12,6 +12,8 @@ use serde_json::{Value, json};
 pub struct Reply {
     pub data: Value,
     pub human: Human,
+    /// Exit with this code even on success (proxy exec mirrors the child's code).
+    pub exit_code: Option<i32>,
 }
 
 pub enum Human {
@@ -25,6 +27,7 @@ impl Reply {
         Reply {
             data: serde_json::to_value(data).unwrap_or(Value::Null),
             human: Human::Text(human.into()),
+            exit_code: None,
         }
     }
 
@@ -32,6 +35,7 @@ impl Reply {
         Reply {
             data: serde_json::to_value(data).unwrap_or(Value::Null),
             human: Human::Bytes(bytes),
+            exit_code: None,
         }
     }
 }
@@ -41,6 +45,7 @@ pub fn finish(json_mode: bool, command: &str, result: Result<Reply, Error>) -> i
     let mut stdout = std::io::stdout().lock();
     match result {
         Ok(reply) => {
+            let code = reply.exit_code.unwrap_or(exit::OK);
             if json_mode {
                 let doc = json!({ "ok": true, "command": command, "data": reply.data });
                 let _ = writeln!(stdout, "{doc}");
@@ -55,7 +60,7 @@ pub fn finish(json_mode: bool, command: &str, result: Result<Reply, Error>) -> i
                     }
                 }
             }
-            exit::OK
+            code
         }
         Err(e) => {
             if json_mode {

@@ -135,6 +135,37 @@ impl Workspace {
         self.move_to(REDO, Some(undo.id), root, label)
     }
 
+    /// Return the workspace to the state before operation `id` (default: the latest
+    /// operation of kind `kind`), as a new `rollback` operation that can itself be undone.
+    pub fn rollback(&self, kind: &str, id: Option<i64>) -> Result<OpInfo> {
+        let ops = self.ops_oldest_first()?;
+        let op = match id {
+            Some(id) => ops
+                .iter()
+                .find(|o| o.id == id && o.kind == kind)
+                .ok_or(Error::OperationNotFound { id })?,
+            None => ops
+                .iter()
+                .rev()
+                .find(|o| o.kind == kind)
+                .ok_or(Error::NothingToUndo)?,
+        };
+        let root = op
+            .root_before
+            .ok_or(Error::OperationNotFound { id: op.id })?;
+        self.move_to(
+            "rollback",
+            Some(op.id),
+            root,
+            format!("rollback #{} {}", op.id, op.description),
+        )
+    }
+
+    /// The id of the newest op-log entry.
+    pub fn last_op_id(&self) -> Result<Option<i64>> {
+        Ok(self.ops_oldest_first()?.last().map(|o| o.id))
+    }
+
     /// Return the workspace to the state right after entry `id`.
     pub fn op_restore(&self, id: i64) -> Result<OpInfo> {
         let ops = self.ops_oldest_first()?;

@@ -196,6 +196,15 @@ impl Vault {
         &self.path
     }
 
+    /// A vault-wide setting (the settings table holds quotas, approval tokens, …).
+    pub fn setting(&self, key: &str) -> Result<Option<String>> {
+        self.store.read(|r| r.setting(key))
+    }
+
+    pub fn set_setting(&self, key: &str, value: Option<&str>) -> Result<()> {
+        self.store.write(|w| w.set_setting(key, value))
+    }
+
     /// Turn group commit on or off (see `Store::set_batching`).
     pub fn set_batching(&self, on: bool) -> Result<()> {
         self.store.set_batching(on)

@@ -248,6 +248,19 @@ impl Workspace {
         result
     }
 
+    /// Append an audit record outside any change (e.g. a denied command) and return its id.
+    pub fn record_audit(
+        &self,
+        operation: &str,
+        paths: &[String],
+        result: &str,
+        detail: Option<String>,
+    ) -> Result<i64> {
+        self.vault
+            .store
+            .write(|w| self.audit(w, operation, paths, result, detail.clone()))
+    }
+
     fn audit(
         &self,
         w: &mut dyn StoreWrite,

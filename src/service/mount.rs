@@ -138,6 +138,10 @@ pub struct MountSession {
     generation: AtomicU64,
     /// Stops the group-commit flusher thread.
     stop_flusher: Arc<AtomicBool>,
+    /// The op-log entry the session records when it ends: (kind, description).
+    label: (String, String),
+    /// Paths hidden from every process using the mount (secrets during a proxied run).
+    hidden: Option<globset::GlobSet>,
 }
 
 const NODE_CACHE_LIMIT: usize = 200_000;
@@ -221,7 +225,43 @@ impl MountSession {
             nodes: Mutex::new(HashMap::new()),
             generation: AtomicU64::new(0),
             stop_flusher,
+            label: ("mount".into(), "changes made through the mount".into()),
+            hidden: None,
         })
+    }
+
+    /// Record the session as an op-log entry of this kind and description.
+    pub fn with_label(mut self, kind: &str, description: &str) -> Self {
+        self.label = (kind.to_string(), description.to_string());
+        self
+    }
+
+    /// Hide paths matching any glob (matched against the path relative to the root, and
+    /// against the file name): lookups fail with ENOENT and listings skip them.
+    pub fn with_hidden(mut self, globs: &[String]) -> crate::Result<Self> {
+        let mut b = globset::GlobSetBuilder::new();
+        for g in globs {
+            let glob = globset::Glob::new(g.trim_end_matches('/'))
+                .map_err(|e| Error::invalid(format!("bad secret pattern `{g}`: {e}")))?;
+            b.add(glob);
+        }
+        self.hidden = Some(b.build().map_err(|e| Error::invalid(e.to_string()))?);
+        Ok(self)
+    }
+
+    fn is_hidden(&self, path: &VPath) -> bool {
+        let Some(set) = &self.hidden else {
+            return false;
+        };
+        // A hidden directory hides everything below it.
+        let mut cur = VPath::root();
+        for comp in path.components() {
+            cur = cur.join(comp);
+            if set.is_match(cur.as_str()) || set.is_match(comp) {
+                return true;
+            }
+        }
+        false
     }
 
     pub fn workspace(&self) -> &Workspace {
@@ -324,7 +364,11 @@ impl MountSession {
 
     fn child(&self, parent: u64, name: &str) -> MResult<VPath> {
         name_ok(name)?;
-        Ok(self.path_of(parent)?.join(name))
+        let path = self.path_of(parent)?.join(name);
+        if self.is_hidden(&path) {
+            return Err(err(rustix::io::Errno::NOENT));
+        }
+        Ok(path)
     }
 
     /// The current node of an inode, with buffered writes applied.
@@ -794,6 +838,9 @@ impl MountSession {
             (parent, AttrKind::Dir, "..".to_string()),
         ];
         for c in children {
+            if self.is_hidden(&path.join(&c.name)) {
+                continue;
+            }
             let child_ino = self.ino_for(&path.join(&c.name));
             entries.push((child_ino, kind_of(&c.node), c.name));
         }
@@ -937,8 +984,9 @@ impl MountSession {
         }
         self.stop_flusher.store(true, Ordering::Relaxed);
         self.ws.vault().set_batching(false)?;
-        self.ws.edit_since(self.started_from, "mount", &[], |e| {
-            e.describe("changes made through the mount".into());
+        let (kind, description) = self.label.clone();
+        self.ws.edit_since(self.started_from, &kind, &[], |e| {
+            e.describe(description);
             Ok(())
         })?;
         self.ws.vault().sync()

@@ -293,9 +293,10 @@ fn migrate(conn: &Connection, path: &Path) -> Result<()> {
 impl Store for SqliteStore {
     fn read_with(&self, f: &mut dyn FnMut(&dyn StoreRead) -> Result<()>) -> Result<()> {
         {
-            // While batching, reads go through the writer so they see the open batch.
+            // While a batch is open, reads go through the writer so they see it; otherwise
+            // the reader connection sees everything committed and leaves the writer free.
             let w = lock(&self.writer);
-            if w.batching {
+            if w.batching && w.open_since.is_some() {
                 return f(&Tx(&w.conn));
             }
         }
