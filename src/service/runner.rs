@@ -129,10 +129,10 @@ fn kill_stragglers() -> usize {
             break;
         }
         for pid in kids {
-            if let Some(p) = rustix::process::Pid::from_raw(pid) {
-                if rustix::process::kill_process(p, rustix::process::Signal::KILL).is_ok() {
-                    killed += 1;
-                }
+            if let Some(p) = rustix::process::Pid::from_raw(pid)
+                && rustix::process::kill_process(p, rustix::process::Signal::KILL).is_ok()
+            {
+                killed += 1;
             }
         }
         std::thread::sleep(Duration::from_millis(10));

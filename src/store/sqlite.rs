@@ -176,8 +176,10 @@ impl SqliteStore {
         }
         let writer = open_conn(&canonical)?;
         check_format(&writer, &canonical)?;
+        configure_checked(&writer, &canonical)?;
         migrate(&writer, &canonical)?;
         let reader = open_conn(&canonical)?;
+        configure_checked(&reader, &canonical)?;
         let store = Arc::new(SqliteStore {
             path: canonical.clone(),
             writer: Mutex::new(Writer {
@@ -197,20 +199,27 @@ impl SqliteStore {
     }
 }
 
+/// Open a connection to an existing file. Nothing is written to it here: a foreign
+/// SQLite file must be left byte-identical when it turns out not to be a vault.
 fn open_conn(path: &Path) -> Result<Connection> {
     let conn = Connection::open_with_flags(
         path,
         OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
     )
     .map_err(|e| not_a_vault(path, e))?;
-    configure(&conn).map_err(|e| match e {
+    conn.busy_timeout(BUSY_TIMEOUT)?;
+    Ok(conn)
+}
+
+/// Switch a checked connection to the vault's settings (WAL and friends).
+fn configure_checked(conn: &Connection, path: &Path) -> Result<()> {
+    configure(conn).map_err(|e| match e {
         Error::CorruptVault { reason } => Error::NotAVault {
             path: path.to_path_buf(),
             reason,
         },
         other => other,
-    })?;
-    Ok(conn)
+    })
 }
 
 fn not_a_vault(path: &Path, e: rusqlite::Error) -> Error {
