@@ -33,7 +33,7 @@ pub enum Error {
     },
     #[error("vault is damaged: {reason}; run `avfs vault check` for a full report")]
     CorruptVault { reason: String },
-    #[error("vault check found {} problem(s): {}", .problems.len(), .problems.first().map(String::as_str).unwrap_or(""))]
+    #[error("vault check found {} problem(s):\n  {}", .problems.len(), .problems.join("\n  "))]
     VaultDamaged { problems: Vec<String> },
     #[error("fork `{name}` not found in this vault")]
     ForkNotFound { name: String },

@@ -16,9 +16,9 @@ fn main() {
         Ok(cli) => cli,
         Err(e) => {
             use clap::error::ErrorKind;
+            // A missing subcommand is a usage error; only asking for help or the version is not.
             let informational =
-                matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion)
-                    || e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand;
+                matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion);
             if json_requested && !informational {
                 let msg = e.render().to_string();
                 let first = msg

@@ -12,7 +12,7 @@ use super::id::ObjectId;
 use super::node::{EncodedObject, Node, kind, object_id, references};
 use super::now_ns;
 use super::quota::Quota;
-use super::view::ObjectCache;
+use super::view::{ObjectCache, View};
 use super::workspace::{Actor, Edit, Workspace, validate_name};
 use crate::error::{Error, Result};
 use crate::store::{AuditRecord, FORMAT_VERSION, SqliteStore, Store, StoreRead, WorkspaceRecord};
@@ -78,7 +78,7 @@ pub struct VaultInfo {
     pub disk_bytes: u64,
     pub workspace: ForkInfo,
     pub checkpoints: usize,
-    /// Overlay entries: paths changed since the last checkpoint.
+    /// Paths changed since the last checkpoint (or since the fork began, if none).
     pub pending_changes: u64,
     /// Forks whose parent is this workspace.
     pub forks: Vec<String>,
@@ -309,13 +309,34 @@ impl Vault {
                 .filter(|w| w.parent.as_deref() == Some(workspace))
                 .map(|w| w.name)
                 .collect();
+            let checkpoints = r.checkpoints(ws.id)?;
+            // Changed paths since the last checkpoint (or since the fork began): a diff that
+            // prunes equal subtrees, so O(changes).
+            let since = checkpoints
+                .last()
+                .map(|c| c.root)
+                .or(ws.fork_root)
+                .unwrap_or(ws.base);
+            let bare = View {
+                r,
+                cache: &self.cache,
+                overlay: None,
+                base: since,
+            };
+            let live = View {
+                r,
+                cache: &self.cache,
+                overlay: Some(ws.id),
+                base: ws.base,
+            };
+            let pending_changes = super::diff::diff_views(&bare, &live)?.len() as u64;
             Ok(VaultInfo {
                 path: self.path.display().to_string(),
                 format_version: FORMAT_VERSION,
                 disk_bytes,
                 workspace: fork_info(&ws),
-                checkpoints: r.checkpoints(ws.id)?.len(),
-                pending_changes: r.overlay_len(ws.id)?,
+                checkpoints: checkpoints.len(),
+                pending_changes,
                 forks,
                 quota: Quota::load(r)?,
             })

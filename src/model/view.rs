@@ -272,21 +272,46 @@ impl<'a> View<'a> {
     }
 
     /// Read the file at `path`.
+    /// Read the file at `path`, following symlinks (within the workspace: an absolute
+    /// target means the workspace root, as it would inside the mount).
     pub fn read(&self, path: &VPath) -> Result<Vec<u8>> {
-        let node = self.get(path)?;
+        let (resolved, node) = self.follow(path)?;
         if node.is_dir() {
             return Err(Error::IsADirectory {
-                path: path.display(),
+                path: resolved.display(),
             });
         }
         match &node.kind {
-            NodeKind::Symlink { target } => Ok(target.clone().into_bytes()),
             NodeKind::File { .. } => self.read_node(&node),
             _ => Err(Error::invalid(format!(
                 "{} is not a regular file",
-                path.display()
+                resolved.display()
             ))),
         }
+    }
+
+    /// Resolve symlinks at `path` (up to 40, like the kernel's limit).
+    pub fn follow(&self, path: &VPath) -> Result<(VPath, Node)> {
+        let mut cur = path.clone();
+        for _ in 0..40 {
+            let node = self.get(&cur)?;
+            let NodeKind::Symlink { target } = &node.kind else {
+                return Ok((cur, node));
+            };
+            let base = if target.starts_with('/') {
+                String::new()
+            } else {
+                cur.parent().unwrap_or_default().as_str().to_string()
+            };
+            cur = VPath::parse(&format!("{base}/{target}")).map_err(|_| Error::InvalidPath {
+                path: path.display(),
+                reason: format!("symlink target `{target}` leaves the workspace"),
+            })?;
+        }
+        Err(Error::InvalidPath {
+            path: path.display(),
+            reason: "too many levels of symbolic links".into(),
+        })
     }
 
     /// Visit every node below `path` (depth first, sorted), including `path` itself.

@@ -248,6 +248,14 @@ impl Workspace {
         result
     }
 
+    /// Parse a path for a change, recording a refused attempt (e.g. `../escape`) in the
+    /// audit log like any other failed change.
+    pub fn parse_path(&self, operation: &str, raw: &str) -> Result<VPath> {
+        VPath::parse(raw).inspect_err(|e| {
+            let _ = self.record_audit(operation, &[raw.to_string()], e.kind(), Some(e.to_string()));
+        })
+    }
+
     /// Append an audit record outside any change (e.g. a denied command) and return its id.
     pub fn record_audit(
         &self,

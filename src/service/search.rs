@@ -91,7 +91,8 @@ pub fn find(ws: &Workspace, root: &VPath, q: &FindQuery) -> Result<Vec<FoundEntr
                 NodeKind::Symlink { .. } => 'l',
                 NodeKind::Fifo => 'p',
             };
-            let ok = glob.as_ref().is_none_or(|g| g.is_match(path.name()))
+            let ok = !path.is_root()
+                && glob.as_ref().is_none_or(|g| g.is_match(path.name()))
                 && q.kind.is_none_or(|k| k == type_char)
                 && q.size.is_none_or(|s| s.matches(node.size()));
             if ok {

@@ -111,7 +111,7 @@ fn parse_since(s: &str) -> Result<i64> {
         ))
     })?;
     Ok(t.duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as i64)
+        .map(|d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
         .unwrap_or(0))
 }
 

@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use agentvfs::model::node::{Node, NodeKind};
 use agentvfs::model::path::VPath;
-use agentvfs::model::{PathVersion, View, WriteOptions};
+use agentvfs::model::{PathVersion, View, Workspace, WriteOptions};
 use agentvfs::service::files::NodeInfo;
 use agentvfs::service::search::{self, FindQuery, FoundEntry, GrepMatch, SizeFilter};
 use agentvfs::{Error, Result};
@@ -279,7 +279,7 @@ pub fn cmd_write(ctx: &Ctx, a: WriteArgs) -> Result<Reply> {
         }
     };
     let (_, ws) = ctx.open()?;
-    let p = path(&a.path)?;
+    let p = ws.parse_path("write", &a.path)?;
     let opts = WriteOptions {
         mode: a.mode,
         parents: a.parents,
@@ -310,8 +310,8 @@ pub struct PathsOutput {
     pub paths: Vec<String>,
 }
 
-fn paths(list: &[String]) -> Result<Vec<VPath>> {
-    list.iter().map(|p| path(p)).collect()
+fn paths(ws: &Workspace, op: &str, list: &[String]) -> Result<Vec<VPath>> {
+    list.iter().map(|p| ws.parse_path(op, p)).collect()
 }
 
 fn paths_output(list: &[VPath]) -> PathsOutput {
@@ -322,7 +322,7 @@ fn paths_output(list: &[VPath]) -> PathsOutput {
 
 pub fn cmd_mkdir(ctx: &Ctx, a: MkdirArgs) -> Result<Reply> {
     let (_, ws) = ctx.open()?;
-    let ps = paths(&a.paths)?;
+    let ps = paths(&ws, "mkdir", &a.paths)?;
     let refs: Vec<&VPath> = ps.iter().collect();
     ws.edit("mkdir", &refs, |e| {
         for p in &ps {
@@ -335,7 +335,7 @@ pub fn cmd_mkdir(ctx: &Ctx, a: MkdirArgs) -> Result<Reply> {
 
 pub fn cmd_rm(ctx: &Ctx, a: RmArgs) -> Result<Reply> {
     let (_, ws) = ctx.open()?;
-    let ps = paths(&a.paths)?;
+    let ps = paths(&ws, "rm", &a.paths)?;
     let refs: Vec<&VPath> = ps.iter().collect();
     let removed = ws.edit("rm", &refs, |e| {
         let mut removed = Vec::new();
@@ -365,7 +365,7 @@ pub struct MoveOutput {
 
 pub fn cmd_cp(ctx: &Ctx, a: CpArgs) -> Result<Reply> {
     let (_, ws) = ctx.open()?;
-    let (src, dst) = (path(&a.src)?, path(&a.dst)?);
+    let (src, dst) = (ws.parse_path("cp", &a.src)?, ws.parse_path("cp", &a.dst)?);
     let to = ws.edit("cp", &[&src, &dst], |e| e.copy(&src, &dst, a.recursive))?;
     let out = MoveOutput {
         from: src.display(),
@@ -376,15 +376,11 @@ pub fn cmd_cp(ctx: &Ctx, a: CpArgs) -> Result<Reply> {
 
 pub fn cmd_mv(ctx: &Ctx, a: MvArgs) -> Result<Reply> {
     let (_, ws) = ctx.open()?;
-    let (src, dst) = (path(&a.src)?, path(&a.dst)?);
+    let (src, dst) = (ws.parse_path("mv", &a.src)?, ws.parse_path("mv", &a.dst)?);
+    // rename(2) semantics: a file never moves "into" a directory by accident.
     let to = ws.edit("mv", &[&src, &dst], |e| {
-        // Like mv(1): moving onto an existing directory moves into it.
-        let to = match e.view().lookup(&dst)? {
-            Some((n, _)) if n.is_dir() && !e.view().get(&src)?.is_dir() => dst.join(src.name()),
-            _ => dst.clone(),
-        };
-        e.rename(&src, &to)?;
-        Ok(to)
+        e.rename(&src, &dst)?;
+        Ok(dst.clone())
     })?;
     let out = MoveOutput {
         from: src.display(),
@@ -395,7 +391,7 @@ pub fn cmd_mv(ctx: &Ctx, a: MvArgs) -> Result<Reply> {
 
 pub fn cmd_ln(ctx: &Ctx, a: LnArgs) -> Result<Reply> {
     let (_, ws) = ctx.open()?;
-    let link = path(&a.link)?;
+    let link = ws.parse_path("ln", &a.link)?;
     let node = ws.edit("ln", &[&link], |e| {
         e.symlink(&link, &a.target)?;
         e.view().get(&link)
@@ -405,7 +401,7 @@ pub fn cmd_ln(ctx: &Ctx, a: LnArgs) -> Result<Reply> {
 
 pub fn cmd_chmod(ctx: &Ctx, a: ChmodArgs) -> Result<Reply> {
     let (_, ws) = ctx.open()?;
-    let ps = paths(&a.paths)?;
+    let ps = paths(&ws, "chmod", &a.paths)?;
     let refs: Vec<&VPath> = ps.iter().collect();
     ws.edit("chmod", &refs, |e| {
         for p in &ps {
@@ -592,7 +588,7 @@ fn update_node(
     f: impl FnOnce(&mut Node) -> Result<()>,
 ) -> Result<NodeInfo> {
     let (_, ws) = ctx.open()?;
-    let p = path(p)?;
+    let p = ws.parse_path(op, p)?;
     let node = ws.edit(op, &[&p], |e| e.update(&p, f))?;
     Ok(NodeInfo::new(&p, &node))
 }

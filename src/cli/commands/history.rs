@@ -370,17 +370,17 @@ pub fn apply_changes(
     host: &std::path::Path,
     force: bool,
     dry_run: bool,
-) -> Result<Reply> {
+) -> Result<ApplyReport> {
     let (_, ws) = ctx.open()?;
     let from = match from {
         Some(s) => history::state_ref(&ws, s)?,
         None => StateRef::ForkBase(ws.name().to_string()),
     };
-    let report = apply::apply(&ws, &from, &path(prefix)?, host, force, dry_run)?;
-    let human = render_apply(&report);
-    Ok(Reply::new(&report, human))
+    apply::apply(&ws, &from, &path(prefix)?, host, force, dry_run)
 }
 
 pub fn cmd_apply(ctx: &Ctx, a: ApplyArgs) -> Result<Reply> {
-    apply_changes(ctx, a.from.as_deref(), "/", &a.host_dir, a.force, a.dry_run)
+    let report = apply_changes(ctx, a.from.as_deref(), "/", &a.host_dir, a.force, a.dry_run)?;
+    let human = render_apply(&report);
+    Ok(Reply::new(&report, human))
 }

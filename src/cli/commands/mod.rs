@@ -68,7 +68,8 @@ pub enum Command {
     Rm(files::RmArgs),
     /// Copy a file or (with -r) a directory; content is shared, not duplicated.
     Cp(files::CpArgs),
-    /// Move or rename; replaces a file or an empty directory at the destination.
+    /// Move or rename like rename(2): replaces a file, or an empty directory with a
+    /// directory; a file onto a directory is an error (is_a_directory).
     Mv(files::MvArgs),
     /// Create a symbolic link.
     Ln(files::LnArgs),

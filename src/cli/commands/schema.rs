@@ -21,6 +21,7 @@ use super::admin::CompactOutput;
 use super::files::{CatOutput, MetaOutput, MoveOutput, PathsOutput, TreeNode, WriteOutput};
 use super::history::{DiffOutput, PruneOutput};
 use super::mount::UnmountOutput;
+use super::transfer::ExportOutput;
 use super::vault::{ForkOutput, InfoOutput};
 
 fn s<T: JsonSchema>() -> Value {
@@ -62,10 +63,7 @@ pub fn commands() -> Vec<(&'static str, Value)> {
         ("meta set", s::<MetaOutput>()),
         ("meta unset", s::<MetaOutput>()),
         ("import", s::<TransferReport>()),
-        (
-            "export",
-            json!({ "anyOf": [s::<TransferReport>(), s::<ApplyReport>()] }),
-        ),
+        ("export", s::<ExportOutput>()),
         ("diff", s::<DiffOutput>()),
         ("merge", s::<MergeReport>()),
         ("op log", s::<Vec<OpInfo>>()),

@@ -43,6 +43,14 @@ pub struct ExportArgs {
     pub from: Option<String>,
 }
 
+/// `export` prints a transfer report, or with `--changes` an apply report.
+#[derive(serde::Serialize, schemars::JsonSchema)]
+#[serde(untagged)]
+pub enum ExportOutput {
+    Tree(TransferReport),
+    Changes(agentvfs::service::apply::ApplyReport),
+}
+
 fn summary(verb: &str, r: &TransferReport) -> String {
     let mut s = format!(
         "{verb} {} files, {} directories, {} symlinks ({})",
@@ -85,14 +93,16 @@ pub fn cmd_import(ctx: &Ctx, a: ImportArgs) -> Result<Reply> {
 
 pub fn cmd_export(ctx: &Ctx, a: ExportArgs) -> Result<Reply> {
     if a.changes {
-        return super::history::apply_changes(
+        let report = super::history::apply_changes(
             ctx,
             a.from.as_deref(),
             &a.vault_path,
             &a.host_dir,
             a.force,
             false,
-        );
+        )?;
+        let human = super::history::render_apply(&report);
+        return Ok(Reply::new(&ExportOutput::Changes(report), human));
     }
     let (_, ws) = ctx.open()?;
     let src = path(&a.vault_path)?;
@@ -117,5 +127,5 @@ pub fn cmd_export(ctx: &Ctx, a: ExportArgs) -> Result<Reply> {
         bar.finish_and_clear();
     }
     let human = summary("exported", &report);
-    Ok(Reply::new(&report, human))
+    Ok(Reply::new(&ExportOutput::Tree(report), human))
 }

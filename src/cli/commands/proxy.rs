@@ -1,0 +1,154 @@
+//! `avfs proxy exec` and `avfs rollback`: the agent-facing command boundary.
+
+use std::path::PathBuf;
+
+use clap::{Args, ValueEnum};
+
+use agentvfs::model::OpInfo;
+use agentvfs::service::policy::{CommandRequest, PolicyEngine};
+use agentvfs::service::proxy::{CheckpointMode, EXEC_OP, Envelope, ExecOptions, ProxyRuntime};
+use agentvfs::{Error, Result};
+
+use super::Ctx;
+use crate::output::Reply;
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum CheckpointArg {
+    Auto,
+    Always,
+    Never,
+}
+
+#[derive(Args)]
+pub struct ExecArgs {
+    /// Working directory inside the workspace.
+    #[arg(long, default_value = "/")]
+    pub cwd: String,
+    /// Kill the command (its whole process group and any escaped descendants) after this.
+    #[arg(long, default_value = "300s")]
+    pub timeout: String,
+    /// Mount the workspace read-only for this command.
+    #[arg(long)]
+    pub readonly: bool,
+    /// When to checkpoint before running: auto (when the policy says it may change
+    /// things), always, never.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub checkpoint: CheckpointArg,
+    /// A TOML policy file instead of the built-in policy (`avfs policy show`).
+    #[arg(long)]
+    pub policy: Option<PathBuf>,
+    /// Run a command the policy answered `ask` for, with the token from that envelope.
+    #[arg(long)]
+    pub approve: Option<String>,
+    /// Pass this environment variable even if it matches a secret pattern (repeatable).
+    #[arg(long = "allow-env", value_name = "NAME")]
+    pub allow_env: Vec<String>,
+    /// Keep at most this many bytes of stdout and of stderr each.
+    #[arg(long, default_value_t = 1024 * 1024)]
+    pub max_output: usize,
+    /// Create the task fork from this vault on first use (with --task).
+    #[arg(long, requires = "task")]
+    pub fork_from: Option<String>,
+    /// The task fork to run in (created from --fork-from if missing).
+    #[arg(long)]
+    pub task: Option<String>,
+    /// Shell text to run with /bin/sh -c (parsed by the policy like a shell would).
+    #[arg(long, conflicts_with = "argv")]
+    pub shell: Option<String>,
+    /// The command and its arguments, after `--`.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    pub argv: Vec<String>,
+}
+
+pub fn load_policy(path: Option<&PathBuf>) -> Result<PolicyEngine> {
+    match path {
+        Some(p) => {
+            let text = std::fs::read_to_string(p).map_err(|e| Error::io("reading policy", p, e))?;
+            PolicyEngine::from_toml(&text)
+        }
+        None => Ok(PolicyEngine::builtin()),
+    }
+}
+
+fn render(e: &Envelope) -> String {
+    let mut s = String::new();
+    if e.ran {
+        s.push_str(&e.stdout.text);
+        if e.stdout.truncated {
+            s.push_str(&format!("\n[stdout truncated: {} bytes total]\n", e.stdout.bytes));
+        }
+    }
+    let status = if !e.ran {
+        match &e.approval_token {
+            Some(t) => format!("needs approval ({}); re-run with --approve {t}", e.decision.reason),
+            None => format!("denied: {}", e.decision.reason),
+        }
+    } else if e.timed_out {
+        format!("timed out after {} ms", e.duration_ms)
+    } else {
+        format!("exit {}", e.exit_code())
+    };
+    let cp = e.checkpoint.as_deref().map(|c| format!(", checkpoint {c}")).unwrap_or_default();
+    let id = e.exec_id.map(|i| format!(", exec {i}")).unwrap_or_default();
+    eprint!("{}", if e.ran { e.stderr.text.as_str() } else { "" });
+    eprintln!("avfs: {status}; {} changed{cp}{id}", e.changes.len());
+    s
+}
+
+pub fn cmd_exec(ctx: &Ctx, a: ExecArgs) -> Result<Reply> {
+    let policy = load_policy(a.policy.as_ref())?;
+    let timeout = humantime::parse_duration(&a.timeout)
+        .map_err(|_| Error::invalid(format!("--timeout takes a duration like 30s or 5m, not `{}`", a.timeout)))?;
+    let selector = match (&a.task, &a.fork_from) {
+        (Some(task), Some(from)) => {
+            if ctx.service.resolve(Some(task)).is_err() {
+                ctx.service.fork(from, task, None, false)?;
+            }
+            Some(task.clone())
+        }
+        (Some(task), None) => Some(task.clone()),
+        _ => ctx.vault.clone(),
+    };
+    let (target, ws) = ctx.service.open(selector.as_deref())?;
+    let runtime = ProxyRuntime {
+        ws: &ws,
+        policy: &policy,
+        vault_name: target.name.clone(),
+    };
+    let req = CommandRequest {
+        argv: if a.argv.is_empty() { None } else { Some(a.argv.clone()) },
+        shell: a.shell.clone(),
+        cwd: a.cwd.clone(),
+    };
+    let opts = ExecOptions {
+        cwd: a.cwd.clone(),
+        timeout,
+        readonly: a.readonly,
+        checkpoint: match a.checkpoint {
+            CheckpointArg::Auto => CheckpointMode::Auto,
+            CheckpointArg::Always => CheckpointMode::Always,
+            CheckpointArg::Never => CheckpointMode::Never,
+        },
+        output_cap: a.max_output,
+        approve: a.approve.clone(),
+        allow_env: a.allow_env.clone(),
+    };
+    let envelope = runtime.exec(req, &opts)?;
+    let human = if ctx.json { String::new() } else { render(&envelope) };
+    let mut reply = Reply::bytes(&envelope, human.into_bytes());
+    reply.exit_code = Some(envelope.exit_code());
+    Ok(reply)
+}
+
+#[derive(Args)]
+pub struct RollbackArgs {
+    /// The exec id from an envelope (default: the last proxied command).
+    pub exec_id: Option<i64>,
+}
+
+pub fn cmd_rollback(ctx: &Ctx, a: RollbackArgs) -> Result<Reply> {
+    let (_, ws) = ctx.open()?;
+    let op: OpInfo = ws.rollback(EXEC_OP, a.exec_id)?;
+    let human = format!("{} (undo with `avfs undo`)", op.description);
+    Ok(Reply::new(&op, human))
+}

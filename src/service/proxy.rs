@@ -1,0 +1,370 @@
+//! `ProxyRuntime`: one top-level command per call, at the command boundary. Validate →
+//! classify (policy) → decide → checkpoint → mount the workspace → run in its own process
+//! group with a timeout → summarize what changed (a storage diff, so complete and
+//! O(changes)) → audit → return the envelope. The envelope is returned for denied, asked,
+//! failed and timed-out runs alike.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::history::{DiffSummary, summarize};
+use super::policy::{Action, CommandRequest, Decision, PolicyEngine};
+use super::runner::{self, Captured, RunSpec};
+use crate::error::{Error, Result};
+use crate::model::diff::{Change, StateRef};
+use crate::model::path::VPath;
+use crate::model::{Workspace, now_ns};
+
+/// Version of the envelope's shape; bumped on incompatible changes.
+pub const ENVELOPE_VERSION: u32 = 1;
+/// The op-log kind of a proxied command: `avfs rollback` undoes these.
+pub const EXEC_OP: &str = "proxy.exec";
+
+/// Exit codes of `avfs proxy exec` besides the child's own.
+pub mod exit {
+    pub const TIMED_OUT: i32 = 124;
+    pub const APPROVAL_REQUIRED: i32 = 125;
+    pub const DENIED: i32 = 126;
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CheckpointMode {
+    /// Checkpoint when the policy says the command may change things.
+    Auto,
+    Always,
+    Never,
+}
+
+#[derive(Debug, Clone)]
+pub struct ExecOptions {
+    pub cwd: String,
+    pub timeout: Duration,
+    pub readonly: bool,
+    pub checkpoint: CheckpointMode,
+    /// Keep at most this many bytes of stdout and of stderr.
+    pub output_cap: usize,
+    /// An approval token from an earlier `ask` envelope for exactly this command.
+    pub approve: Option<String>,
+    /// Environment variables passed even if they match a secret pattern.
+    pub allow_env: Vec<String>,
+}
+
+impl Default for ExecOptions {
+    fn default() -> Self {
+        ExecOptions {
+            cwd: "/".into(),
+            timeout: Duration::from_secs(300),
+            readonly: false,
+            checkpoint: CheckpointMode::Auto,
+            output_cap: 1024 * 1024,
+            approve: None,
+            allow_env: Vec::new(),
+        }
+    }
+}
+
+/// What was asked.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct ExecRequest {
+    pub argv: Option<Vec<String>>,
+    pub shell: Option<String>,
+    pub cwd: String,
+    pub vault: String,
+    pub fork: String,
+    /// `read_write` or `read_only`.
+    pub mode: String,
+}
+
+/// The result of one proxied command.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct Envelope {
+    pub schema_version: u32,
+    pub request: ExecRequest,
+    pub decision: Decision,
+    /// For `ask`: re-run with `--approve TOKEN` (bound to this command, cwd and fork; single use).
+    pub approval_token: Option<String>,
+    /// False if the command was not run (denied or awaiting approval).
+    pub ran: bool,
+    /// The checkpoint taken before the run.
+    pub checkpoint: Option<String>,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub timed_out: bool,
+    pub duration_ms: u64,
+    pub stdout: Captured,
+    pub stderr: Captured,
+    /// Every path the command added, modified, deleted, renamed or re-moded.
+    pub changes: Vec<Change>,
+    pub summary: DiffSummary,
+    /// The op-log entry of this run: `avfs rollback EXEC_ID` restores the state before it.
+    pub exec_id: Option<i64>,
+    pub audit_id: i64,
+}
+
+impl Envelope {
+    /// The exit code `avfs proxy exec` should end with.
+    pub fn exit_code(&self) -> i32 {
+        if !self.ran {
+            return match self.decision.action {
+                Action::Ask => exit::APPROVAL_REQUIRED,
+                _ => exit::DENIED,
+            };
+        }
+        if self.timed_out {
+            return exit::TIMED_OUT;
+        }
+        match (self.exit_code, self.signal) {
+            (Some(c), _) => c,
+            (None, Some(s)) => 128 + s,
+            _ => 1,
+        }
+    }
+}
+
+fn command_text(req: &CommandRequest) -> String {
+    match (&req.shell, &req.argv) {
+        (Some(s), _) => s.clone(),
+        (None, Some(a)) => a.join(" "),
+        _ => String::new(),
+    }
+}
+
+fn glob_match(pattern: &str, name: &str) -> bool {
+    globset::Glob::new(pattern)
+        .map(|g| g.compile_matcher().is_match(name))
+        .unwrap_or(false)
+}
+
+fn random_token() -> String {
+    let mut seed = [0u8; 32];
+    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
+        use std::io::Read;
+        let _ = f.read_exact(&mut seed);
+    }
+    blake3::hash(&[&seed[..], &now_ns().to_le_bytes()].concat()).to_hex()[..32].to_string()
+}
+
+pub struct ProxyRuntime<'a> {
+    pub ws: &'a Workspace,
+    pub policy: &'a PolicyEngine,
+    /// How the vault was named (for the envelope).
+    pub vault_name: String,
+}
+
+impl ProxyRuntime<'_> {
+    /// Classify without running.
+    pub fn check(&self, req: &CommandRequest) -> Decision {
+        self.policy.decide(req)
+    }
+
+    fn approval_key(&self, token: &str) -> String {
+        format!("approval.{}.{token}", self.ws.name())
+    }
+
+    fn binding(&self, req: &CommandRequest) -> String {
+        format!("{}\u{0}{}\u{0}{}", self.ws.name(), req.cwd, command_text(req))
+    }
+
+    pub fn exec(&self, req: CommandRequest, opts: &ExecOptions) -> Result<Envelope> {
+        if req.argv.as_ref().is_none_or(Vec::is_empty) && req.shell.as_deref().is_none_or(str::is_empty) {
+            return Err(Error::invalid("nothing to run: pass `-- COMMAND ARGS…` or `--shell 'TEXT'`"));
+        }
+        let cwd = VPath::parse(&opts.cwd)?;
+        let cwd_node = self.ws.read(|v| v.get(&cwd))?;
+        if !cwd_node.is_dir() {
+            return Err(Error::NotADirectory { path: cwd.display() });
+        }
+        let mut decision = self.policy.decide(&req);
+        let readonly = opts.readonly || decision.action == Action::ReadOnly;
+        let request = ExecRequest {
+            argv: req.argv.clone(),
+            shell: req.shell.clone(),
+            cwd: cwd.display(),
+            vault: self.vault_name.clone(),
+            fork: self.ws.name().to_string(),
+            mode: if readonly { "read_only" } else { "read_write" }.into(),
+        };
+        let mut envelope = Envelope {
+            schema_version: ENVELOPE_VERSION,
+            request,
+            decision: decision.clone(),
+            approval_token: None,
+            ran: false,
+            checkpoint: None,
+            exit_code: None,
+            signal: None,
+            timed_out: false,
+            duration_ms: 0,
+            stdout: Captured::default(),
+            stderr: Captured::default(),
+            changes: Vec::new(),
+            summary: DiffSummary::default(),
+            exec_id: None,
+            audit_id: 0,
+        };
+        let text = command_text(&req);
+        match decision.action {
+            Action::Deny => {
+                envelope.audit_id = self.audit(&cwd, "denied", &envelope)?;
+                return Ok(envelope);
+            }
+            Action::Ask => match &opts.approve {
+                Some(token) => self.consume_approval(token, &req)?,
+                None => {
+                    let token = random_token();
+                    let vault = self.ws.vault();
+                    vault.set_setting(&self.approval_key(&token), Some(&self.binding(&req)))?;
+                    envelope.approval_token = Some(token);
+                    envelope.audit_id = self.audit(&cwd, "approval_required", &envelope)?;
+                    return Ok(envelope);
+                }
+            },
+            _ => {}
+        }
+        let take_checkpoint = match opts.checkpoint {
+            CheckpointMode::Always => true,
+            CheckpointMode::Never => false,
+            CheckpointMode::Auto => !readonly && decision.action != Action::Allow,
+        };
+        let before = if take_checkpoint {
+            let cp = self.ws.checkpoint_save(None, Some(&format!("before: {text}")))?;
+            envelope.checkpoint = Some(cp.name);
+            cp.root
+        } else {
+            self.ws.snapshot_root()?
+        };
+        let result = self.run_mounted(&req, &cwd, readonly, opts, &text)?;
+        envelope.ran = true;
+        envelope.exit_code = result.exit_code;
+        envelope.signal = result.signal;
+        envelope.timed_out = result.timed_out;
+        envelope.duration_ms = result.duration.as_millis() as u64;
+        envelope.stdout = result.stdout;
+        envelope.stderr = result.stderr;
+        if !readonly {
+            envelope.exec_id = self.ws.last_op_id()?;
+        }
+        envelope.changes = self
+            .ws
+            .vault()
+            .diff(&StateRef::Root(before), &StateRef::Live(self.ws.name().to_string()))?;
+        envelope.summary = summarize(&envelope.changes);
+        if decision.action == Action::Ask {
+            decision.reason = format!("approved: {}", decision.reason);
+            envelope.decision = decision;
+        }
+        let outcome = if envelope.timed_out {
+            "timed_out".to_string()
+        } else {
+            format!("exit {}", envelope.exit_code())
+        };
+        envelope.audit_id = self.audit(&cwd, &outcome, &envelope)?;
+        Ok(envelope)
+    }
+
+    fn consume_approval(&self, token: &str, req: &CommandRequest) -> Result<()> {
+        let vault = self.ws.vault();
+        let key = self.approval_key(token);
+        match vault.setting(&key)? {
+            Some(bound) if bound == self.binding(req) => vault.set_setting(&key, None),
+            Some(_) => Err(Error::invalid(
+                "approval token was issued for a different command, cwd or fork",
+            )),
+            None => Err(Error::invalid("approval token is unknown or already used")),
+        }
+    }
+
+    fn audit(&self, cwd: &VPath, outcome: &str, e: &Envelope) -> Result<i64> {
+        let detail = serde_json::json!({
+            "command": e.request.shell.clone().or_else(|| e.request.argv.as_ref().map(|a| a.join(" "))),
+            "action": e.decision.action,
+            "categories": e.decision.categories,
+            "rule": e.decision.rule,
+            "reason": e.decision.reason,
+            "checkpoint": e.checkpoint,
+            "exit_code": e.exit_code,
+            "timed_out": e.timed_out,
+            "changes": e.changes.len(),
+        });
+        self.ws
+            .record_audit(EXEC_OP, &[cwd.display()], outcome, Some(detail.to_string()))
+    }
+
+    fn child_env(&self, opts: &ExecOptions, cwd: &std::path::Path) -> Vec<(String, String)> {
+        let patterns = self.policy.secret_env_patterns();
+        let mut env: Vec<(String, String)> = std::env::vars()
+            .filter(|(k, _)| {
+                opts.allow_env.iter().any(|a| a == k) || !patterns.iter().any(|p| glob_match(p, k))
+            })
+            .filter(|(k, _)| !k.starts_with("AVFS_"))
+            .collect();
+        env.retain(|(k, _)| k != "PWD");
+        env.push(("PWD".into(), cwd.display().to_string()));
+        env
+    }
+
+    #[cfg(feature = "fuse")]
+    fn run_mounted(
+        &self,
+        req: &CommandRequest,
+        cwd: &VPath,
+        readonly: bool,
+        opts: &ExecOptions,
+        text: &str,
+    ) -> Result<runner::RunResult> {
+        use super::mount::MountSession;
+        let dir = mount_dir()?;
+        let session = MountSession::new(self.ws.clone(), None, readonly)?
+            .with_label(EXEC_OP, text)
+            .with_hidden(&self.policy.secret_globs())?;
+        let mounted = crate::fuse::spawn(session, &dir).map_err(|e| Error::MountFailed {
+            dir: dir.clone(),
+            reason: e.to_string(),
+        })?;
+        let work = if cwd.is_root() { dir.clone() } else { dir.join(cwd.as_str()) };
+        let (program, args) = match (&req.shell, &req.argv) {
+            (Some(s), _) => ("/bin/sh".to_string(), vec!["-c".to_string(), s.clone()]),
+            (None, Some(a)) => (a[0].clone(), a[1..].to_vec()),
+            _ => unreachable!("validated above"),
+        };
+        let env = self.child_env(opts, &work);
+        let result = runner::run(&RunSpec {
+            program: &program,
+            args: &args,
+            cwd: &work,
+            env,
+            timeout: opts.timeout,
+            cap: opts.output_cap,
+        });
+        // Unmounting ends the session, which commits and records the run in the op log.
+        let unmounted = mounted.umount_and_join();
+        let _ = std::fs::remove_dir(&dir);
+        let result = result?;
+        unmounted.map_err(|e| Error::MountFailed {
+            dir,
+            reason: format!("unmount after the run failed: {e}"),
+        })?;
+        Ok(result)
+    }
+
+    #[cfg(not(feature = "fuse"))]
+    fn run_mounted(
+        &self,
+        _req: &CommandRequest,
+        _cwd: &VPath,
+        _readonly: bool,
+        _opts: &ExecOptions,
+        _text: &str,
+    ) -> Result<runner::RunResult> {
+        Err(Error::FuseUnavailable)
+    }
+}
+
+fn mount_dir() -> Result<PathBuf> {
+    let base = std::env::temp_dir().join(format!("avfs-exec-{}", std::process::id()));
+    let dir = base.join(format!("{}", now_ns()));
+    std::fs::create_dir_all(&dir).map_err(|e| Error::io("creating", &dir, e))?;
+    Ok(dir)
+}
