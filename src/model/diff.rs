@@ -204,8 +204,21 @@ fn diff_node(
         (Some(a), None) => whole(va, path, a, ChangeStatus::Deleted, out),
         (Some(a), Some(b)) => {
             if !same_type(&a.node, &b.node) {
-                whole(va, path, a, ChangeStatus::Deleted, out)?;
-                whole(vb, path, b, ChangeStatus::Added, out)?;
+                // One entry for the path itself; what was or is below it is listed too.
+                out.push(change(
+                    path,
+                    ChangeStatus::TypeChanged,
+                    Some(&a.node),
+                    Some(&b.node),
+                ));
+                for (v, c, status) in [(va, a, ChangeStatus::Deleted), (vb, b, ChangeStatus::Added)]
+                {
+                    if c.node.is_dir() {
+                        for child in v.children(path, &c.node, c.overlaid)? {
+                            whole(v, &path.join(&child.name), &child, status, out)?;
+                        }
+                    }
+                }
                 return Ok(());
             }
             let mode_changed = a.node.attrs.mode != b.node.attrs.mode;

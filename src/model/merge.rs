@@ -285,6 +285,14 @@ impl Vault {
             if applied {
                 e.reset_to_root(merged_root)?;
                 e.w.set_fork_root(f.id, &theirs_root)?;
+                e.op_extra = Some(
+                    serde_json::json!({
+                        "fork": f.id,
+                        "fork_root_before": base_root.to_hex(),
+                        "fork_root_after": theirs_root.to_hex(),
+                    })
+                    .to_string(),
+                );
                 e.describe(format!("merge {fork} into {}", e.ws.name));
             }
             Ok(MergeReport {

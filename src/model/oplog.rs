@@ -65,6 +65,14 @@ fn undone_set(ops: &[OpRecord]) -> HashSet<i64> {
     undone
 }
 
+/// A fork merge base to restore when undoing (or redoing) a merge.
+fn side_effect(op: &OpRecord, key: &str) -> Option<(i64, crate::model::id::ObjectId)> {
+    let extra: serde_json::Value = serde_json::from_str(op.extra.as_deref()?).ok()?;
+    let fork = extra.get("fork")?.as_i64()?;
+    let bytes = hex::decode(extra.get(key)?.as_str()?).ok()?;
+    crate::model::id::ObjectId::from_slice(&bytes).map(|id| (fork, id))
+}
+
 fn changed(op: &OpRecord) -> bool {
     op.root_before != op.root_after
 }
@@ -109,6 +117,7 @@ impl Workspace {
             UNDO,
             Some(target.id),
             root,
+            side_effect(target, "fork_root_before"),
             format!("undo #{} {}", target.id, target.kind),
         )
     }
@@ -132,7 +141,11 @@ impl Workspace {
         let undo = found.ok_or(Error::NothingToRedo)?;
         let root = undo.root_before.ok_or(Error::NothingToRedo)?;
         let label = format!("redo #{} (undo #{})", undo.target.unwrap_or(0), undo.id);
-        self.move_to(REDO, Some(undo.id), root, label)
+        let fix = undo
+            .target
+            .and_then(|t| ops.iter().find(|o| o.id == t))
+            .and_then(|o| side_effect(o, "fork_root_after"));
+        self.move_to(REDO, Some(undo.id), root, fix, label)
     }
 
     /// Return the workspace to the state before operation `id` (default: the latest
@@ -157,6 +170,7 @@ impl Workspace {
             "rollback",
             Some(op.id),
             root,
+            None,
             format!("rollback #{} {}", op.id, op.description),
         )
     }
@@ -174,7 +188,13 @@ impl Workspace {
             .find(|o| o.id == id)
             .ok_or(Error::OperationNotFound { id })?;
         let root = op.root_after.ok_or(Error::OperationNotFound { id })?;
-        self.move_to("op.restore", None, root, format!("restore to after #{id}"))
+        self.move_to(
+            "op.restore",
+            None,
+            root,
+            None,
+            format!("restore to after #{id}"),
+        )
     }
 
     fn move_to(
@@ -182,10 +202,14 @@ impl Workspace {
         kind: &str,
         target: Option<i64>,
         root: crate::model::id::ObjectId,
+        fork_root: Option<(i64, crate::model::id::ObjectId)>,
         description: String,
     ) -> Result<OpInfo> {
         self.edit(kind, &[], |e| {
             e.reset_to_root(root)?;
+            if let Some((fork, base)) = fork_root {
+                e.w.set_fork_root(fork, &base)?;
+            }
             e.undo_target = target;
             e.describe(description);
             Ok(())

@@ -208,6 +208,7 @@ impl Workspace {
                 now,
                 description: None,
                 undo_target: None,
+                op_extra: None,
             };
             let before = match logging {
                 Logging::Op(Some(before)) => Some(before),
@@ -229,6 +230,7 @@ impl Workspace {
                     root_before: Some(before),
                     root_after: Some(after),
                     target: edit.undo_target,
+                    extra: edit.op_extra.take(),
                 })?;
             }
             edit.flush_totals()?;
@@ -488,6 +490,8 @@ pub struct Edit<'a> {
     pub(crate) description: Option<String>,
     /// For undo/redo entries: the op they act on.
     pub(crate) undo_target: Option<i64>,
+    /// Side effects to record with the op (see `OpRecord::extra`).
+    pub(crate) op_extra: Option<String>,
 }
 
 impl<'a> Edit<'a> {

@@ -65,7 +65,12 @@ fn host_matches(v: &View<'_>, host: &Path, node: Option<&Node>) -> Result<bool> 
 }
 
 fn lookup(v: &View<'_>, path: &str) -> Result<Option<Node>> {
-    Ok(v.lookup(&VPath::parse(path)?)?.map(|(n, _)| n))
+    match v.lookup(&VPath::parse(path)?) {
+        Ok(n) => Ok(n.map(|(n, _)| n)),
+        // A parent that is a file on this side: the path does not exist here.
+        Err(Error::NotADirectory { .. }) => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
 /// Apply the changes from `from` to the live state of `ws`, under workspace path `prefix`,

@@ -120,43 +120,64 @@ pub fn line_stat(a: &View<'_>, b: &View<'_>, c: &Change) -> Result<Option<(u64, 
     Ok(Some((ins, del)))
 }
 
-/// A git-style unified patch for one change.
+/// A git-style unified patch for one change (`git apply` accepts it).
 pub fn patch(a: &View<'_>, b: &View<'_>, c: &Change) -> Result<String> {
-    if c.kind == "dir" && !c.mode_changed {
-        return Ok(String::new());
-    }
     let old_path = c.old_path.as_deref().unwrap_or(&c.path);
+    let old = node_at(a, old_path)?;
+    let new = node_at(b, &c.path)?;
     let (ap, bp) = (
         old_path.trim_start_matches('/'),
         c.path.trim_start_matches('/'),
     );
-    let mut out = format!("diff --git a/{ap} b/{bp}\n");
-    match c.status {
-        ChangeStatus::Added => {
-            out.push_str(&format!("new file mode {:o}\n", c.new_mode.unwrap_or(0)))
+    // Directories have no patch text; git tracks only what is inside them.
+    let old = old.filter(|n| !n.is_dir());
+    let new = new.filter(|n| !n.is_dir());
+    if c.status == ChangeStatus::TypeChanged {
+        // As git does: the old entry is deleted and the new one added.
+        let mut out = String::new();
+        if let Some(o) = &old {
+            out.push_str(&file_patch(a, b, ap, ap, Some(o), None)?);
         }
-        ChangeStatus::Deleted => out.push_str(&format!(
-            "deleted file mode {:o}\n",
-            c.old_mode.unwrap_or(0)
-        )),
-        _ => {
-            if c.mode_changed {
-                out.push_str(&format!(
-                    "old mode {:o}\nnew mode {:o}\n",
-                    c.old_mode.unwrap_or(0),
-                    c.new_mode.unwrap_or(0)
-                ));
-            }
-            if c.status == ChangeStatus::Renamed {
-                out.push_str(&format!("rename from {ap}\nrename to {bp}\n"));
-            }
+        if let Some(n) = &new {
+            out.push_str(&file_patch(a, b, bp, bp, None, Some(n))?);
         }
-    }
-    if c.kind == "dir" || c.old_content_id == c.new_content_id {
         return Ok(out);
     }
-    let old = node_at(a, old_path)?;
-    let new = node_at(b, &c.path)?;
+    if old.is_none() && new.is_none() {
+        return Ok(String::new());
+    }
+    file_patch(a, b, ap, bp, old.as_ref(), new.as_ref())
+}
+
+fn file_patch(
+    a: &View<'_>,
+    b: &View<'_>,
+    ap: &str,
+    bp: &str,
+    old: Option<&Node>,
+    new: Option<&Node>,
+) -> Result<String> {
+    let mut out = format!("diff --git a/{ap} b/{bp}\n");
+    match (old, new) {
+        (None, Some(n)) => out.push_str(&format!("new file mode {:06o}\n", n.st_mode())),
+        (Some(o), None) => out.push_str(&format!("deleted file mode {:06o}\n", o.st_mode())),
+        (Some(o), Some(n)) => {
+            if o.st_mode() != n.st_mode() {
+                out.push_str(&format!(
+                    "old mode {:06o}\nnew mode {:06o}\n",
+                    o.st_mode(),
+                    n.st_mode()
+                ));
+            }
+            if ap != bp {
+                out.push_str(&format!("rename from {ap}\nrename to {bp}\n"));
+            }
+            if o.kind_eq(n) {
+                return Ok(out);
+            }
+        }
+        (None, None) => return Ok(String::new()),
+    }
     let (from, to) = (
         if old.is_some() {
             format!("a/{ap}")
@@ -169,8 +190,11 @@ pub fn patch(a: &View<'_>, b: &View<'_>, c: &Change) -> Result<String> {
             "/dev/null".into()
         },
     );
-    match (text_of(a, old.as_ref())?, text_of(b, new.as_ref())?) {
+    match (text_of(a, old)?, text_of(b, new)?) {
         (Some(o), Some(n)) => {
+            if o.is_empty() && n.is_empty() {
+                return Ok(out);
+            }
             let diff = similar::TextDiff::from_lines(&o, &n);
             out.push_str(
                 &diff

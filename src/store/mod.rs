@@ -58,6 +58,9 @@ pub struct OpRecord {
     pub root_after: Option<ObjectId>,
     /// For undo and redo entries: the entry they act on.
     pub target: Option<i64>,
+    /// Side effects outside the workspace's own state, as JSON (a merge moves the fork's
+    /// merge base), so undo and redo can revert and re-apply them.
+    pub extra: Option<String>,
 }
 
 /// One audit record.

@@ -69,7 +69,8 @@ CREATE TABLE ops(
     description TEXT NOT NULL,
     root_before BLOB,
     root_after BLOB,
-    target INTEGER
+    target INTEGER,
+    extra TEXT
 );
 CREATE INDEX ops_by_ws ON ops(ws, id);
 CREATE TABLE audit(
@@ -590,7 +591,7 @@ impl StoreRead for Tx<'_> {
 
     fn ops(&self, ws: Option<i64>, limit: usize) -> Result<Vec<OpRecord>> {
         let mut stmt = self.0.prepare_cached(
-            "SELECT id, ws, at, kind, description, root_before, root_after, target FROM ops
+            "SELECT id, ws, at, kind, description, root_before, root_after, target, extra FROM ops
              WHERE ?1 IS NULL OR ws = ?1 ORDER BY id DESC LIMIT ?2",
         )?;
         let rows = stmt
@@ -604,6 +605,7 @@ impl StoreRead for Tx<'_> {
                     root_before: opt_id_col(r, 5)?,
                     root_after: opt_id_col(r, 6)?,
                     target: r.get(7)?,
+                    extra: r.get(8)?,
                 })
             })?
             .collect::<rusqlite::Result<Vec<_>>>()?;
@@ -785,8 +787,8 @@ impl StoreWrite for Tx<'_> {
 
     fn append_op(&mut self, rec: &OpRecord) -> Result<i64> {
         let mut stmt = self.0.prepare_cached(
-            "INSERT INTO ops(ws, at, kind, description, root_before, root_after, target)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            "INSERT INTO ops(ws, at, kind, description, root_before, root_after, target, extra)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
         )?;
         stmt.execute(params![
             rec.workspace,
@@ -795,7 +797,8 @@ impl StoreWrite for Tx<'_> {
             rec.description,
             rec.root_before.as_ref().map(|i| i.0.to_vec()),
             rec.root_after.as_ref().map(|i| i.0.to_vec()),
-            rec.target
+            rec.target,
+            rec.extra
         ])?;
         Ok(self.0.last_insert_rowid())
     }
