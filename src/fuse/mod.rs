@@ -89,10 +89,10 @@ impl Filesystem for Fs {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEntry) {
-        match name(n).and_then(|n| self.0.lookup(parent.0, n).map_err(e)) {
-            Ok(a) => reply.entry(&TTL, &attr(&a), Generation(0)),
-            Err(err) => reply.error(err),
-        }
+        entry_reply(
+            reply,
+            name(n).and_then(|n| self.0.lookup(parent.0, n).map_err(e)),
+        )
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
@@ -156,10 +156,7 @@ impl Filesystem for Fs {
                 .mknod(parent.0, n, mode & !umask, req.uid(), req.gid())
                 .map_err(e)
         });
-        match r {
-            Ok(a) => reply.entry(&TTL, &attr(&a), Generation(0)),
-            Err(err) => reply.error(err),
-        }
+        entry_reply(reply, r)
     }
 
     fn mkdir(
@@ -176,24 +173,21 @@ impl Filesystem for Fs {
                 .mkdir(parent.0, n, mode & !umask, req.uid(), req.gid())
                 .map_err(e)
         });
-        match r {
-            Ok(a) => reply.entry(&TTL, &attr(&a), Generation(0)),
-            Err(err) => reply.error(err),
-        }
+        entry_reply(reply, r)
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
-        match name(n).and_then(|n| self.0.unlink(parent.0, n).map_err(e)) {
-            Ok(()) => reply.ok(),
-            Err(err) => reply.error(err),
-        }
+        empty_reply(
+            reply,
+            name(n).and_then(|n| self.0.unlink(parent.0, n).map_err(e)),
+        )
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
-        match name(n).and_then(|n| self.0.rmdir(parent.0, n).map_err(e)) {
-            Ok(()) => reply.ok(),
-            Err(err) => reply.error(err),
-        }
+        empty_reply(
+            reply,
+            name(n).and_then(|n| self.0.rmdir(parent.0, n).map_err(e)),
+        )
     }
 
     fn symlink(
@@ -210,10 +204,7 @@ impl Filesystem for Fs {
                 .symlink(parent.0, n, t, req.uid(), req.gid())
                 .map_err(e)
         });
-        match r {
-            Ok(a) => reply.entry(&TTL, &attr(&a), Generation(0)),
-            Err(err) => reply.error(err),
-        }
+        entry_reply(reply, r)
     }
 
     fn rename(
@@ -239,10 +230,7 @@ impl Filesystem for Fs {
                 )
                 .map_err(e)
         });
-        match r {
-            Ok(()) => reply.ok(),
-            Err(err) => reply.error(err),
-        }
+        empty_reply(reply, r)
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
@@ -486,6 +474,20 @@ impl Filesystem for Fs {
             Ok(()) => reply.ok(),
             Err(err) => reply.error(e(err)),
         }
+    }
+}
+
+fn entry_reply(reply: ReplyEntry, r: Result<Attr, Errno>) {
+    match r {
+        Ok(a) => reply.entry(&TTL, &attr(&a), Generation(0)),
+        Err(err) => reply.error(err),
+    }
+}
+
+fn empty_reply(reply: ReplyEmpty, r: Result<(), Errno>) {
+    match r {
+        Ok(()) => reply.ok(),
+        Err(err) => reply.error(err),
     }
 }
 

@@ -527,34 +527,30 @@ impl MountSession {
     }
 
     pub fn unlink(&self, parent: u64, name: &str) -> MResult<()> {
-        let path = self.child(parent, name)?;
-        self.edit("mount.unlink", &[&path], |e| {
-            let (n, _) = e.view().lookup(&path)?.ok_or_else(|| Error::PathNotFound {
-                path: path.display(),
-            })?;
-            if n.is_dir() {
-                return Err(Error::IsADirectory {
-                    path: path.display(),
-                });
-            }
-            e.remove(&path, false)
-        })?;
-        self.forget_path(&path);
-        Ok(())
+        self.remove_entry("mount.unlink", parent, name, false)
     }
 
     pub fn rmdir(&self, parent: u64, name: &str) -> MResult<()> {
+        self.remove_entry("mount.rmdir", parent, name, true)
+    }
+
+    /// unlink(2) (`dir` false: EISDIR on a directory) or rmdir(2) (`dir` true: ENOTDIR on
+    /// anything else, ENOTEMPTY unless empty).
+    fn remove_entry(&self, op: &str, parent: u64, name: &str, dir: bool) -> MResult<()> {
         let path = self.child(parent, name)?;
-        self.edit("mount.rmdir", &[&path], |e| {
+        self.edit(op, &[&path], |e| {
             let (n, _) = e.view().lookup(&path)?.ok_or_else(|| Error::PathNotFound {
                 path: path.display(),
             })?;
-            if !n.is_dir() {
-                return Err(Error::NotADirectory {
+            match (n.is_dir(), dir) {
+                (true, false) => Err(Error::IsADirectory {
                     path: path.display(),
-                });
+                }),
+                (false, true) => Err(Error::NotADirectory {
+                    path: path.display(),
+                }),
+                _ => e.remove(&path, false),
             }
-            e.remove(&path, false)
         })?;
         self.forget_path(&path);
         Ok(())
