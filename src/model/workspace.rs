@@ -212,7 +212,16 @@ impl Workspace {
             };
             let before = match logging {
                 Logging::Op(Some(before)) => Some(before),
-                Logging::Op(None) => Some(edit.fold()?),
+                Logging::Op(None) => {
+                    // Rebase on the folded state at once (nothing observable changes), so
+                    // folds inside `f` and after it pay only for what `f` changes.
+                    let root = edit.fold()?;
+                    if root != edit.ws.base {
+                        edit.w.overlay_clear(edit.ws.id)?;
+                        edit.ws.base = root;
+                    }
+                    Some(root)
+                }
                 _ => None,
             };
             let out = f(&mut edit)?;
