@@ -99,6 +99,8 @@ fn every_command_in_the_schema_is_exercised_and_valid() {
         env.data(&["mount", "c", dir.to_str().unwrap()]);
         env.data(&["mounts"]);
         env.data(&["unmount", dir.to_str().unwrap()]);
+        env.data(&["proxy", "exec", "--shell", "echo hi > proxied.txt"]);
+        env.data(&["rollback"]);
     } else {
         assert_eq!(
             std::env::var("AVFS_CI_ALLOW_NO_FUSE").as_deref(),
@@ -106,7 +108,7 @@ fn every_command_in_the_schema_is_exercised_and_valid() {
             "/dev/fuse is missing; set AVFS_CI_ALLOW_NO_FUSE=1 to run without FUSE"
         );
         eprintln!("WARNING: no /dev/fuse: mount, mounts, unmount not exercised");
-        for c in ["mount", "mounts", "unmount"] {
+        for c in ["mount", "mounts", "unmount", "proxy exec", "rollback"] {
             exempt.insert(c.to_string());
         }
     }
@@ -115,6 +117,9 @@ fn every_command_in_the_schema_is_exercised_and_valid() {
     env.data(&["vault", "check"]);
     env.data(&["vault", "delete", "other", "--yes"]);
     env.data(&["schema"]);
+    env.data(&["policy", "show"]);
+    env.data(&["policy", "test"]);
+    env.data(&["proxy", "check", "--", "ls", "-la"]);
 
     let listed = contract().command_names();
     let mut seen = env.seen_commands();

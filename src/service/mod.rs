@@ -6,6 +6,8 @@ pub mod files;
 pub mod history;
 pub mod mount;
 pub mod mounts;
+pub mod policy;
+pub mod proxy;
 pub mod registry;
 pub mod runner;
 pub mod search;

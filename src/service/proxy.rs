@@ -164,17 +164,28 @@ impl ProxyRuntime<'_> {
     }
 
     fn binding(&self, req: &CommandRequest) -> String {
-        format!("{}\u{0}{}\u{0}{}", self.ws.name(), req.cwd, command_text(req))
+        format!(
+            "{}\u{0}{}\u{0}{}",
+            self.ws.name(),
+            req.cwd,
+            command_text(req)
+        )
     }
 
     pub fn exec(&self, req: CommandRequest, opts: &ExecOptions) -> Result<Envelope> {
-        if req.argv.as_ref().is_none_or(Vec::is_empty) && req.shell.as_deref().is_none_or(str::is_empty) {
-            return Err(Error::invalid("nothing to run: pass `-- COMMAND ARGS…` or `--shell 'TEXT'`"));
+        if req.argv.as_ref().is_none_or(Vec::is_empty)
+            && req.shell.as_deref().is_none_or(str::is_empty)
+        {
+            return Err(Error::invalid(
+                "nothing to run: pass `-- COMMAND ARGS…` or `--shell 'TEXT'`",
+            ));
         }
         let cwd = VPath::parse(&opts.cwd)?;
         let cwd_node = self.ws.read(|v| v.get(&cwd))?;
         if !cwd_node.is_dir() {
-            return Err(Error::NotADirectory { path: cwd.display() });
+            return Err(Error::NotADirectory {
+                path: cwd.display(),
+            });
         }
         let mut decision = self.policy.decide(&req);
         let readonly = opts.readonly || decision.action == Action::ReadOnly;
@@ -229,7 +240,9 @@ impl ProxyRuntime<'_> {
             CheckpointMode::Auto => !readonly && decision.action != Action::Allow,
         };
         let before = if take_checkpoint {
-            let cp = self.ws.checkpoint_save(None, Some(&format!("before: {text}")))?;
+            let cp = self
+                .ws
+                .checkpoint_save(None, Some(&format!("before: {text}")))?;
             envelope.checkpoint = Some(cp.name);
             cp.root
         } else {
@@ -246,10 +259,10 @@ impl ProxyRuntime<'_> {
         if !readonly {
             envelope.exec_id = self.ws.last_op_id()?;
         }
-        envelope.changes = self
-            .ws
-            .vault()
-            .diff(&StateRef::Root(before), &StateRef::Live(self.ws.name().to_string()))?;
+        envelope.changes = self.ws.vault().diff(
+            &StateRef::Root(before),
+            &StateRef::Live(self.ws.name().to_string()),
+        )?;
         envelope.summary = summarize(&envelope.changes);
         if decision.action == Action::Ask {
             decision.reason = format!("approved: {}", decision.reason);
@@ -323,7 +336,11 @@ impl ProxyRuntime<'_> {
             dir: dir.clone(),
             reason: e.to_string(),
         })?;
-        let work = if cwd.is_root() { dir.clone() } else { dir.join(cwd.as_str()) };
+        let work = if cwd.is_root() {
+            dir.clone()
+        } else {
+            dir.join(cwd.as_str())
+        };
         let (program, args) = match (&req.shell, &req.argv) {
             (Some(s), _) => ("/bin/sh".to_string(), vec!["-c".to_string(), s.clone()]),
             (None, Some(a)) => (a[0].clone(), a[1..].to_vec()),

@@ -1,6 +1,6 @@
 //! Shared by the mount tests: a vault mounted through the real `avfs` binary in a temp dir.
 //! FUSE tests never skip silently: without /dev/fuse they fail unless
-//! AVFS_TEST_ALLOW_NO_FUSE=1 is set on purpose.
+//! AVFS_CI_ALLOW_NO_FUSE=1 is set on purpose.
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
@@ -10,12 +10,12 @@ pub fn require_fuse() -> bool {
     if Path::new("/dev/fuse").exists() {
         return true;
     }
-    if std::env::var("AVFS_TEST_ALLOW_NO_FUSE").as_deref() == Ok("1") {
-        eprintln!("skipping: /dev/fuse missing and AVFS_TEST_ALLOW_NO_FUSE=1");
+    if std::env::var("AVFS_CI_ALLOW_NO_FUSE").as_deref() == Ok("1") {
+        eprintln!("skipping: /dev/fuse missing and AVFS_CI_ALLOW_NO_FUSE=1");
         return false;
     }
     panic!(
-        "/dev/fuse is missing: FUSE tests cannot run (set AVFS_TEST_ALLOW_NO_FUSE=1 to skip on purpose)"
+        "/dev/fuse is missing: FUSE tests cannot run (set AVFS_CI_ALLOW_NO_FUSE=1 to skip on purpose)"
     );
 }
 
@@ -48,7 +48,7 @@ pub fn ok(out: Output) -> String {
 impl Mounted {
     /// A fresh vault `name` mounted at `<home>/mnt`.
     pub fn new(name: &str) -> Mounted {
-        assert!(require_fuse() || std::env::var("AVFS_TEST_ALLOW_NO_FUSE").is_ok());
+        assert!(require_fuse() || std::env::var("AVFS_CI_ALLOW_NO_FUSE").is_ok());
         let home = tempfile::tempdir().unwrap();
         ok(avfs_in(home.path(), &["vault", "create", name]));
         Self::mount_existing(home, name)

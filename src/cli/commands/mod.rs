@@ -6,6 +6,8 @@ mod checkpoint;
 mod files;
 mod history;
 mod mount;
+mod policy;
+mod proxy;
 mod schema;
 mod transfer;
 mod vault;
@@ -130,6 +132,23 @@ pub enum Command {
     Compact,
     /// Print the JSON Schema of every command's `--json` output.
     Schema,
+    /// Print the proxy's built-in policy, or test a policy file's examples.
+    #[command(subcommand)]
+    Policy(policy::PolicyCmd),
+    /// Run a command through the policy-checked proxy, or only check its decision.
+    #[command(subcommand)]
+    Proxy(ProxyCmd),
+    /// Restore the state before a proxied command (default: the last one).
+    Rollback(proxy::RollbackArgs),
+}
+
+#[derive(Subcommand)]
+pub enum ProxyCmd {
+    /// Run one command in the workspace: classify, checkpoint, mount, run with a timeout,
+    /// report exactly what changed.
+    Exec(proxy::ExecArgs),
+    /// Print the policy decision for a command without running it.
+    Check(policy::CheckArgs),
 }
 
 /// What every command gets.
@@ -201,5 +220,9 @@ pub fn run(ctx: &Ctx, command: Command) -> (&'static str, Result<Reply, Error>) 
         Command::Gc(a) => ("gc", admin::cmd_gc(ctx, a)),
         Command::Compact => ("compact", admin::cmd_compact(ctx)),
         Command::Schema => ("schema", Ok(admin::cmd_schema())),
+        Command::Policy(c) => policy::run(ctx, c),
+        Command::Proxy(ProxyCmd::Exec(a)) => ("proxy exec", proxy::cmd_exec(ctx, a)),
+        Command::Proxy(ProxyCmd::Check(a)) => ("proxy check", policy::cmd_check(ctx, a)),
+        Command::Rollback(a) => ("rollback", proxy::cmd_rollback(ctx, a)),
     }
 }

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use clap::{Args, ValueEnum};
 
 use agentvfs::model::OpInfo;
-use agentvfs::service::policy::{CommandRequest, PolicyEngine};
+use agentvfs::service::policy::CommandRequest;
 use agentvfs::service::proxy::{CheckpointMode, EXEC_OP, Envelope, ExecOptions, ProxyRuntime};
 use agentvfs::{Error, Result};
 
@@ -60,27 +60,23 @@ pub struct ExecArgs {
     pub argv: Vec<String>,
 }
 
-pub fn load_policy(path: Option<&PathBuf>) -> Result<PolicyEngine> {
-    match path {
-        Some(p) => {
-            let text = std::fs::read_to_string(p).map_err(|e| Error::io("reading policy", p, e))?;
-            PolicyEngine::from_toml(&text)
-        }
-        None => Ok(PolicyEngine::builtin()),
-    }
-}
-
 fn render(e: &Envelope) -> String {
     let mut s = String::new();
     if e.ran {
         s.push_str(&e.stdout.text);
         if e.stdout.truncated {
-            s.push_str(&format!("\n[stdout truncated: {} bytes total]\n", e.stdout.bytes));
+            s.push_str(&format!(
+                "\n[stdout truncated: {} bytes total]\n",
+                e.stdout.bytes
+            ));
         }
     }
     let status = if !e.ran {
         match &e.approval_token {
-            Some(t) => format!("needs approval ({}); re-run with --approve {t}", e.decision.reason),
+            Some(t) => format!(
+                "needs approval ({}); re-run with --approve {t}",
+                e.decision.reason
+            ),
             None => format!("denied: {}", e.decision.reason),
         }
     } else if e.timed_out {
@@ -88,7 +84,11 @@ fn render(e: &Envelope) -> String {
     } else {
         format!("exit {}", e.exit_code())
     };
-    let cp = e.checkpoint.as_deref().map(|c| format!(", checkpoint {c}")).unwrap_or_default();
+    let cp = e
+        .checkpoint
+        .as_deref()
+        .map(|c| format!(", checkpoint {c}"))
+        .unwrap_or_default();
     let id = e.exec_id.map(|i| format!(", exec {i}")).unwrap_or_default();
     eprint!("{}", if e.ran { e.stderr.text.as_str() } else { "" });
     eprintln!("avfs: {status}; {} changed{cp}{id}", e.changes.len());
@@ -96,9 +96,13 @@ fn render(e: &Envelope) -> String {
 }
 
 pub fn cmd_exec(ctx: &Ctx, a: ExecArgs) -> Result<Reply> {
-    let policy = load_policy(a.policy.as_ref())?;
-    let timeout = humantime::parse_duration(&a.timeout)
-        .map_err(|_| Error::invalid(format!("--timeout takes a duration like 30s or 5m, not `{}`", a.timeout)))?;
+    let policy = super::policy::load(a.policy.as_ref())?;
+    let timeout = humantime::parse_duration(&a.timeout).map_err(|_| {
+        Error::invalid(format!(
+            "--timeout takes a duration like 30s or 5m, not `{}`",
+            a.timeout
+        ))
+    })?;
     let selector = match (&a.task, &a.fork_from) {
         (Some(task), Some(from)) => {
             if ctx.service.resolve(Some(task)).is_err() {
@@ -116,7 +120,11 @@ pub fn cmd_exec(ctx: &Ctx, a: ExecArgs) -> Result<Reply> {
         vault_name: target.name.clone(),
     };
     let req = CommandRequest {
-        argv: if a.argv.is_empty() { None } else { Some(a.argv.clone()) },
+        argv: if a.argv.is_empty() {
+            None
+        } else {
+            Some(a.argv.clone())
+        },
         shell: a.shell.clone(),
         cwd: a.cwd.clone(),
     };
@@ -134,7 +142,11 @@ pub fn cmd_exec(ctx: &Ctx, a: ExecArgs) -> Result<Reply> {
         allow_env: a.allow_env.clone(),
     };
     let envelope = runtime.exec(req, &opts)?;
-    let human = if ctx.json { String::new() } else { render(&envelope) };
+    let human = if ctx.json {
+        String::new()
+    } else {
+        render(&envelope)
+    };
     let mut reply = Reply::bytes(&envelope, human.into_bytes());
     reply.exit_code = Some(envelope.exit_code());
     Ok(reply)

@@ -33,8 +33,10 @@
 //!   is `unknown`; with destructive-looking flags (`-r`, `-f`, `--force`, `--delete`, …) it is
 //!   denied. A write or delete whose target is only known at run time (`rm -rf "$X"`,
 //!   `xargs rm`, `> "$OUT"`, `cd "$D" && …`) is `ask` (rule `builtin/dynamic-target`); a read
-//!   of such a target is `unknown`. Variables assigned earlier in the same command text
-//!   (`D=build; rm -rf $D`, `for f in *.rs`) are followed.
+//!   of such a target is `unknown`. Code that only exists at run time (`eval "$X"`,
+//!   `bash -c "$X"`, `… | base64 -d | sh`) is `ask` (rule `builtin/dynamic-code`). Variables
+//!   assigned earlier in the same command text (`D=build; rm -rf $D`, `export X=…`,
+//!   `for f in *.rs`) are followed.
 //! * **Hard denials**, whatever the policy file says: network output piped or substituted
 //!   into a shell or interpreter (`curl … | sh`, `bash <(curl …)`, `eval "$(wget -O- …)"`,
 //!   rule `builtin/remote-code`); recursive functions (the fork bomb `:(){ :|:& };:`,
@@ -465,7 +467,12 @@ impl PolicyEngine {
                 f.reason.clone()
             } else {
                 let list: Vec<String> = progs.iter().take(6).map(|p| format!("`{p}`")).collect();
-                format!("read-only: {} only read the workspace", list.join(", "))
+                let verb = if list.len() == 1 {
+                    "only reads"
+                } else {
+                    "only read"
+                };
+                format!("read-only: {} {verb} the workspace", list.join(", "))
             }
         } else {
             f.reason.clone()

@@ -197,9 +197,7 @@ impl Rule {
         }
         for f in &r.flags {
             if !f.starts_with('-') || f == "-" || f == "--" {
-                return Err(err(format!(
-                    "flag `{f}` must look like `-x` or `--name`"
-                )));
+                return Err(err(format!("flag `{f}` must look like `-x` or `--name`")));
             }
         }
         Ok(Rule {
@@ -295,7 +293,10 @@ mod tests {
         assert!(flag_matches("-f", "-rf"));
         assert!(!flag_matches("-f", "--force"));
         assert!(flag_matches("--force", "--force"));
-        assert!(flag_matches("--force-with-lease", "--force-with-lease=main"));
+        assert!(flag_matches(
+            "--force-with-lease",
+            "--force-with-lease=main"
+        ));
         assert!(!flag_matches("-f", "-n5"));
     }
 }

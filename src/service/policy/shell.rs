@@ -109,7 +109,7 @@ pub(super) enum Cwd {
     /// A `cd` left the workspace through this token.
     Outside(String),
     /// A `cd` to a directory known only at run time.
-    Unknown(String),
+    Unknown,
 }
 
 /// Shell state that matters for classification.
@@ -241,7 +241,7 @@ pub(super) fn resolve(text: &str, cwd: &Cwd) -> Resolved {
                 "relative to `{tok}`, which is outside the workspace"
             ));
         }
-        Cwd::Unknown(_) => return Resolved::Unknown,
+        Cwd::Unknown => return Resolved::Unknown,
     };
     for c in text.split('/') {
         match c {
@@ -260,7 +260,7 @@ pub(super) fn resolve(text: &str, cwd: &Cwd) -> Resolved {
 /// The directory `cd ARG` leads to.
 pub(super) fn chdir(cwd: &Cwd, arg: &Arg) -> Cwd {
     if arg.dynamic && !(arg.text.starts_with('/') || arg.text.starts_with('~')) {
-        return Cwd::Unknown(arg.raw.clone());
+        return Cwd::Unknown;
     }
     match resolve(&arg.text, cwd) {
         Resolved::Inside(p) => Cwd::Known(
@@ -269,7 +269,7 @@ pub(super) fn chdir(cwd: &Cwd, arg: &Arg) -> Cwd {
                 .map(String::from)
                 .collect(),
         ),
-        Resolved::Unknown => Cwd::Unknown(arg.raw.clone()),
+        Resolved::Unknown => Cwd::Unknown,
         Resolved::Harmless | Resolved::Outside(_) => Cwd::Outside(arg.raw.clone()),
     }
 }
@@ -348,6 +348,9 @@ pub(super) struct Analyzer<'e> {
     pub depth: usize,
     /// Program names invoked so far (to spot recursive functions).
     pub invoked: Vec<String>,
+    /// How many network findings the built-in classification made (rules cannot hide
+    /// network output from `… | sh` detection).
+    pub net_events: usize,
 }
 
 fn short(s: &str) -> String {
@@ -378,6 +381,7 @@ impl<'e> Analyzer<'e> {
             facts: Vec::new(),
             depth: 0,
             invoked: Vec::new(),
+            net_events: 0,
         }
     }
 
@@ -391,6 +395,9 @@ impl<'e> Analyzer<'e> {
         offending: Option<&str>,
         program: Option<&str>,
     ) {
+        if categories.contains(&Category::Networked) {
+            self.net_events += 1;
+        }
         self.facts.push(Fact {
             categories: categories.to_vec(),
             forced: None,
@@ -404,6 +411,9 @@ impl<'e> Analyzer<'e> {
 
     /// A denial no rule can lift.
     pub fn hard(&mut self, categories: &[Category], rule: &str, reason: String, offending: &str) {
+        if categories.contains(&Category::Networked) {
+            self.net_events += 1;
+        }
         self.facts.push(Fact {
             categories: categories.to_vec(),
             forced: Some(Action::Deny),
@@ -583,11 +593,9 @@ impl<'e> Analyzer<'e> {
             };
             // Every element of a multi-command pipeline runs in a subshell.
             let mut sub = scope.clone();
-            let start = self.facts.len();
+            let before = self.net_events;
             self.command(cmd, &mut sub, input);
-            networked |= self.facts[start..]
-                .iter()
-                .any(|f| f.categories.contains(&Category::Networked));
+            networked |= self.net_events > before;
             prev_text = static_echo(cmd);
         }
     }
@@ -824,6 +832,21 @@ impl<'e> Analyzer<'e> {
             "NODE_OPTIONS",
             "RUSTC_WRAPPER",
         ];
+        const COMMAND_VARS: &[&str] = &[
+            "GIT_SSH_COMMAND",
+            "GIT_EDITOR",
+            "GIT_PAGER",
+            "GIT_EXTERNAL_DIFF",
+            "EDITOR",
+            "VISUAL",
+            "PAGER",
+            "PROMPT_COMMAND",
+            "RUSTC_WRAPPER",
+        ];
+        if COMMAND_VARS.contains(&name) && !v.dynamic && !v.text.trim().is_empty() {
+            let mut sub = Scope::new("/");
+            self.shell_text(&v.text.clone(), &mut sub, Stdin::Inherit);
+        }
         if EXEC_VARS.contains(&name) {
             self.push(
                 &[Category::Unknown],
@@ -859,7 +882,7 @@ impl<'e> Analyzer<'e> {
         sub: &ast::SubshellCommand,
         scope: &mut Scope,
     ) -> Arg {
-        let start = self.facts.len();
+        let before = self.net_events;
         let mut inner = scope.clone();
         let input = match kind {
             ast::ProcessSubstitutionKind::Read => Stdin::Inherit,
@@ -868,9 +891,7 @@ impl<'e> Analyzer<'e> {
         self.depth += 1;
         self.compound_list(&sub.list, &mut inner, &input);
         self.depth -= 1;
-        let networked = self.facts[start..]
-            .iter()
-            .any(|f| f.categories.contains(&Category::Networked));
+        let networked = self.net_events > before;
         Arg {
             raw: "<(…)".into(),
             text: "/dev/fd/63".into(),
@@ -1041,12 +1062,10 @@ impl<'e> Analyzer<'e> {
                     self.parameter(expr, src, scope, b);
                 }
                 WordPiece::CommandSubstitution(s) | WordPiece::BackquotedCommandSubstitution(s) => {
-                    let start = self.facts.len();
+                    let before = self.net_events;
                     let mut sub = scope.clone();
                     self.shell_text(s, &mut sub, Stdin::Inherit);
-                    b.networked |= self.facts[start..]
-                        .iter()
-                        .any(|f| f.categories.contains(&Category::Networked));
+                    b.networked |= self.net_events > before;
                     b.dynamic = true;
                     b.text.push_str("$(…)");
                 }
@@ -1089,9 +1108,9 @@ impl<'e> Analyzer<'e> {
                         b.text.push_str(src);
                     }
                 },
-                Parameter::Special(brush_parser::word::SpecialParameter::AllPositionalParameters { .. })
-                    if scope.positional.len() > 1 =>
-                {
+                Parameter::Special(
+                    brush_parser::word::SpecialParameter::AllPositionalParameters { .. },
+                ) if scope.positional.len() > 1 => {
                     let args = &scope.positional[1..];
                     let v = args
                         .iter()
@@ -1227,13 +1246,16 @@ impl<'e> Analyzer<'e> {
             categories,
             forced: Some(rule.action),
             rule: rule.name.clone(),
-            reason: rule.reason.clone().unwrap_or_else(|| {
-                format!(
-                    "`{}` matches policy rule `{}`",
+            reason: match &rule.reason {
+                Some(r) if r.contains(m.offending.as_str()) => r.clone(),
+                Some(r) => format!("{r} (`{}`)", m.offending),
+                None => format!(
+                    "`{}` matches policy rule `{}` (`{}`)",
                     snippet(args),
-                    rule.name
-                )
-            }),
+                    rule.name,
+                    m.offending
+                ),
+            },
             offending: Some(m.offending.clone()),
             program: Some(name.to_string()),
             kind: Kind::Normal,
@@ -1262,7 +1284,8 @@ fn assignment_name(a: &ast::Assignment) -> String {
 }
 
 fn is_fd_word(a: &Arg) -> bool {
-    !a.dynamic && (a.text == "-" || (!a.text.is_empty() && a.text.chars().all(|c| c.is_ascii_digit())))
+    !a.dynamic
+        && (a.text == "-" || (!a.text.is_empty() && a.text.chars().all(|c| c.is_ascii_digit())))
 }
 
 /// Whether a value looks like a path worth checking (absolute, home, or climbing).
@@ -1363,7 +1386,10 @@ mod tests {
         assert_eq!(resolve("..", &src), Resolved::Inside(String::new()));
         assert!(matches!(resolve("../..", &src), Resolved::Outside(_)));
         assert_eq!(resolve("/dev/null", &root), Resolved::Harmless);
-        assert!(matches!(resolve("/etc/passwd", &root), Resolved::Outside(_)));
+        assert!(matches!(
+            resolve("/etc/passwd", &root),
+            Resolved::Outside(_)
+        ));
         assert!(matches!(resolve("~/.ssh", &root), Resolved::Outside(_)));
     }
 }

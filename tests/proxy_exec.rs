@@ -1,0 +1,245 @@
+//! `avfs proxy exec` end to end: real binary, real vault, real FUSE mount, real `sh`.
+
+mod mount_support;
+
+use std::process::Command;
+
+use mount_support::{avfs_in, ok, require_fuse};
+use serde_json::Value;
+
+struct Env {
+    home: tempfile::TempDir,
+}
+
+impl Env {
+    fn new() -> Env {
+        assert!(require_fuse() || std::env::var("AVFS_CI_ALLOW_NO_FUSE").is_ok());
+        let home = tempfile::tempdir().unwrap();
+        ok(avfs_in(home.path(), &["vault", "create", "w"]));
+        Env { home }
+    }
+
+    fn avfs(&self, args: &[&str]) -> std::process::Output {
+        avfs_in(self.home.path(), args)
+    }
+
+    /// `avfs --json proxy exec …`: the envelope and the exit code.
+    fn exec(&self, args: &[&str]) -> (Value, i32) {
+        let mut full = vec!["--json", "proxy", "exec"];
+        full.extend_from_slice(args);
+        let out = self.avfs(&full);
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "not one JSON document ({e}): {}",
+                String::from_utf8_lossy(&out.stdout)
+            )
+        });
+        (v, out.status.code().unwrap_or(-1))
+    }
+}
+
+fn changes(v: &Value) -> Vec<(String, String)> {
+    v["data"]["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["status"].as_str().unwrap().to_string(),
+                c["path"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn changed_files_are_exactly_right() {
+    let e = Env::new();
+    ok(e.avfs(&["write", "keep.txt", "same"]));
+    ok(e.avfs(&["write", "mod.txt", "old"]));
+    ok(e.avfs(&["write", "del.txt", "bye"]));
+    ok(e.avfs(&["write", "exe.sh", "echo"]));
+    ok(e.avfs(&["write", "old-name.txt", "moved content"]));
+    let (v, code) = e.exec(&[
+        "--shell",
+        "echo new > add.txt && echo changed > mod.txt && rm del.txt && chmod +x exe.sh && mv old-name.txt new-name.txt",
+    ]);
+    assert_eq!(code, 0, "{v}");
+    let got = changes(&v);
+    assert_eq!(
+        got,
+        vec![
+            ("added".into(), "/add.txt".into()),
+            ("deleted".into(), "/del.txt".into()),
+            ("modified".into(), "/exe.sh".into()),
+            ("modified".into(), "/mod.txt".into()),
+            ("renamed".into(), "/new-name.txt".into()),
+        ],
+        "{v}"
+    );
+    let exe = v["data"]["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["path"] == "/exe.sh")
+        .unwrap();
+    assert_eq!(exe["mode_changed"], true);
+    assert_eq!(exe["old_mode"], 0o644);
+    assert_eq!(exe["new_mode"], 0o755);
+    assert!(
+        v["data"]["checkpoint"].is_string(),
+        "a mutating command is checkpointed first"
+    );
+    assert!(v["data"]["audit_id"].as_i64().unwrap() > 0);
+}
+
+#[test]
+fn timeout_kills_everything_keeps_partial_output_and_exits_124() {
+    let e = Env::new();
+    // The pids go to a file in the workspace (host paths are a policy matter).
+    let script = "echo partial; setsid sleep 100 & echo $! >> pids; (sleep 100 & echo $! >> pids); sh -c 'sleep 100 & sleep 100'";
+    let (v, code) = e.exec(&["--timeout", "1s", "--shell", script]);
+    assert_eq!(code, 124, "{v}");
+    assert_eq!(v["data"]["timed_out"], true);
+    assert_eq!(v["data"]["stdout"]["text"], "partial\n");
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let pids = ok(e.avfs(&["cat", "pids"]));
+    assert_eq!(pids.lines().count(), 2, "{pids}");
+    for pid in pids.lines() {
+        let alive =
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "));
+        assert!(!alive, "descendant {pid} outlived the timeout");
+    }
+}
+
+#[test]
+fn output_flood_is_truncated_without_hanging() {
+    let e = Env::new();
+    let (v, code) = e.exec(&[
+        "--checkpoint",
+        "never",
+        "--",
+        "sh",
+        "-c",
+        "head -c 100000000 /dev/zero | tr '\\0' x",
+    ]);
+    assert_eq!(code, 0);
+    assert_eq!(v["data"]["stdout"]["bytes"], 100_000_000);
+    assert_eq!(v["data"]["stdout"]["truncated"], true);
+    assert_eq!(
+        v["data"]["stdout"]["text"].as_str().unwrap().len(),
+        1024 * 1024
+    );
+}
+
+#[test]
+fn rollback_restores_the_state_before_the_exec_and_can_be_undone() {
+    let e = Env::new();
+    ok(e.avfs(&["write", "a.txt", "original"]));
+    let (v, _) = e.exec(&["--shell", "echo clobbered > a.txt; touch b.txt"]);
+    let id = v["data"]["exec_id"].as_i64().unwrap().to_string();
+    assert_eq!(ok(e.avfs(&["cat", "a.txt"])), "clobbered\n");
+    ok(e.avfs(&["rollback", &id]));
+    assert_eq!(ok(e.avfs(&["cat", "a.txt"])), "original");
+    assert!(!e.avfs(&["stat", "b.txt"]).status.success());
+    ok(e.avfs(&["undo"]));
+    assert_eq!(ok(e.avfs(&["cat", "a.txt"])), "clobbered\n");
+}
+
+#[test]
+fn denied_commands_do_not_run_and_still_return_an_envelope() {
+    let e = Env::new();
+    ok(e.avfs(&["write", "a.txt", "x"]));
+    for cmd in [
+        "rm -rf /",
+        "rm -rf ~",
+        "cat ~/.ssh/id_rsa",
+        "bash -c 'rm -rf /'",
+    ] {
+        let (v, code) = e.exec(&["--shell", cmd]);
+        assert_eq!(code, 126, "{cmd}: {v}");
+        assert_eq!(v["ok"], true);
+        assert_eq!(v["data"]["ran"], false, "{cmd}");
+        assert_eq!(v["data"]["decision"]["action"], "deny", "{cmd}");
+        assert!(v["data"]["audit_id"].as_i64().unwrap() > 0);
+    }
+    assert_eq!(ok(e.avfs(&["cat", "a.txt"])), "x");
+    let audit = ok(e.avfs(&["--json", "audit", "--limit", "10"]));
+    assert!(audit.contains("\"result\":\"denied\""), "{audit}");
+}
+
+#[test]
+fn secrets_are_hidden_and_secret_env_is_withheld() {
+    let e = Env::new();
+    ok(e.avfs(&["write", ".env", "API_KEY=hunter2"]));
+    ok(e.avfs(&["write", "visible.txt", "ok"]));
+    let out = Command::new(env!("CARGO_BIN_EXE_avfs"))
+        .args([
+            "--json",
+            "proxy",
+            "exec",
+            "--shell",
+            "ls -a; cat .env; echo TOKEN=${GITHUB_TOKEN:-unset}",
+        ])
+        .env("AVFS_HOME", e.home.path())
+        .env_remove("AVFS_VAULT")
+        .env("GITHUB_TOKEN", "ghp_secret")
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let stdout = v["data"]["stdout"]["text"].as_str().unwrap();
+    assert!(stdout.contains("visible.txt"), "{stdout}");
+    assert!(
+        !stdout.contains(".env") && !stdout.contains("hunter2"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("TOKEN=unset"), "{stdout}");
+    // The file itself is untouched.
+    assert_eq!(ok(e.avfs(&["cat", ".env"])), "API_KEY=hunter2");
+}
+
+#[test]
+fn task_forks_are_created_on_first_use() {
+    let e = Env::new();
+    ok(e.avfs(&["write", "base.txt", "b"]));
+    let (v, code) = e.exec(&[
+        "--fork-from",
+        "w",
+        "--task",
+        "t1",
+        "--shell",
+        "echo work > out.txt",
+    ]);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["data"]["request"]["fork"], "t1");
+    assert_eq!(ok(e.avfs(&["--vault", "t1", "cat", "out.txt"])), "work\n");
+    assert!(
+        !e.avfs(&["--vault", "w", "cat", "out.txt"]).status.success(),
+        "parent untouched"
+    );
+}
+
+#[test]
+fn readonly_runs_cannot_write() {
+    let e = Env::new();
+    let (v, code) = e.exec(&["--readonly", "--shell", "echo x > f.txt"]);
+    assert_ne!(code, 0);
+    assert_eq!(v["data"]["request"]["mode"], "read_only");
+    assert!(
+        v["data"]["stderr"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("Read-only"),
+        "{v}"
+    );
+    assert!(changes(&v).is_empty());
+}
+
+#[test]
+fn exit_code_mirrors_the_child() {
+    let e = Env::new();
+    let (v, code) = e.exec(&["--", "sh", "-c", "echo out; echo err >&2; exit 7"]);
+    assert_eq!(code, 7);
+    assert_eq!(v["data"]["exit_code"], 7);
+    assert_eq!(v["data"]["stderr"]["text"], "err\n");
+}
