@@ -50,9 +50,9 @@ n=$(t "$work/native" "tar xf $work/src.tar"); m=$(t "$work/mnt" "tar xf $work/sr
 git_cmd='git init -q . && git add -A && git -c user.name=b -c user.email=b@b commit -qm bench'
 n=$(t "$work/native/tree" "$git_cmd"); m=$(t "$work/mnt/tree" "$git_cmd"); row "git init + add -A + commit" "$n" "$m"
 n=$(t "$work/native" "grep -r ident_499_missing . || true"); m=$(t "$work/mnt" "grep -r ident_499_missing . || true"); row "grep -r" "$n" "$m"
-cargo_cmd='cargo new -q --vcs none crate && cd crate && cargo build -q --offline'
+cargo_cmd='cargo new -q --vcs none demo && cd demo && cargo build -q --offline'
 n=$(t "$work/native" "$cargo_cmd"); m=$(t "$work/mnt" "$cargo_cmd"); row "cargo new + build" "$n" "$m"
 n=$(t "$work/native" "dd if=/dev/zero of=big bs=1M count=100 conv=fsync"); m=$(t "$work/mnt" "dd if=/dev/zero of=big bs=1M count=100 conv=fsync"); row "write 100 MB (fsync)" "$n" "$m"
 n=$(t "$work/native" "cat big > /dev/null"); m=$(t "$work/mnt" "cat big > /dev/null"); row "read 100 MB" "$n" "$m"
-n=$(t "$work/native" "rm -rf tree crate big"); m=$(t "$work/mnt" "rm -rf tree crate big"); row "rm -rf" "$n" "$m"
+n=$(t "$work/native" "rm -rf tree demo big"); m=$(t "$work/mnt" "rm -rf tree demo big"); row "rm -rf" "$n" "$m"
 "$AVFS" unmount "$work/mnt" >/dev/null

@@ -383,11 +383,11 @@ impl Workspace {
         })
     }
 
-    /// Number of overlay entries: how much changed since the last checkpoint.
-    pub fn pending_changes(&self) -> Result<u64> {
+    /// (regular files, bytes) of the live tree, kept in step with every change: O(1).
+    pub fn totals(&self) -> Result<(u64, u64)> {
         self.vault.store.read(|r| {
             let ws = self.record(r)?;
-            r.overlay_len(ws.id)
+            Ok((ws.files, ws.bytes))
         })
     }
 

@@ -733,12 +733,7 @@ impl MountSession {
                 self.check_size(end as u64)?;
                 let grow = (end - d.data.len()) as u64;
                 if let Some(limit) = self.quota.max_size_mb {
-                    let total = self
-                        .ws
-                        .vault()
-                        .info(self.ws.name())
-                        .map(|i| i.workspace.bytes)
-                        .unwrap_or(0);
+                    let total = self.ws.totals().map(|(_, bytes)| bytes).unwrap_or(0);
                     let pending = (d.data.len() - d.committed_len.min(d.data.len())) as u64;
                     if total + pending + grow > limit * 1024 * 1024 {
                         return Err(err(rustix::io::Errno::DQUOT));
@@ -866,9 +861,8 @@ impl MountSession {
         const BSIZE: u64 = 4096;
         let (used_bytes, used_files) = self
             .ws
-            .vault()
-            .info(self.ws.name())
-            .map(|i| (i.workspace.bytes, i.workspace.files))
+            .totals()
+            .map(|(files, bytes)| (bytes, files))
             .unwrap_or((0, 0));
         let total_bytes = self
             .quota
