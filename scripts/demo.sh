@@ -20,6 +20,15 @@ run "$AVFS" --vault task-1 vault info
 run "$AVFS" write src/lib.rs "oops"
 run "$AVFS" checkpoint restore imported
 run "$AVFS" --json stat src/lib.rs
+if [ -w /dev/fuse ] && [ "$(id -u)" = 0 ]; then
+  # The agent-facing boundary: classify, checkpoint, mount, run, report exactly what changed.
+  run "$AVFS" --vault task-1 proxy exec --shell 'grep -c fn src/lib.rs; echo "// agent was here" >> src/lib.rs'
+  run "$AVFS" --vault task-1 proxy exec --shell 'rm -rf /' || echo "(denied, exit $?)"
+  run "$AVFS" --vault task-1 rollback
+  run "$AVFS" --vault task-1 diff after-task --name-status
+else
+  echo "(skipping the proxy steps: they mount a FUSE file system and need root and /dev/fuse)"
+fi
 run "$AVFS" vault check
 run "$AVFS" stats
 printf '\nvaults are in %s\n' "$AVFS_HOME"
