@@ -150,6 +150,16 @@ impl<'a> View<'a> {
         Ok(Some((node, overlaid)))
     }
 
+    /// The node at `path`, or `None` if nothing is there, including when a parent is not
+    /// a directory (as when comparing two states where a path's type changed).
+    pub fn find(&self, path: &VPath) -> Result<Option<Node>> {
+        match self.lookup(path) {
+            Ok(n) => Ok(n.map(|(n, _)| n)),
+            Err(Error::NotADirectory { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Like `lookup`, but a missing path is a `PathNotFound` error.
     pub fn get(&self, path: &VPath) -> Result<Node> {
         self.lookup(path)?

@@ -423,11 +423,7 @@ impl Workspace {
             let mut out: Vec<PathVersion> = Vec::new();
             let mut seen_any = false;
             for (checkpoint, at, view) in states {
-                let node = match view.lookup(path) {
-                    Ok(n) => n.map(|(n, _)| n),
-                    Err(Error::NotADirectory { .. }) => None,
-                    Err(e) => return Err(e),
-                };
+                let node = view.find(path)?;
                 let v = match &node {
                     Some(n) => PathVersion {
                         checkpoint,

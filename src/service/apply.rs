@@ -15,6 +15,7 @@ use crate::model::Workspace;
 use crate::model::diff::{Change, ChangeStatus, StateRef, diff_views};
 use crate::model::node::{Node, NodeKind};
 use crate::model::path::VPath;
+use crate::service::history::node_at;
 
 /// A host path that does not match the base the change was made against.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
@@ -64,15 +65,6 @@ fn host_matches(v: &View<'_>, host: &Path, node: Option<&Node>) -> Result<bool> 
     })
 }
 
-fn lookup(v: &View<'_>, path: &str) -> Result<Option<Node>> {
-    match v.lookup(&VPath::parse(path)?) {
-        Ok(n) => Ok(n.map(|(n, _)| n)),
-        // A parent that is a file on this side: the path does not exist here.
-        Err(Error::NotADirectory { .. }) => Ok(None),
-        Err(e) => Err(e),
-    }
-}
-
 /// Apply the changes from `from` to the live state of `ws`, under workspace path `prefix`,
 /// into host directory `host` (workspace `prefix` maps to `host`).
 pub fn apply(
@@ -114,12 +106,12 @@ pub fn apply(
         for c in &changes {
             if c.status == ChangeStatus::Renamed {
                 let old = c.old_path.clone().unwrap_or_default();
-                plan.push((old.clone(), lookup(base, &old)?, None));
+                plan.push((old.clone(), node_at(base, &old)?, None));
             }
             plan.push((
                 c.path.clone(),
-                lookup(base, &c.path)?,
-                lookup(now, &c.path)?,
+                node_at(base, &c.path)?,
+                node_at(now, &c.path)?,
             ));
         }
         let mut conflicts = Vec::new();

@@ -88,12 +88,9 @@ fn text_of(v: &View<'_>, n: Option<&Node>) -> Result<Option<String>> {
     Ok(String::from_utf8(bytes).ok())
 }
 
-fn node_at(v: &View<'_>, path: &str) -> Result<Option<Node>> {
-    match v.lookup(&VPath::parse(path)?) {
-        Ok(n) => Ok(n.map(|(n, _)| n)),
-        Err(Error::NotADirectory { .. }) => Ok(None),
-        Err(e) => Err(e),
-    }
+/// The node at a workspace path given as text, `None` if absent.
+pub(crate) fn node_at(v: &View<'_>, path: &str) -> Result<Option<Node>> {
+    v.find(&VPath::parse(path)?)
 }
 
 /// Line counts for `--stat`: (insertions, deletions), or `None` for binary content.
