@@ -113,7 +113,10 @@ struct Dirty {
     committed_len: usize,
     /// Handles open on this inode; the buffer goes when the last one closes.
     opens: usize,
-    changed: bool,
+    /// Bumped by every change to the buffer; commit records the version it saved, so
+    /// "anything new since?" is a comparison of two numbers, not of two buffers.
+    version: u64,
+    committed_version: u64,
 }
 
 /// A directory entry as listed at opendir: (inode, kind, name).
@@ -607,7 +610,7 @@ impl MountSession {
                     self.check_size(size)?;
                     d.data.resize(size as usize, 0);
                     set_size(&mut d.node, size);
-                    d.changed = true;
+                    d.version += 1;
                 }
                 return Ok(attr_of(ino, &d.node));
             }
@@ -672,7 +675,8 @@ impl MountSession {
                             data,
                             node: node.clone(),
                             opens: 1,
-                            changed: false,
+                            version: 0,
+                            committed_version: 0,
                         },
                     );
                 }
@@ -746,7 +750,7 @@ impl MountSession {
             set_size(&mut d.node, d.data.len() as u64);
             d.node.attrs.mtime = now;
             d.node.attrs.ctime = now;
-            d.changed = true;
+            d.version += 1;
             d.data.len().saturating_sub(d.committed_len) > DIRTY_LIMIT
         };
         if over_limit {
@@ -757,10 +761,12 @@ impl MountSession {
 
     /// Write an inode's buffered content in one transaction.
     pub fn commit(&self, ino: u64) -> MResult<()> {
-        let (data, node) = {
+        let (data, node, version) = {
             let dirty = lock(&self.dirty);
             match dirty.get(&ino) {
-                Some(d) if d.changed => (d.data.clone(), d.node.clone()),
+                Some(d) if d.version != d.committed_version => {
+                    (d.data.clone(), d.node.clone(), d.version)
+                }
                 _ => return Ok(()),
             }
         };
@@ -771,13 +777,11 @@ impl MountSession {
         };
         self.edit("mount.write", &[&path], |e| {
             let content = e.store_content(&data)?;
+            // Unlinked or replaced by another request since we looked: the content goes
+            // nowhere, as for any write to an unlinked file.
             let mut n = match e.view().lookup(&path)? {
                 Some((cur, _)) if cur.is_file() => cur,
-                _ => {
-                    return Err(Error::PathNotFound {
-                        path: path.display(),
-                    });
-                }
+                _ => return Ok(()),
             };
             n.kind = NodeKind::File {
                 size: data.len() as u64,
@@ -789,7 +793,7 @@ impl MountSession {
         })?;
         if let Some(d) = lock(&self.dirty).get_mut(&ino) {
             d.committed_len = data.len();
-            d.changed = d.data != data;
+            d.committed_version = version;
         }
         Ok(())
     }
