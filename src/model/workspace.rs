@@ -615,7 +615,12 @@ impl<'a> Edit<'a> {
 
     /// Mark a directory's contents as changed now.
     fn touch_dir(&mut self, dir: &VPath) -> Result<()> {
-        let mut node = self.ensure_dir(dir)?;
+        let node = self.ensure_dir(dir)?;
+        self.stamp_dir(dir, node)
+    }
+
+    /// Store an already-overlaid directory node with its times set to now.
+    fn stamp_dir(&mut self, dir: &VPath, mut node: Node) -> Result<()> {
         node.attrs.mtime = self.now;
         node.attrs.ctime = self.now;
         self.put_raw(dir, Some(&node))
@@ -642,7 +647,7 @@ impl<'a> Edit<'a> {
     /// against the totals the change produces before anything is written.
     pub fn put_node(&mut self, path: &VPath, node: Node) -> Result<()> {
         let parent = Self::parent_of(path)?;
-        self.ensure_dir(&parent)?;
+        let parent_node = self.ensure_dir(&parent)?;
         let old = self.view().lookup(path)?;
         let (of, ob) = match &old {
             Some((n, o)) => self.view().totals(path, n, *o)?,
@@ -662,7 +667,8 @@ impl<'a> Edit<'a> {
         }
         self.put_raw(path, Some(&node))?;
         if old.is_none() {
-            self.touch_dir(&parent)?;
+            // Writing the child leaves the parent's overlay row as ensure_dir returned it.
+            self.stamp_dir(&parent, parent_node)?;
         }
         Ok(())
     }
