@@ -5,6 +5,17 @@ use crate::service::policy::Category as C;
 use crate::service::policy::shell::{Analyzer, Arg, Role, Scope, looks_like_path, snippet};
 
 impl Analyzer<'_> {
+    /// A package-manager command that fetches from its index and changes the project.
+    fn uses_package_index(&mut self, name: &str, label: &str, what: &str) {
+        self.cat(
+            C::Networked,
+            name,
+            format!("`{label}` talks to the package index"),
+            Some(label),
+        );
+        self.cat(C::Mutating, name, format!("`{label}` {what}"), None);
+    }
+
     pub(super) fn cargo(&mut self, args: &[Arg], scope: &mut Scope) {
         let rest = &args[1..];
         let sub = subcommand("cargo", rest).unwrap_or_default();
@@ -355,9 +366,8 @@ impl Analyzer<'_> {
                     format!("`{}` runs project code", snippet(args)),
                     None,
                 );
-                if sub == "run" && name == "uv" {
-                    // `uv run` may install the project's dependencies first.
-                }
+                // `uv run` may install the project's dependencies first; it is still
+                // classified by what it runs.
             }
             "show" | "list" | "tree" | "--version" | "version" | "env" | "info" | "help"
             | "config" | "which" | "path" | "" => self.read_only(name),
@@ -368,18 +378,7 @@ impl Analyzer<'_> {
                 None,
             ),
             _ => {
-                self.cat(
-                    C::Networked,
-                    name,
-                    format!("`{label}` talks to the package index"),
-                    Some(&label),
-                );
-                self.cat(
-                    C::Mutating,
-                    name,
-                    format!("`{label}` changes dependencies"),
-                    None,
-                );
+                self.uses_package_index(name, &label, "changes dependencies");
             }
         }
         for a in rest {
@@ -532,18 +531,7 @@ impl Analyzer<'_> {
                 None,
             );
         } else {
-            self.cat(
-                C::Networked,
-                name,
-                format!("`{label}` talks to the package index"),
-                Some(&label),
-            );
-            self.cat(
-                C::Mutating,
-                name,
-                format!("`{label}` installs or updates packages"),
-                None,
-            );
+            self.uses_package_index(name, &label, "installs or updates packages");
         }
         for a in rest {
             if looks_like_path(&a.text) {
