@@ -234,6 +234,15 @@ fn two_forks_mounted_at_once_stay_isolated() {
     );
 }
 
+/// SIGKILL, as a crash would: the daemon gets no chance to unmount or save.
+fn kill_9(pid: u32) {
+    let status = Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill -9 {pid} failed");
+}
+
 fn daemon_pid(h: &std::path::Path) -> u32 {
     let v: serde_json::Value =
         serde_json::from_str(&ok(avfs_in(h, &["--json", "mounts"]))).unwrap();
@@ -249,19 +258,13 @@ fn killed_daemon_is_cleaned_up_and_double_unmount_is_a_noop() {
     fs::create_dir(&dir).unwrap();
     ok(avfs_in(h, &["mount", "k", dir.to_str().unwrap()]));
     let pid = daemon_pid(h);
-    Command::new("kill")
-        .args(["-9", &pid.to_string()])
-        .status()
-        .unwrap();
+    kill_9(pid);
     std::thread::sleep(std::time::Duration::from_millis(200));
     // The next mount of the directory detects the dead mount and replaces it.
     ok(avfs_in(h, &["mount", "k", dir.to_str().unwrap()]));
     fs::write(dir.join("ok"), b"1").unwrap();
     let pid = daemon_pid(h);
-    Command::new("kill")
-        .args(["-9", &pid.to_string()])
-        .status()
-        .unwrap();
+    kill_9(pid);
     std::thread::sleep(std::time::Duration::from_millis(200));
     let out: serde_json::Value = serde_json::from_str(&ok(avfs_in(
         h,
@@ -307,10 +310,7 @@ fn crash_during_write_storm_keeps_every_fsynced_write() {
         f.sync_all().unwrap();
         acked.push(i);
     }
-    Command::new("kill")
-        .args(["-9", &pid.to_string()])
-        .status()
-        .unwrap();
+    kill_9(pid);
     let _ = storm.kill();
     let _ = storm.wait();
     std::thread::sleep(std::time::Duration::from_millis(200));
