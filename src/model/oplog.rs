@@ -177,7 +177,14 @@ impl Workspace {
 
     /// The id of the newest op-log entry.
     pub fn last_op_id(&self) -> Result<Option<i64>> {
-        Ok(self.ops_oldest_first()?.last().map(|o| o.id))
+        self.vault.store.read(|r| {
+            let ws = r
+                .workspace(self.name())?
+                .ok_or_else(|| Error::ForkNotFound {
+                    name: self.name().to_string(),
+                })?;
+            Ok(r.ops(Some(ws.id), 1)?.first().map(|o| o.id))
+        })
     }
 
     /// Return the workspace to the state right after entry `id`.
