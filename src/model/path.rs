@@ -107,6 +107,13 @@ impl VPath {
             || (self.0.starts_with(&other.0) && self.0.as_bytes().get(other.0.len()) == Some(&b'/'))
     }
 
+    /// Bounds (exclusive) of the paths strictly below `self` in `VPath` order, for range
+    /// scans of sorted maps; `None` for the root, below which is everything.
+    pub fn below_bounds(&self) -> Option<(VPath, VPath)> {
+        // '0' is the byte after '/', so "p/" <= x < "p0" is exactly the subtree.
+        (!self.is_root()).then(|| (VPath(format!("{}/", self.0)), VPath(format!("{}0", self.0))))
+    }
+
     /// Re-root `self` from under `from` to under `to`.
     pub fn rebase(&self, from: &VPath, to: &VPath) -> VPath {
         let rest = &self.0[from.0.len()..];
@@ -161,6 +168,14 @@ mod tests {
                 .unwrap()
                 .starts_with(&VPath::parse("a/b").unwrap())
         );
+        let (lo, hi) = VPath::parse("a/b").unwrap().below_bounds().unwrap();
+        let inside = |x: &str| {
+            let x = VPath::parse(x).unwrap();
+            lo <= x && x < hi
+        };
+        assert!(inside("a/b/c") && inside("a/b/c/d"));
+        assert!(!inside("a/b") && !inside("a/bc") && !inside("a/b-c") && !inside("a/c"));
+        assert!(VPath::root().below_bounds().is_none());
         let moved = p.rebase(&VPath::parse("a").unwrap(), &VPath::parse("z").unwrap());
         assert_eq!(moved.as_str(), "z/b/c");
     }

@@ -4,7 +4,7 @@
 //! never one per `write()`. The FUSE adapter only translates calls; every rule is here.
 //! Errors are errno values.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -94,7 +94,8 @@ pub struct FsStats {
 struct Inodes {
     /// `None` once the path was unlinked (open handles may still use the inode).
     by_ino: HashMap<u64, Option<VPath>>,
-    by_path: HashMap<VPath, u64>,
+    /// Sorted, so a subtree is one range scan (unlink, rmdir and rename of a directory).
+    by_path: BTreeMap<VPath, u64>,
     next: u64,
 }
 
@@ -332,29 +333,40 @@ impl MountSession {
         ino
     }
 
+    /// `path` and everything below it that has an inode.
+    fn subtree(inodes: &Inodes, path: &VPath) -> Vec<(VPath, u64)> {
+        let mut out: Vec<(VPath, u64)> = inodes
+            .by_path
+            .get(path)
+            .map(|i| (path.clone(), *i))
+            .into_iter()
+            .collect();
+        match path.below_bounds() {
+            Some((lo, hi)) => {
+                out.extend(inodes.by_path.range(lo..hi).map(|(p, i)| (p.clone(), *i)))
+            }
+            None => out.extend(
+                inodes
+                    .by_path
+                    .iter()
+                    .filter(|(p, _)| !p.is_root())
+                    .map(|(p, i)| (p.clone(), *i)),
+            ),
+        }
+        out
+    }
+
     fn forget_path(&self, path: &VPath) {
         let mut inodes = lock(&self.inodes);
-        let gone: Vec<VPath> = inodes
-            .by_path
-            .keys()
-            .filter(|p| p.starts_with(path))
-            .cloned()
-            .collect();
-        for p in gone {
-            if let Some(ino) = inodes.by_path.remove(&p) {
-                inodes.by_ino.insert(ino, None);
-            }
+        for (p, ino) in Self::subtree(&inodes, path) {
+            inodes.by_path.remove(&p);
+            inodes.by_ino.insert(ino, None);
         }
     }
 
     fn move_paths(&self, from: &VPath, to: &VPath) {
         let mut inodes = lock(&self.inodes);
-        let moved: Vec<(VPath, u64)> = inodes
-            .by_path
-            .iter()
-            .filter(|(p, _)| p.starts_with(from))
-            .map(|(p, i)| (p.clone(), *i))
-            .collect();
+        let moved = Self::subtree(&inodes, from);
         for (p, _) in &moved {
             inodes.by_path.remove(p);
         }
