@@ -80,11 +80,7 @@ fn changed(op: &OpRecord) -> bool {
 impl Workspace {
     fn ops_oldest_first(&self) -> Result<Vec<OpRecord>> {
         self.vault.store.read(|r| {
-            let ws = r
-                .workspace(self.name())?
-                .ok_or_else(|| Error::ForkNotFound {
-                    name: self.name().to_string(),
-                })?;
+            let ws = self.record(r)?;
             let mut ops = r.ops(Some(ws.id), usize::MAX >> 1)?;
             ops.reverse();
             Ok(ops)
@@ -178,11 +174,7 @@ impl Workspace {
     /// The id of the newest op-log entry.
     pub fn last_op_id(&self) -> Result<Option<i64>> {
         self.vault.store.read(|r| {
-            let ws = r
-                .workspace(self.name())?
-                .ok_or_else(|| Error::ForkNotFound {
-                    name: self.name().to_string(),
-                })?;
+            let ws = self.record(r)?;
             Ok(r.ops(Some(ws.id), 1)?.first().map(|o| o.id))
         })
     }

@@ -98,7 +98,7 @@ impl Workspace {
         &self.vault
     }
 
-    fn record(&self, r: &dyn StoreRead) -> Result<WorkspaceRecord> {
+    pub(crate) fn record(&self, r: &dyn StoreRead) -> Result<WorkspaceRecord> {
         r.workspace(&self.name)?.ok_or_else(|| Error::ForkNotFound {
             name: self.name.clone(),
         })
