@@ -141,6 +141,7 @@ fn apply_op(e: &mut Edit<'_>, op: &Op) -> agentvfs::Result<()> {
             WriteOptions {
                 mode: None,
                 parents: true,
+                ..Default::default()
             },
         ),
         Op::Remove(p) => e.remove(&vp(PATHS[p]), true),
@@ -342,6 +343,7 @@ fn run_file_op(ws: &Workspace, files: &[&str], op: &FileOp, batch: bool) {
             WriteOptions {
                 mode: None,
                 parents: true,
+                ..Default::default()
             },
         ),
         FileOp::Remove(p) => e.remove(&vp(files[p]), false),
@@ -394,6 +396,7 @@ fn merge_fixture(base: &[(bool, usize, usize)]) -> Fixture {
                 let opts = WriteOptions {
                     mode: None,
                     parents: true,
+                    ..Default::default()
                 };
                 e.write_file(&vp(files[i]), CONTENTS[c], opts)?;
             }
@@ -475,7 +478,7 @@ proptest! {
         };
         let f = merge_fixture(&base);
         let shared = vp("d/shared.txt");
-        let opts = WriteOptions { mode: None, parents: true };
+        let opts = WriteOptions { mode: None, parents: true, ..Default::default() };
         f.main.edit("w", &[], |e| e.write_file(&shared, &encode(&base_content), opts)).unwrap();
         // Re-fork so the shared file is in the merge base.
         f.vault.delete_fork("task").unwrap();

@@ -297,6 +297,7 @@ fn apply(ws: &Workspace, op: &Op<String>) -> R<()> {
             let opts = WriteOptions {
                 mode: None,
                 parents: *parents,
+                ..Default::default()
             };
             e.write_file(&vp(p), data, opts)
         })),

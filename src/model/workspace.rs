@@ -482,6 +482,8 @@ pub struct WriteOptions {
     pub mode: Option<u32>,
     /// Create missing parent directories.
     pub parents: bool,
+    /// Add to the end of an existing file instead of replacing its content.
+    pub append: bool,
 }
 
 /// A change in progress, inside one write transaction.
@@ -719,6 +721,13 @@ impl<'a> Edit<'a> {
                 },
                 super::node::Attrs::new(opts.mode.unwrap_or(0o644), self.now),
             ),
+        };
+        let appended;
+        let bytes = if opts.append && node.size() > 0 {
+            appended = [self.view().read_node(&node)?, bytes.to_vec()].concat();
+            appended.as_slice()
+        } else {
+            bytes
         };
         let content = self.store_content(bytes)?;
         node.kind = NodeKind::File {

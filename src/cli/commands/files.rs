@@ -283,16 +283,9 @@ pub fn cmd_write(ctx: &Ctx, a: WriteArgs) -> Result<Reply> {
     let opts = WriteOptions {
         mode: a.mode,
         parents: a.parents,
+        append: a.append,
     };
     let node = ws.edit("write", &[&p], |e| {
-        let data = if a.append {
-            match e.view().lookup(&p)? {
-                Some((n, _)) if n.is_file() => [e.view().read_node(&n)?, data].concat(),
-                _ => data,
-            }
-        } else {
-            data
-        };
         e.write_file(&p, &data, opts)?;
         e.view().get(&p)
     })?;
@@ -342,12 +335,6 @@ pub fn cmd_rm(ctx: &Ctx, a: RmArgs) -> Result<Reply> {
         for p in &ps {
             if a.force && e.view().lookup(p)?.is_none() {
                 continue;
-            }
-            if p.is_root() {
-                return Err(Error::InvalidPath {
-                    path: "/".into(),
-                    reason: "refusing to remove the workspace root".into(),
-                });
             }
             e.remove(p, a.recursive)?;
             removed.push(p.clone());
