@@ -135,10 +135,11 @@ pub struct MountSession {
     dirs: Mutex<HashMap<u64, Vec<DirEntry>>>,
     next_fh: AtomicU64,
     started_from: ObjectId,
-    /// Nodes by path, valid until the next change through this session (the only writer
-    /// of the workspace while mounted). `generation` guards against caching a node read
-    /// before a change that completed meanwhile.
-    nodes: Mutex<HashMap<VPath, Node>>,
+    /// Nodes by path. The session is the only writer of the workspace while mounted, so an
+    /// entry stays valid until a change through the session touches it: a change to `p`
+    /// drops `p`, its parent (whose times change) and everything below `p`. `generation`
+    /// guards against caching a node read before a change that completed meanwhile.
+    nodes: Mutex<BTreeMap<VPath, Node>>,
     generation: AtomicU64,
     /// Stops the group-commit flusher thread.
     stop_flusher: Arc<AtomicBool>,
@@ -226,7 +227,7 @@ impl MountSession {
             dirs: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             started_from,
-            nodes: Mutex::new(HashMap::new()),
+            nodes: Mutex::new(BTreeMap::new()),
             generation: AtomicU64::new(0),
             stop_flusher,
             label: ("mount".into(), "changes made through the mount".into()),
@@ -293,7 +294,22 @@ impl MountSession {
         }
         let result = self.ws.edit_batch(op, paths, f).map_err(|e| errno(&e));
         self.generation.fetch_add(1, Ordering::SeqCst);
-        lock(&self.nodes).clear();
+        let mut nodes = lock(&self.nodes);
+        for p in paths {
+            nodes.remove(*p);
+            if let Some(parent) = p.parent() {
+                nodes.remove(&parent);
+            }
+            match p.below_bounds() {
+                Some((lo, hi)) => {
+                    let below: Vec<VPath> = nodes.range(lo..hi).map(|(k, _)| k.clone()).collect();
+                    for k in below {
+                        nodes.remove(&k);
+                    }
+                }
+                None => nodes.clear(),
+            }
+        }
         result
     }
 
