@@ -187,6 +187,20 @@ impl Workspace {
         self.edit_inner("snapshot", &[], Logging::None, |e| e.fold())
     }
 
+    /// Fold pending overlay entries into the base without recording anything: the
+    /// observable state is unchanged, but later lookups read immutable (cached) trees
+    /// instead of overlay rows. For long sessions with many unlogged changes (a mount).
+    pub fn fold_pending(&self) -> Result<()> {
+        self.edit_inner("fold", &[], Logging::None, |e| {
+            let root = e.fold()?;
+            if root != e.ws.base {
+                e.w.overlay_clear(e.ws.id)?;
+                e.ws.base = root;
+            }
+            Ok(())
+        })
+    }
+
     pub(crate) fn edit_inner<R>(
         &self,
         operation: &str,

@@ -143,6 +143,8 @@ pub struct MountSession {
     generation: AtomicU64,
     /// Stops the group-commit flusher thread.
     stop_flusher: Arc<AtomicBool>,
+    /// Changes since the flusher last folded the overlay.
+    changes: Arc<AtomicU64>,
     /// The op-log entry the session records when it ends: (kind, description).
     label: (String, String),
     /// Paths hidden from every process using the mount (secrets during a proxied run).
@@ -150,6 +152,8 @@ pub struct MountSession {
 }
 
 const NODE_CACHE_LIMIT: usize = 200_000;
+/// Fold the session's overlay into trees after this many changes.
+const FOLD_EVERY: u64 = 2_000;
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -202,14 +206,23 @@ impl MountSession {
             ..Default::default()
         };
         let stop_flusher = Arc::new(AtomicBool::new(false));
+        let changes = Arc::new(AtomicU64::new(0));
         if !(readonly || at.is_some()) {
             // Group commit: the mount's many small changes share transactions, committed
             // by this thread every 20 ms when idle (and at once on fsync).
             ws.vault().set_batching(true)?;
-            let (vault, stop) = (ws.vault().clone(), stop_flusher.clone());
+            let (vault, stop, changes) =
+                (ws.vault().clone(), stop_flusher.clone(), changes.clone());
+            let folder = ws.clone();
             std::thread::spawn(move || {
                 while !stop.load(Ordering::Relaxed) {
                     std::thread::sleep(Duration::from_millis(20));
+                    // Many changes since the last fold: move them from overlay rows into
+                    // trees, so lookups stay cheap for the rest of the session.
+                    if changes.load(Ordering::Relaxed) >= FOLD_EVERY {
+                        changes.store(0, Ordering::Relaxed);
+                        let _ = folder.fold_pending();
+                    }
                     let _ = vault.flush_batch();
                 }
             });
@@ -230,6 +243,7 @@ impl MountSession {
             nodes: Mutex::new(BTreeMap::new()),
             generation: AtomicU64::new(0),
             stop_flusher,
+            changes,
             label: ("mount".into(), "changes made through the mount".into()),
             hidden: None,
         })
@@ -293,6 +307,7 @@ impl MountSession {
             return Err(err(rustix::io::Errno::ROFS));
         }
         let result = self.ws.edit_batch(op, paths, f).map_err(|e| errno(&e));
+        self.changes.fetch_add(1, Ordering::Relaxed);
         self.generation.fetch_add(1, Ordering::SeqCst);
         let mut nodes = lock(&self.nodes);
         for p in paths {
