@@ -94,6 +94,35 @@ pub enum Error {
     },
     #[error("vault storage error: {0}")]
     Storage(String),
+    #[error("confinement is not available here: {reason}")]
+    ConfinementUnavailable { reason: String },
+    #[error("no session `{name}`{}; start one with `avfs session start FORK --name {name}`", suggest(.suggestions))]
+    SessionNotFound {
+        name: String,
+        suggestions: Vec<String>,
+    },
+    #[error("session `{name}`: {reason}")]
+    SessionFailed { name: String, reason: String },
+    /// An error raised in another avfs process (a session daemon), passed on as it was.
+    #[error("{message}")]
+    Forwarded {
+        kind: &'static str,
+        message: String,
+        details: Value,
+        exit_code: i32,
+    },
+}
+
+/// Error kinds are a small fixed set: keep one static copy of each forwarded one.
+fn intern(kind: &str) -> &'static str {
+    static SEEN: std::sync::Mutex<Vec<&'static str>> = std::sync::Mutex::new(Vec::new());
+    let mut seen = SEEN.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(k) = seen.iter().find(|k| **k == kind) {
+        return k;
+    }
+    let k: &'static str = Box::leak(kind.to_string().into_boxed_str());
+    seen.push(k);
+    k
 }
 
 fn suggest(names: &[String]) -> String {
@@ -147,6 +176,10 @@ impl Error {
             Error::HostPathExists { .. } => "host_path_exists",
             Error::Io { .. } => "io_error",
             Error::Storage(_) => "storage_error",
+            Error::ConfinementUnavailable { .. } => "confinement_unavailable",
+            Error::SessionNotFound { .. } => "session_not_found",
+            Error::SessionFailed { .. } => "session_failed",
+            Error::Forwarded { kind, .. } => kind,
         }
     }
 
@@ -184,6 +217,12 @@ impl Error {
             }
             Error::OperationNotFound { id } => json!({ "id": id }),
             Error::MountFailed { dir, reason } => json!({ "dir": dir, "reason": reason }),
+            Error::ConfinementUnavailable { reason } => json!({ "reason": reason }),
+            Error::SessionFailed { name, reason } => json!({ "name": name, "reason": reason }),
+            Error::SessionNotFound { name, suggestions } => {
+                json!({ "name": name, "suggestions": suggestions })
+            }
+            Error::Forwarded { details, .. } => details.clone(),
             Error::MergeConflict { conflicts } => json!({ "conflicts": conflicts }),
             Error::ApplyConflict { conflicts } => json!({ "conflicts": conflicts }),
             Error::NoVaultSelected
@@ -205,7 +244,8 @@ impl Error {
             | Error::ForkNotFound { .. }
             | Error::PathNotFound { .. }
             | Error::CheckpointNotFound { .. }
-            | Error::OperationNotFound { .. } => exit::NOT_FOUND,
+            | Error::OperationNotFound { .. }
+            | Error::SessionNotFound { .. } => exit::NOT_FOUND,
             Error::NothingToUndo
             | Error::NothingToRedo
             | Error::MergeConflict { .. }
@@ -223,7 +263,12 @@ impl Error {
             | Error::CorruptVault { .. }
             | Error::VaultDamaged { .. } => exit::CORRUPT,
             Error::Io { .. } => exit::IO,
-            Error::Storage(_) | Error::MountFailed { .. } | Error::FuseUnavailable => exit::FAILURE,
+            Error::Storage(_)
+            | Error::MountFailed { .. }
+            | Error::FuseUnavailable
+            | Error::ConfinementUnavailable { .. }
+            | Error::SessionFailed { .. } => exit::FAILURE,
+            Error::Forwarded { exit_code, .. } => *exit_code,
         }
     }
 
@@ -232,6 +277,16 @@ impl Error {
             context,
             path: path.into(),
             source,
+        }
+    }
+
+    /// An error another avfs process reported (by kind, message, details and exit code).
+    pub fn forwarded(kind: &str, message: String, details: Value, exit_code: i32) -> Self {
+        Error::Forwarded {
+            kind: intern(kind),
+            message,
+            details,
+            exit_code,
         }
     }
 

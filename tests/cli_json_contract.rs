@@ -101,6 +101,10 @@ fn every_command_in_the_schema_is_exercised_and_valid() {
         env.data(&["unmount", dir.to_str().unwrap()]);
         env.data(&["proxy", "exec", "--shell", "echo hi > proxied.txt"]);
         env.data(&["rollback"]);
+        env.data(&["session", "start", "c", "--name", "s1"]);
+        env.data(&["session", "list"]);
+        env.data(&["proxy", "exec", "--session", "s1", "--", "ls"]);
+        env.data(&["session", "stop", "s1"]);
     } else {
         assert_eq!(
             std::env::var("AVFS_CI_ALLOW_NO_FUSE").as_deref(),
@@ -108,7 +112,16 @@ fn every_command_in_the_schema_is_exercised_and_valid() {
             "/dev/fuse is missing; set AVFS_CI_ALLOW_NO_FUSE=1 to run without FUSE"
         );
         eprintln!("WARNING: no /dev/fuse: mount, mounts, unmount not exercised");
-        for c in ["mount", "mounts", "unmount", "proxy exec", "rollback"] {
+        for c in [
+            "mount",
+            "mounts",
+            "unmount",
+            "proxy exec",
+            "rollback",
+            "session start",
+            "session list",
+            "session stop",
+        ] {
             exempt.insert(c.to_string());
         }
     }

@@ -527,6 +527,14 @@ pub fn serve(session: MountSession, dir: &Path) -> std::io::Result<()> {
 
 /// Serve `session` at `dir` on background threads; dropping the handle unmounts.
 pub fn spawn(session: MountSession, dir: &Path) -> std::io::Result<fuser::BackgroundSession> {
+    spawn_shared(Arc::new(session), dir)
+}
+
+/// Mount a session the caller keeps a handle to (to record its changes between commands).
+pub fn spawn_shared(
+    session: Arc<MountSession>,
+    dir: &Path,
+) -> std::io::Result<fuser::BackgroundSession> {
     let readonly = session.readonly();
-    fuser::spawn_mount(Fs(Arc::new(session)), dir, &config(readonly))
+    fuser::spawn_mount(Fs(session), dir, &config(readonly))
 }

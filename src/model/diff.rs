@@ -27,7 +27,9 @@ pub enum StateRef {
 }
 
 /// How a path differs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum ChangeStatus {
     Added,
@@ -51,7 +53,7 @@ impl ChangeStatus {
 }
 
 /// One changed path.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct Change {
     pub path: String,
     pub status: ChangeStatus,

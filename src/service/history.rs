@@ -51,7 +51,7 @@ pub fn default_from(ws: &Workspace) -> Result<StateRef> {
 }
 
 /// Counts per status, for summaries.
-#[derive(Debug, Clone, Default, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Default, Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct DiffSummary {
     pub added: u64,
     pub modified: u64,

@@ -2,6 +2,7 @@
 //! resolve names to vaults and workspaces and orchestrate the model; no parsing, no printing.
 
 pub mod apply;
+pub mod confine;
 pub mod files;
 pub mod history;
 pub mod mount;
@@ -11,6 +12,7 @@ pub mod proxy;
 pub mod registry;
 pub mod runner;
 pub mod search;
+pub mod session;
 pub mod transfer;
 pub mod workspace;
 

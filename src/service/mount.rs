@@ -128,13 +128,19 @@ pub struct MountSession {
     /// Serve this checkpoint, read-only.
     at: Option<String>,
     readonly: bool,
+    /// Refuse changes for now (a read-only command in a long-lived session).
+    writes_paused: AtomicBool,
     quota: Quota,
     inodes: Mutex<Inodes>,
     handles: Mutex<HashMap<u64, Handle>>,
     dirty: Mutex<HashMap<u64, Dirty>>,
     dirs: Mutex<HashMap<u64, Vec<DirEntry>>>,
     next_fh: AtomicU64,
-    started_from: ObjectId,
+    /// The state the session's unrecorded changes started from.
+    started_from: Mutex<ObjectId>,
+    /// Record an op-log entry when the session ends (off for a long-lived session, which
+    /// records each command's changes itself with `record`).
+    record_at_finish: AtomicBool,
     /// Nodes by path. The session is the only writer of the workspace while mounted, so an
     /// entry stays valid until a change through the session touches it: a change to `p`
     /// drops `p`, its parent (whose times change) and everything below `p`. `generation`
@@ -232,6 +238,7 @@ impl MountSession {
         Ok(MountSession {
             ws,
             readonly: readonly || at.is_some(),
+            writes_paused: AtomicBool::new(false),
             at,
             quota,
             inodes: Mutex::new(inodes),
@@ -239,7 +246,8 @@ impl MountSession {
             dirty: Mutex::new(HashMap::new()),
             dirs: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
-            started_from,
+            started_from: Mutex::new(started_from),
+            record_at_finish: AtomicBool::new(true),
             nodes: Mutex::new(BTreeMap::new()),
             generation: AtomicU64::new(0),
             stop_flusher,
@@ -291,6 +299,46 @@ impl MountSession {
         self.readonly
     }
 
+    fn refuses_writes(&self) -> bool {
+        self.readonly || self.writes_paused.load(Ordering::SeqCst)
+    }
+
+    /// Refuse (EROFS) or accept changes from now on, e.g. around a read-only command run
+    /// in a long-lived session.
+    pub fn pause_writes(&self, paused: bool) {
+        self.writes_paused.store(paused, Ordering::SeqCst);
+    }
+
+    /// Whether `finish` records the session as an op-log entry (default true).
+    pub fn record_at_finish(&self, yes: bool) {
+        self.record_at_finish.store(yes, Ordering::SeqCst);
+    }
+
+    fn commit_all(&self) {
+        let inos: Vec<u64> = lock(&self.dirty).keys().copied().collect();
+        for ino in inos {
+            let _ = self.commit(ino);
+        }
+    }
+
+    /// Commit what the session holds and record everything changed since the last record
+    /// (or the start) as one op-log entry; the next record starts from here. Returns the
+    /// entry's id. Used by a long-lived session after each command.
+    pub fn record(&self, kind: &str, description: &str) -> crate::Result<Option<i64>> {
+        if self.readonly {
+            return Ok(None);
+        }
+        self.commit_all();
+        let mut from = lock(&self.started_from);
+        self.ws.edit_since(*from, kind, &[], |e| {
+            e.describe(description.to_string());
+            Ok(())
+        })?;
+        self.ws.vault().flush_batch()?;
+        *from = self.ws.snapshot_root()?;
+        self.ws.last_op_id()
+    }
+
     fn read<R>(&self, f: impl FnOnce(&View<'_>) -> crate::Result<R>) -> MResult<R> {
         self.ws
             .read_at(self.at.as_deref(), f)
@@ -303,7 +351,7 @@ impl MountSession {
         paths: &[&VPath],
         f: impl FnOnce(&mut crate::model::Edit<'_>) -> crate::Result<R>,
     ) -> MResult<R> {
-        if self.readonly {
+        if self.refuses_writes() {
             return Err(err(rustix::io::Errno::ROFS));
         }
         let result = self.ws.edit_batch(op, paths, f).map_err(|e| errno(&e));
@@ -640,7 +688,7 @@ impl MountSession {
     }
 
     pub fn setattr(&self, ino: u64, s: SetAttr) -> MResult<Attr> {
-        if self.readonly {
+        if self.refuses_writes() {
             return Err(err(rustix::io::Errno::ROFS));
         }
         let now = now_ns();
@@ -698,7 +746,7 @@ impl MountSession {
         let node = self.node(ino)?;
         let acc = flags & libc_flags::O_ACCMODE;
         let writable = acc == libc_flags::O_WRONLY || acc == libc_flags::O_RDWR;
-        if writable && self.readonly {
+        if writable && self.refuses_writes() {
             return Err(err(rustix::io::Errno::ROFS));
         }
         if node.is_dir() && writable {
@@ -1012,20 +1060,20 @@ impl MountSession {
 
     /// Commit everything and record the whole mount session as one operation in the op log.
     pub fn finish(&self) -> crate::Result<()> {
-        let inos: Vec<u64> = lock(&self.dirty).keys().copied().collect();
-        for ino in inos {
-            let _ = self.commit(ino);
-        }
+        self.commit_all();
         if self.readonly {
             return Ok(());
         }
         self.stop_flusher.store(true, Ordering::Relaxed);
         self.ws.vault().set_batching(false)?;
-        let (kind, description) = self.label.clone();
-        self.ws.edit_since(self.started_from, &kind, &[], |e| {
-            e.describe(description);
-            Ok(())
-        })?;
+        let from = *lock(&self.started_from);
+        if self.record_at_finish.load(Ordering::SeqCst) {
+            let (kind, description) = self.label.clone();
+            self.ws.edit_since(from, &kind, &[], |e| {
+                e.describe(description);
+                Ok(())
+            })?;
+        }
         self.ws.vault().sync()
     }
 }

@@ -4,12 +4,14 @@
 //! O(changes)) → audit → return the envelope. The envelope is returned for denied, asked,
 //! failed and timed-out runs alike.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
+use super::confine::Confinement;
 use super::history::{DiffSummary, summarize};
+use super::mount::MountSession;
 use super::policy::{Action, CommandRequest, Decision, PolicyEngine};
 use super::runner::{self, Captured, RunSpec};
 use crate::error::{Error, Result};
@@ -29,7 +31,8 @@ pub mod exit {
     pub const DENIED: i32 = 126;
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum CheckpointMode {
     /// Checkpoint when the policy says the command may change things.
     Auto,
@@ -37,7 +40,7 @@ pub enum CheckpointMode {
     Never,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ExecOptions {
     pub cwd: String,
     pub timeout: Duration,
@@ -49,6 +52,11 @@ pub struct ExecOptions {
     pub approve: Option<String>,
     /// Environment variables passed even if they match a secret pattern.
     pub allow_env: Vec<String>,
+    /// The environment the child starts from (before secrets are withheld); default: this
+    /// process's. A session daemon gets its client's.
+    pub env: Option<Vec<(String, String)>>,
+    /// Confinement asked for on top of what the policy asks for.
+    pub confine: Confinement,
 }
 
 impl Default for ExecOptions {
@@ -61,12 +69,14 @@ impl Default for ExecOptions {
             output_cap: 1024 * 1024,
             approve: None,
             allow_env: Vec::new(),
+            env: None,
+            confine: Confinement::default(),
         }
     }
 }
 
 /// What was asked.
-#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ExecRequest {
     pub argv: Option<Vec<String>>,
     pub shell: Option<String>,
@@ -75,10 +85,13 @@ pub struct ExecRequest {
     pub fork: String,
     /// `read_write` or `read_only`.
     pub mode: String,
+    /// The long-lived session the command ran in, if any (`avfs session start`).
+    #[serde(default)]
+    pub session: Option<String>,
 }
 
 /// The result of one proxied command.
-#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Envelope {
     pub schema_version: u32,
     pub request: ExecRequest,
@@ -89,6 +102,9 @@ pub struct Envelope {
     pub ran: bool,
     /// The checkpoint taken before the run.
     pub checkpoint: Option<String>,
+    /// The confinement the command ran under (policy `[confinement]` plus flags).
+    #[serde(default)]
+    pub confinement: Confinement,
     pub exit_code: Option<i32>,
     pub signal: Option<i32>,
     pub timed_out: bool,
@@ -146,6 +162,15 @@ fn random_token() -> String {
     blake3::hash(&[&seed[..], &now_ns().to_le_bytes()].concat()).to_hex()[..32].to_string()
 }
 
+/// A mount that outlives one command (a session): commands run in it and each one's
+/// changes are recorded as their own op-log entry.
+pub struct LiveMount<'m> {
+    pub dir: &'m Path,
+    pub session: &'m MountSession,
+    /// The session's name, for the envelope.
+    pub name: &'m str,
+}
+
 pub struct ProxyRuntime<'a> {
     pub ws: &'a Workspace,
     pub policy: &'a PolicyEngine,
@@ -172,7 +197,18 @@ impl ProxyRuntime<'_> {
         )
     }
 
+    /// Run one command in a mount made for it.
     pub fn exec(&self, req: CommandRequest, opts: &ExecOptions) -> Result<Envelope> {
+        self.exec_in(req, opts, None)
+    }
+
+    /// Run one command, in `live` when given (a session), else in a mount made for it.
+    pub fn exec_in(
+        &self,
+        req: CommandRequest,
+        opts: &ExecOptions,
+        live: Option<&LiveMount<'_>>,
+    ) -> Result<Envelope> {
         if req.argv.as_ref().is_none_or(Vec::is_empty)
             && req.shell.as_deref().is_none_or(str::is_empty)
         {
@@ -196,6 +232,12 @@ impl ProxyRuntime<'_> {
             vault: self.vault_name.clone(),
             fork: self.ws.name().to_string(),
             mode: if readonly { "read_only" } else { "read_write" }.into(),
+            session: live.map(|l| l.name.to_string()),
+        };
+        let policy_confinement = self.policy.confinement(&decision);
+        let confinement = Confinement {
+            landlock: policy_confinement.landlock || opts.confine.landlock,
+            offline: policy_confinement.offline || opts.confine.offline,
         };
         let mut envelope = Envelope {
             schema_version: ENVELOPE_VERSION,
@@ -204,6 +246,7 @@ impl ProxyRuntime<'_> {
             approval_token: None,
             ran: false,
             checkpoint: None,
+            confinement,
             exit_code: None,
             signal: None,
             timed_out: false,
@@ -234,6 +277,8 @@ impl ProxyRuntime<'_> {
             },
             _ => {}
         }
+        // Refuse before anything changes, not after the checkpoint.
+        confinement.check_available()?;
         let take_checkpoint = match opts.checkpoint {
             CheckpointMode::Always => true,
             CheckpointMode::Never => false,
@@ -248,7 +293,25 @@ impl ProxyRuntime<'_> {
         } else {
             self.ws.snapshot_root()?
         };
-        let result = self.run_mounted(&req, &cwd, readonly, opts, &text)?;
+        let result = match live {
+            Some(live) => {
+                live.session.pause_writes(readonly);
+                let result = self.run_in(live.dir, &req, &cwd, opts, confinement);
+                live.session.pause_writes(false);
+                let result = result?;
+                if !readonly {
+                    envelope.exec_id = live.session.record(EXEC_OP, &text)?;
+                }
+                result
+            }
+            None => {
+                let result = self.run_mounted(&req, &cwd, readonly, opts, &text, confinement)?;
+                if !readonly {
+                    envelope.exec_id = self.ws.last_op_id()?;
+                }
+                result
+            }
+        };
         envelope.ran = true;
         envelope.exit_code = result.exit_code;
         envelope.signal = result.signal;
@@ -256,9 +319,6 @@ impl ProxyRuntime<'_> {
         envelope.duration_ms = result.duration.as_millis() as u64;
         envelope.stdout = result.stdout;
         envelope.stderr = result.stderr;
-        if !readonly {
-            envelope.exec_id = self.ws.last_op_id()?;
-        }
         envelope.changes = self.ws.vault().diff(
             &StateRef::Root(before),
             &StateRef::Live(self.ws.name().to_string()),
@@ -307,7 +367,12 @@ impl ProxyRuntime<'_> {
 
     fn child_env(&self, opts: &ExecOptions, cwd: &std::path::Path) -> Vec<(String, String)> {
         let patterns = self.policy.secret_env_patterns();
-        let mut env: Vec<(String, String)> = std::env::vars()
+        let base = match &opts.env {
+            Some(env) => env.clone(),
+            None => std::env::vars().collect(),
+        };
+        let mut env: Vec<(String, String)> = base
+            .into_iter()
             .filter(|(k, _)| {
                 opts.allow_env.iter().any(|a| a == k) || !patterns.iter().any(|p| glob_match(p, k))
             })
@@ -318,26 +383,17 @@ impl ProxyRuntime<'_> {
         env
     }
 
-    #[cfg(feature = "fuse")]
-    fn run_mounted(
+    /// Run the command with `dir` (the mounted workspace) as its root.
+    fn run_in(
         &self,
+        dir: &Path,
         req: &CommandRequest,
         cwd: &VPath,
-        readonly: bool,
         opts: &ExecOptions,
-        text: &str,
+        confinement: Confinement,
     ) -> Result<runner::RunResult> {
-        use super::mount::MountSession;
-        let dir = mount_dir()?;
-        let session = MountSession::new(self.ws.clone(), None, readonly)?
-            .with_label(EXEC_OP, text)
-            .with_hidden(&self.policy.secret_globs())?;
-        let mounted = crate::fuse::spawn(session, &dir).map_err(|e| Error::MountFailed {
-            dir: dir.clone(),
-            reason: e.to_string(),
-        })?;
         let work = if cwd.is_root() {
-            dir.clone()
+            dir.to_path_buf()
         } else {
             dir.join(cwd.as_str())
         };
@@ -346,7 +402,23 @@ impl ProxyRuntime<'_> {
             (None, Some(a)) => (a[0].clone(), a[1..].to_vec()),
             _ => unreachable!("validated above"),
         };
-        let env = self.child_env(opts, &work);
+        let mut env = self.child_env(opts, &work);
+        // Under Landlock the child writes only in the workspace and its own temp dir.
+        let tmp = if confinement.landlock {
+            let t = private_dir("avfs-tmp")?;
+            env.retain(|(k, _)| k != "TMPDIR");
+            env.push(("TMPDIR".into(), t.display().to_string()));
+            Some(t)
+        } else {
+            None
+        };
+        let mut writable = vec![dir];
+        writable.extend(tmp.as_deref());
+        let prepared = if confinement.any() {
+            Some(std::sync::Arc::new(confinement.prepare(&writable)?))
+        } else {
+            None
+        };
         let result = runner::run(&RunSpec {
             program: &program,
             args: &args,
@@ -354,7 +426,36 @@ impl ProxyRuntime<'_> {
             env,
             timeout: opts.timeout,
             cap: opts.output_cap,
+            confine: prepared,
         });
+        if let Some(t) = tmp {
+            let _ = std::fs::remove_dir_all(&t);
+            if let Some(parent) = t.parent() {
+                let _ = std::fs::remove_dir(parent);
+            }
+        }
+        result
+    }
+
+    #[cfg(feature = "fuse")]
+    fn run_mounted(
+        &self,
+        req: &CommandRequest,
+        cwd: &VPath,
+        readonly: bool,
+        opts: &ExecOptions,
+        text: &str,
+        confinement: Confinement,
+    ) -> Result<runner::RunResult> {
+        let dir = private_dir("avfs-exec")?;
+        let session = MountSession::new(self.ws.clone(), None, readonly)?
+            .with_label(EXEC_OP, text)
+            .with_hidden(&self.policy.secret_globs())?;
+        let mounted = crate::fuse::spawn(session, &dir).map_err(|e| Error::MountFailed {
+            dir: dir.clone(),
+            reason: e.to_string(),
+        })?;
+        let result = self.run_in(&dir, req, cwd, opts, confinement);
         // Unmounting ends the session, which commits and records the run in the op log.
         let unmounted = mounted.umount_and_join();
         let _ = std::fs::remove_dir(&dir);
@@ -374,14 +475,19 @@ impl ProxyRuntime<'_> {
         _readonly: bool,
         _opts: &ExecOptions,
         _text: &str,
+        _confinement: Confinement,
     ) -> Result<runner::RunResult> {
         Err(Error::FuseUnavailable)
     }
 }
 
-fn mount_dir() -> Result<PathBuf> {
-    let base = std::env::temp_dir().join(format!("avfs-exec-{}", std::process::id()));
+/// A fresh directory of our own under the host's temp dir.
+fn private_dir(prefix: &str) -> Result<PathBuf> {
+    let base = std::env::temp_dir().join(format!("{prefix}-{}", std::process::id()));
     let dir = base.join(format!("{}", now_ns()));
     std::fs::create_dir_all(&dir).map_err(|e| Error::io("creating", &dir, e))?;
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
+        .map_err(|e| Error::io("restricting", &dir, e))?;
     Ok(dir)
 }

@@ -22,7 +22,7 @@ const GRACE: Duration = Duration::from_secs(2);
 const DRAIN_AFTER_EXIT: Duration = Duration::from_millis(300);
 
 /// Captured output of one stream.
-#[derive(Debug, Clone, Default, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Default, Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct Captured {
     /// The kept bytes as text (invalid UTF-8 replaced).
     pub text: String,
@@ -41,6 +41,8 @@ pub struct RunSpec<'a> {
     pub timeout: Duration,
     /// Keep at most this many bytes of each stream.
     pub cap: usize,
+    /// Landlock / network namespace, applied in the child before exec.
+    pub confine: Option<Arc<super::confine::Prepared>>,
 }
 
 #[derive(Debug, Clone)]
@@ -165,6 +167,12 @@ pub fn run(spec: &RunSpec<'_>) -> Result<RunResult> {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
+    if let Some(c) = spec.confine.clone() {
+        // SAFETY: `apply_in_child` makes only async-signal-safe system calls.
+        unsafe {
+            cmd.pre_exec(move || c.apply_in_child());
+        }
+    }
     let start = Instant::now();
     let mut child = cmd
         .spawn()
@@ -174,6 +182,8 @@ pub fn run(spec: &RunSpec<'_>) -> Result<RunResult> {
     let (err, err_h) = drain(child.stderr.take().expect("piped stderr"), spec.cap);
     let mut timed_out = false;
     let mut term_sent: Option<Instant> = None;
+    // Poll quickly at first (most commands are short), then back off.
+    let mut nap = Duration::from_micros(50);
     let status = loop {
         if let Some(status) = child
             .try_wait()
@@ -192,16 +202,19 @@ pub fn run(spec: &RunSpec<'_>) -> Result<RunResult> {
         {
             signal_group(pgid, rustix::process::Signal::KILL);
         }
-        std::thread::sleep(Duration::from_millis(5));
+        std::thread::sleep(nap);
+        nap = (nap * 2).min(Duration::from_millis(5));
     };
     let duration = start.elapsed();
     // The group may outlive its leader; and anything that left the group is ours now.
     signal_group(pgid, rustix::process::Signal::KILL);
     let killed_stragglers = kill_stragglers();
     let deadline = Instant::now() + DRAIN_AFTER_EXIT;
+    let mut nap = Duration::from_micros(20);
     for h in [out_h, err_h] {
         while !h.is_finished() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(5));
+            std::thread::sleep(nap);
+            nap = (nap * 2).min(Duration::from_millis(5));
         }
     }
     Ok(RunResult {
@@ -228,6 +241,7 @@ mod tests {
             env: vec![("PATH".into(), "/usr/bin:/bin".into())],
             timeout: Duration::from_millis(timeout_ms),
             cap,
+            confine: None,
         })
         .unwrap()
     }

@@ -9,6 +9,7 @@ mod mount;
 mod policy;
 mod proxy;
 mod schema;
+mod session;
 mod transfer;
 mod vault;
 
@@ -140,6 +141,9 @@ pub enum Command {
     Proxy(ProxyCmd),
     /// Restore the state before a proxied command (default: the last one).
     Rollback(proxy::RollbackArgs),
+    /// Keep a fork mounted so consecutive `proxy exec --session NAME` calls skip the mount.
+    #[command(subcommand)]
+    Session(session::SessionCmd),
 }
 
 #[derive(Subcommand)]
@@ -173,6 +177,62 @@ impl Ctx {
         let bar = indicatif::ProgressBar::new_spinner();
         bar.set_message(what);
         Some(bar)
+    }
+}
+
+/// How starting a background `avfs` daemon went.
+pub enum Daemon<T> {
+    Ready(T),
+    /// It exited first; with its status and log.
+    Exited(String),
+    TimedOut,
+}
+
+/// Start `avfs ARGS` as a detached daemon (its own session, output to `log`) and wait up to
+/// 20 s until `ready(pid)` answers.
+pub fn start_daemon<T>(
+    args: &[std::ffi::OsString],
+    log: &std::path::Path,
+    mut ready: impl FnMut(u32) -> Option<T>,
+) -> Result<Daemon<T>> {
+    use std::os::unix::process::CommandExt;
+    use std::time::{Duration, Instant};
+    if let Some(parent) = log.parent() {
+        std::fs::create_dir_all(parent).map_err(|e| Error::io("creating", parent, e))?;
+    }
+    let out = std::fs::File::create(log).map_err(|e| Error::io("creating", log, e))?;
+    let err = out.try_clone().map_err(|e| Error::io("creating", log, e))?;
+    let exe = std::env::current_exe().map_err(|e| Error::io("locating avfs", "", e))?;
+    let mut cmd = std::process::Command::new(exe);
+    cmd.args(args)
+        .stdin(std::process::Stdio::null())
+        .stdout(out)
+        .stderr(err);
+    // SAFETY: setsid is async-signal-safe; it detaches the daemon from our session.
+    unsafe {
+        cmd.pre_exec(|| {
+            rustix::process::setsid()
+                .map(|_| ())
+                .map_err(std::io::Error::from)
+        });
+    }
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| Error::io("starting a daemon", log, e))?;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(t) = ready(child.id()) {
+            return Ok(Daemon::Ready(t));
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            let text = std::fs::read_to_string(log).unwrap_or_default();
+            return Ok(Daemon::Exited(format!("{status}: {}", text.trim())));
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            return Ok(Daemon::TimedOut);
+        }
+        std::thread::sleep(Duration::from_millis(5));
     }
 }
 
@@ -224,5 +284,6 @@ pub fn run(ctx: &Ctx, command: Command) -> (&'static str, Result<Reply, Error>) 
         Command::Proxy(ProxyCmd::Exec(a)) => ("proxy exec", proxy::cmd_exec(ctx, a)),
         Command::Proxy(ProxyCmd::Check(a)) => ("proxy check", policy::cmd_check(ctx, a)),
         Command::Rollback(a) => ("rollback", proxy::cmd_rollback(ctx, a)),
+        Command::Session(c) => session::run(ctx, c),
     }
 }

@@ -1,5 +1,6 @@
 //! `avfs mount`, `avfs unmount`, `avfs mounts`.
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -9,7 +10,7 @@ use serde::Serialize;
 use agentvfs::service::mounts::{self, MountRecord};
 use agentvfs::{Error, Result};
 
-use super::Ctx;
+use super::{Ctx, Daemon, start_daemon};
 use crate::output::{Reply, table, time};
 
 #[derive(Args)]
@@ -179,60 +180,28 @@ fn serve(_ctx: &Ctx, _spec: &str, _at: Option<String>, _rec: MountRecord) -> Res
 }
 
 fn spawn_daemon(ctx: &Ctx, a: &MountArgs, dir: &Path) -> Result<MountRecord> {
-    use std::os::unix::process::CommandExt;
     let reg = ctx.service.registry();
-    let log = mounts::log_path(reg, dir);
-    if let Some(parent) = log.parent() {
-        std::fs::create_dir_all(parent).map_err(|e| Error::io("creating", parent, e))?;
-    }
-    let out = std::fs::File::create(&log).map_err(|e| Error::io("creating", &log, e))?;
-    let err = out
-        .try_clone()
-        .map_err(|e| Error::io("creating", &log, e))?;
-    let exe = std::env::current_exe().map_err(|e| Error::io("locating avfs", "", e))?;
-    let mut cmd = std::process::Command::new(exe);
-    cmd.arg("mount").arg(&a.vault).arg(dir).arg("--foreground");
+    let mut args: Vec<OsString> = vec![
+        "mount".into(),
+        a.vault.clone().into(),
+        dir.into(),
+        "--foreground".into(),
+    ];
     if a.readonly {
-        cmd.arg("--readonly");
+        args.push("--readonly".into());
     }
-    cmd.stdin(std::process::Stdio::null())
-        .stdout(out)
-        .stderr(err);
-    // SAFETY: setsid is async-signal-safe; it detaches the daemon from our session.
-    unsafe {
-        cmd.pre_exec(|| {
-            rustix::process::setsid()
-                .map(|_| ())
-                .map_err(std::io::Error::from)
-        });
-    }
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| Error::io("starting the mount daemon", dir, e))?;
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        // Ready only once the kernel has the mount and the daemon recorded it.
-        if mounts::kernel_has(dir)
-            && let Some(rec) = mounts::load(reg, dir)
-            && rec.pid == child.id()
-        {
-            return Ok(rec);
-        }
-        if let Ok(Some(status)) = child.try_wait() {
-            let log_text = std::fs::read_to_string(&log).unwrap_or_default();
-            return Err(Error::MountFailed {
-                dir: dir.to_path_buf(),
-                reason: format!("the mount daemon exited ({status}): {}", log_text.trim()),
-            });
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            return Err(Error::MountFailed {
-                dir: dir.to_path_buf(),
-                reason: "the mount did not become ready within 20 s".into(),
-            });
-        }
-        std::thread::sleep(Duration::from_millis(10));
+    let failed = |reason: String| Error::MountFailed {
+        dir: dir.to_path_buf(),
+        reason,
+    };
+    // Ready only once the kernel has the mount and the daemon recorded it.
+    let started = start_daemon(&args, &mounts::log_path(reg, dir), |pid| {
+        mounts::load(reg, dir).filter(|rec| rec.pid == pid && mounts::kernel_has(dir))
+    })?;
+    match started {
+        Daemon::Ready(rec) => Ok(rec),
+        Daemon::Exited(why) => Err(failed(format!("the mount daemon exited: {why}"))),
+        Daemon::TimedOut => Err(failed("the mount did not become ready within 20 s".into())),
     }
 }
 

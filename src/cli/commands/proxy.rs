@@ -5,8 +5,10 @@ use std::path::PathBuf;
 use clap::{Args, ValueEnum};
 
 use agentvfs::model::OpInfo;
+use agentvfs::service::confine::Confinement;
 use agentvfs::service::policy::CommandRequest;
 use agentvfs::service::proxy::{CheckpointMode, EXEC_OP, Envelope, ExecOptions, ProxyRuntime};
+use agentvfs::service::session;
 use agentvfs::{Error, Result};
 
 use super::Ctx;
@@ -52,6 +54,15 @@ pub struct ExecArgs {
     /// The task fork to run in (created from --fork-from if missing).
     #[arg(long)]
     pub task: Option<String>,
+    /// Run in this session's mount (`avfs session start`) instead of mounting for this call.
+    #[arg(long, conflicts_with_all = ["task", "fork_from", "policy"])]
+    pub session: Option<String>,
+    /// Landlock: let the command write only inside the workspace and a private TMPDIR.
+    #[arg(long)]
+    pub confine: bool,
+    /// Run without network: a fresh network namespace with only loopback (needs root).
+    #[arg(long)]
+    pub offline: bool,
     /// Shell text to run with /bin/sh -c (parsed by the policy like a shell would).
     #[arg(long, conflicts_with = "argv")]
     pub shell: Option<String>,
@@ -96,29 +107,12 @@ fn render(e: &Envelope) -> String {
 }
 
 pub fn cmd_exec(ctx: &Ctx, a: ExecArgs) -> Result<Reply> {
-    let policy = super::policy::load(a.policy.as_ref())?;
     let timeout = humantime::parse_duration(&a.timeout).map_err(|_| {
         Error::invalid(format!(
             "--timeout takes a duration like 30s or 5m, not `{}`",
             a.timeout
         ))
     })?;
-    let selector = match (&a.task, &a.fork_from) {
-        (Some(task), Some(from)) => {
-            if ctx.service.resolve(Some(task)).is_err() {
-                ctx.service.fork(from, task, None, false)?;
-            }
-            Some(task.clone())
-        }
-        (Some(task), None) => Some(task.clone()),
-        _ => ctx.vault.clone(),
-    };
-    let (target, ws) = ctx.service.open(selector.as_deref())?;
-    let runtime = ProxyRuntime {
-        ws: &ws,
-        policy: &policy,
-        vault_name: target.name.clone(),
-    };
     let req = CommandRequest {
         argv: if a.argv.is_empty() {
             None
@@ -140,8 +134,23 @@ pub fn cmd_exec(ctx: &Ctx, a: ExecArgs) -> Result<Reply> {
         output_cap: a.max_output,
         approve: a.approve.clone(),
         allow_env: a.allow_env.clone(),
+        env: None,
+        confine: Confinement {
+            landlock: a.confine,
+            offline: a.offline,
+        },
     };
-    let envelope = runtime.exec(req, &opts)?;
+    let envelope = match &a.session {
+        Some(name) => {
+            let rec = session::find(ctx.service.registry(), name)?;
+            let opts = ExecOptions {
+                env: Some(std::env::vars().collect()),
+                ..opts
+            };
+            session::exec(&rec, req, opts)?
+        }
+        None => exec_here(ctx, &a, req, &opts)?,
+    };
     let human = if ctx.json {
         String::new()
     } else {
@@ -150,6 +159,28 @@ pub fn cmd_exec(ctx: &Ctx, a: ExecArgs) -> Result<Reply> {
     let mut reply = Reply::bytes(&envelope, human.into_bytes());
     reply.exit_code = Some(envelope.exit_code());
     Ok(reply)
+}
+
+/// Mount for this call only.
+fn exec_here(ctx: &Ctx, a: &ExecArgs, req: CommandRequest, opts: &ExecOptions) -> Result<Envelope> {
+    let policy = super::policy::load(a.policy.as_ref())?;
+    let selector = match (&a.task, &a.fork_from) {
+        (Some(task), Some(from)) => {
+            if ctx.service.resolve(Some(task)).is_err() {
+                ctx.service.fork(from, task, None, false)?;
+            }
+            Some(task.clone())
+        }
+        (Some(task), None) => Some(task.clone()),
+        _ => ctx.vault.clone(),
+    };
+    let (target, ws) = ctx.service.open(selector.as_deref())?;
+    let runtime = ProxyRuntime {
+        ws: &ws,
+        policy: &policy,
+        vault_name: target.name.clone(),
+    };
+    runtime.exec(req, opts)
 }
 
 #[derive(Args)]

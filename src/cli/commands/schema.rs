@@ -80,6 +80,18 @@ pub fn commands() -> Vec<(&'static str, Value)> {
         ("proxy check", s::<agentvfs::service::policy::Decision>()),
         ("proxy exec", s::<agentvfs::service::proxy::Envelope>()),
         ("rollback", s::<OpInfo>()),
+        (
+            "session start",
+            s::<agentvfs::service::session::SessionRecord>(),
+        ),
+        (
+            "session stop",
+            s::<agentvfs::service::session::StopReport>(),
+        ),
+        (
+            "session list",
+            s::<Vec<agentvfs::service::session::SessionRecord>>(),
+        ),
         ("quota show", s::<Quota>()),
         ("quota set", s::<Quota>()),
         ("audit", s::<Vec<AuditRecord>>()),

@@ -235,7 +235,7 @@ impl Action {
 }
 
 /// The policy's answer for one command.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Decision {
     pub action: Action,
     /// Every category found anywhere in the command, sorted.
@@ -247,6 +247,17 @@ pub struct Decision {
     pub reason: String,
     /// The token (path, flag, program) that set the action, when there is one.
     pub offending: Option<String>,
+}
+
+/// When a proxied command runs without network (`[confinement] offline`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Offline {
+    Never,
+    Always,
+    /// Offline unless the policy classified the command `networked` (and it was allowed or
+    /// approved).
+    UnlessNetworked,
 }
 
 /// A command to classify: either an argv (run without a shell) or shell text.
@@ -274,6 +285,8 @@ pub struct ExampleFailure {
 #[derive(Debug, Clone)]
 pub struct PolicyEngine {
     rules: Vec<Rule>,
+    landlock: bool,
+    offline: Offline,
     actions: BTreeMap<Category, Action>,
     secret_paths: Vec<String>,
     secret_env: Vec<String>,
@@ -362,6 +375,12 @@ impl PolicyEngine {
         if let Some(p) = secrets.env_allow {
             env_allow = p;
         }
+        let confinement = file.confinement.unwrap_or_default();
+        let (base_landlock, base_offline) = base
+            .map(|b| (b.landlock, b.offline))
+            .unwrap_or((false, Offline::Never));
+        let landlock = confinement.landlock.unwrap_or(base_landlock);
+        let offline = confinement.offline.unwrap_or(base_offline);
         for g in secret_paths.iter().chain(&secret_env).chain(&env_allow) {
             rules::glob(g).map_err(|e| Error::invalid(format!("policy file: [secrets]: {e}")))?;
         }
@@ -372,6 +391,8 @@ impl PolicyEngine {
         }
         Ok(PolicyEngine {
             rules,
+            landlock,
+            offline,
             actions,
             secret_paths,
             secret_env,
@@ -530,6 +551,21 @@ impl PolicyEngine {
 
     /// Paths the policy marks secret (default: `.env*`, `*.pem`, `id_*`, `.ssh/`, `.aws/`),
     /// as globs; a trailing `/` names a directory.
+    /// The confinement this policy asks for, for a command decided as `decision`
+    /// (`[confinement]`: Landlock on or off; offline never, always, or unless the command
+    /// was classified networked).
+    pub fn confinement(&self, decision: &Decision) -> crate::service::confine::Confinement {
+        let offline = match self.offline {
+            Offline::Never => false,
+            Offline::Always => true,
+            Offline::UnlessNetworked => !decision.categories.contains(&Category::Networked),
+        };
+        crate::service::confine::Confinement {
+            landlock: self.landlock,
+            offline,
+        }
+    }
+
     pub fn secret_globs(&self) -> Vec<String> {
         self.secret_paths.clone()
     }

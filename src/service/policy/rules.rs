@@ -21,6 +21,8 @@ pub(super) struct PolicyFile {
     pub actions: BTreeMap<Category, Action>,
     #[serde(default)]
     pub secrets: Option<SecretsSpec>,
+    #[serde(default)]
+    pub confinement: Option<ConfinementSpec>,
     #[serde(default, rename = "rule")]
     pub rules: Vec<RuleSpec>,
 }
@@ -31,6 +33,13 @@ pub(super) struct SecretsSpec {
     pub paths: Option<Vec<String>>,
     pub env: Option<Vec<String>>,
     pub env_allow: Option<Vec<String>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ConfinementSpec {
+    pub landlock: Option<bool>,
+    pub offline: Option<super::Offline>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -1,0 +1,491 @@
+//! Sessions: a daemon that keeps one fork mounted and runs proxied commands in it, so
+//! consecutive commands pay only policy + checkpoint + run + summary, not a mount each.
+//!
+//! The daemon listens on a Unix socket under `$AVFS_HOME/sessions/`; each connection
+//! carries one JSON request line and gets one JSON response line. Each command's changes
+//! are recorded as their own op-log entry, so `avfs rollback` works as without a session.
+//! If anything else changed the fork between commands (a rollback, a restore, a write
+//! from the CLI), the daemon remounts before the next command so no cached view is stale.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::mount::MountSession;
+use super::mounts;
+use super::policy::{CommandRequest, PolicyEngine};
+use super::proxy::{EXEC_OP, Envelope, ExecOptions, LiveMount, ProxyRuntime};
+use super::registry::Registry;
+use crate::error::{Error, Result};
+use crate::model::Workspace;
+
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct SessionRecord {
+    pub name: String,
+    /// The vault or fork as named at `session start`.
+    pub vault: String,
+    /// The vault file.
+    pub path: PathBuf,
+    pub workspace: String,
+    /// Where the fork is mounted.
+    pub dir: PathBuf,
+    pub socket: PathBuf,
+    /// The policy file the session decides with (none: the built-in policy).
+    pub policy: Option<PathBuf>,
+    pub pid: u32,
+    /// Nanoseconds since the Unix epoch.
+    pub since: i64,
+    /// Filled in by `list`: the daemon runs and answers on its socket.
+    #[serde(default)]
+    pub alive: bool,
+}
+
+/// What a client asks a session daemon.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Request {
+    Exec {
+        argv: Option<Vec<String>>,
+        shell: Option<String>,
+        options: ExecOptions,
+    },
+    Ping,
+    Stop,
+}
+
+/// What the daemon answers.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Response {
+    Envelope(Box<Envelope>),
+    Pong {
+        pid: u32,
+    },
+    Stopping,
+    Error {
+        kind: String,
+        message: String,
+        details: Value,
+        exit_code: i32,
+    },
+}
+
+fn dir_of(reg: &Registry) -> PathBuf {
+    reg.home().join("sessions")
+}
+
+/// Session names become file names: letters, digits, `.`, `_`, `-`; 1 to 64 of them.
+pub fn check_name(name: &str) -> Result<()> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && !name.starts_with('.')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::InvalidName {
+            name: name.to_string(),
+            reason: "a session name is 1-64 letters, digits, `.`, `_` or `-` (pass --name)".into(),
+        })
+    }
+}
+
+fn file(reg: &Registry, name: &str, ext: &str) -> PathBuf {
+    dir_of(reg).join(format!("{name}.{ext}"))
+}
+
+pub fn record_path(reg: &Registry, name: &str) -> PathBuf {
+    file(reg, name, "json")
+}
+
+pub fn log_path(reg: &Registry, name: &str) -> PathBuf {
+    file(reg, name, "log")
+}
+
+/// A new record for a session about to start (the daemon fills in its own pid).
+pub fn new_record(
+    reg: &Registry,
+    name: &str,
+    vault: &str,
+    path: &Path,
+    workspace: &str,
+    policy: Option<PathBuf>,
+) -> Result<SessionRecord> {
+    check_name(name)?;
+    let d = dir_of(reg);
+    std::fs::create_dir_all(&d).map_err(|e| Error::io("creating", &d, e))?;
+    Ok(SessionRecord {
+        name: name.to_string(),
+        vault: vault.to_string(),
+        path: path.to_path_buf(),
+        workspace: workspace.to_string(),
+        dir: file(reg, name, "mnt"),
+        socket: file(reg, name, "sock"),
+        policy,
+        pid: std::process::id(),
+        since: crate::model::now_ns(),
+        alive: false,
+    })
+}
+
+fn save(reg: &Registry, rec: &SessionRecord) -> Result<()> {
+    let p = record_path(reg, &rec.name);
+    let json = serde_json::to_vec_pretty(rec).map_err(|e| Error::Storage(e.to_string()))?;
+    let tmp = p.with_extension("json.tmp");
+    std::fs::write(&tmp, json).map_err(|e| Error::io("writing", &tmp, e))?;
+    std::fs::rename(&tmp, &p).map_err(|e| Error::io("writing", &p, e))
+}
+
+pub fn load(reg: &Registry, name: &str) -> Option<SessionRecord> {
+    let bytes = std::fs::read(record_path(reg, name)).ok()?;
+    serde_json::from_slice(&bytes).ok()
+}
+
+fn alive(rec: &SessionRecord) -> bool {
+    mounts::pid_alive(rec.pid) && UnixStream::connect(&rec.socket).is_ok()
+}
+
+/// Every recorded session, with `alive` filled in.
+pub fn list(reg: &Registry) -> Result<Vec<SessionRecord>> {
+    let Ok(entries) = std::fs::read_dir(dir_of(reg)) else {
+        return Ok(Vec::new());
+    };
+    let mut out: Vec<SessionRecord> = entries
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
+        .filter_map(|e| serde_json::from_slice(&std::fs::read(e.path()).ok()?).ok())
+        .map(|mut r: SessionRecord| {
+            r.alive = alive(&r);
+            r
+        })
+        .collect();
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(out)
+}
+
+/// The live session called `name`, or `session_not_found` (naming the ones that exist).
+pub fn find(reg: &Registry, name: &str) -> Result<SessionRecord> {
+    match load(reg, name) {
+        Some(rec) if mounts::pid_alive(rec.pid) => Ok(rec),
+        _ => Err(Error::SessionNotFound {
+            name: name.to_string(),
+            suggestions: list(reg)?
+                .into_iter()
+                .filter(|r| r.alive)
+                .map(|r| r.name)
+                .collect(),
+        }),
+    }
+}
+
+/// Send one request to a session daemon and wait for its answer.
+pub fn call(rec: &SessionRecord, req: &Request) -> Result<Response> {
+    let failed = |reason: String| Error::SessionFailed {
+        name: rec.name.clone(),
+        reason,
+    };
+    let mut stream = UnixStream::connect(&rec.socket)
+        .map_err(|e| failed(format!("cannot reach the daemon (pid {}): {e}", rec.pid)))?;
+    let mut line = serde_json::to_vec(req).map_err(|e| Error::Storage(e.to_string()))?;
+    line.push(b'\n');
+    stream
+        .write_all(&line)
+        .map_err(|e| failed(format!("sending the request: {e}")))?;
+    let mut answer = String::new();
+    BufReader::new(stream)
+        .read_line(&mut answer)
+        .map_err(|e| failed(format!("reading the answer: {e}")))?;
+    if answer.is_empty() {
+        return Err(failed("the daemon ended without answering".into()));
+    }
+    serde_json::from_str(&answer).map_err(|e| failed(format!("unreadable answer: {e}")))
+}
+
+/// Run one command in the session.
+pub fn exec(rec: &SessionRecord, req: CommandRequest, options: ExecOptions) -> Result<Envelope> {
+    let request = Request::Exec {
+        argv: req.argv,
+        shell: req.shell,
+        options,
+    };
+    match call(rec, &request)? {
+        Response::Envelope(e) => Ok(*e),
+        Response::Error {
+            kind,
+            message,
+            details,
+            exit_code,
+        } => Err(Error::forwarded(&kind, message, details, exit_code)),
+        other => Err(Error::SessionFailed {
+            name: rec.name.clone(),
+            reason: format!("unexpected answer {other:?}"),
+        }),
+    }
+}
+
+/// What `stop` found.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct StopReport {
+    pub name: String,
+    /// True if a daemon was running and has ended.
+    pub stopped: bool,
+    /// True if the session's daemon was already gone and its leftovers were cleaned up.
+    pub stale: bool,
+}
+
+/// Stop a session: its daemon records anything pending, unmounts and exits.
+pub fn stop(reg: &Registry, name: &str) -> Result<StopReport> {
+    check_name(name)?;
+    let Some(rec) = load(reg, name) else {
+        return Err(Error::SessionNotFound {
+            name: name.to_string(),
+            suggestions: list(reg)?.into_iter().map(|r| r.name).collect(),
+        });
+    };
+    let running = mounts::pid_alive(rec.pid);
+    if running && matches!(call(&rec, &Request::Stop), Ok(Response::Stopping)) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while mounts::pid_alive(rec.pid) && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        if mounts::pid_alive(rec.pid) {
+            return Err(Error::SessionFailed {
+                name: name.to_string(),
+                reason: format!("the daemon (pid {}) did not stop within 30 s", rec.pid),
+            });
+        }
+        cleanup(reg, &rec);
+        return Ok(StopReport {
+            name: name.to_string(),
+            stopped: true,
+            stale: false,
+        });
+    }
+    if running {
+        return Err(Error::SessionFailed {
+            name: name.to_string(),
+            reason: format!("the daemon (pid {}) does not answer", rec.pid),
+        });
+    }
+    cleanup(reg, &rec);
+    Ok(StopReport {
+        name: name.to_string(),
+        stopped: false,
+        stale: true,
+    })
+}
+
+/// Remove what a session leaves behind (also after its daemon was killed).
+fn cleanup(reg: &Registry, rec: &SessionRecord) {
+    if mounts::kernel_has(&rec.dir) {
+        let _ = mounts::detach(&rec.dir);
+    }
+    let _ = std::fs::remove_dir(&rec.dir);
+    let _ = std::fs::remove_file(&rec.socket);
+    let _ = std::fs::remove_file(record_path(reg, &rec.name));
+}
+
+/// The daemon's mount, remade when the fork changed behind its back.
+#[cfg(feature = "fuse")]
+struct Live {
+    session: Arc<MountSession>,
+    bg: fuser::BackgroundSession,
+    /// The op log's head after our last command: anything else means someone else wrote.
+    seen: Option<i64>,
+}
+
+#[cfg(feature = "fuse")]
+impl Live {
+    fn start(ws: &Workspace, policy: &PolicyEngine, dir: &Path) -> Result<Live> {
+        let session = MountSession::new(ws.clone(), None, false)?
+            .with_label(EXEC_OP, "session")
+            .with_hidden(&policy.secret_globs())?;
+        session.record_at_finish(false);
+        let session = Arc::new(session);
+        let bg =
+            crate::fuse::spawn_shared(session.clone(), dir).map_err(|e| Error::MountFailed {
+                dir: dir.to_path_buf(),
+                reason: e.to_string(),
+            })?;
+        Ok(Live {
+            session,
+            bg,
+            seen: ws.last_op_id()?,
+        })
+    }
+
+    fn stop(self, dir: &Path) -> Result<()> {
+        drop(self.session);
+        self.bg.umount_and_join().map_err(|e| Error::MountFailed {
+            dir: dir.to_path_buf(),
+            reason: format!("unmount failed: {e}"),
+        })
+    }
+}
+
+/// Serve a session until stopped (`avfs session stop`, SIGTERM/SIGINT/SIGHUP) or until its
+/// process is killed. A mount unmounted from outside is remade at the next command. `rec.pid` is set to this process.
+#[cfg(feature = "fuse")]
+pub fn serve(
+    reg: &Registry,
+    ws: Workspace,
+    policy: PolicyEngine,
+    mut rec: SessionRecord,
+) -> Result<()> {
+    rec.pid = std::process::id();
+    std::fs::create_dir_all(&rec.dir).map_err(|e| Error::io("creating", &rec.dir, e))?;
+    let _ = std::fs::remove_file(&rec.socket);
+    let listener =
+        UnixListener::bind(&rec.socket).map_err(|e| Error::io("listening on", &rec.socket, e))?;
+    let mut live = Some(Live::start(&ws, &policy, &rec.dir)?);
+    save(reg, &rec)?;
+
+    // A signal or a vanished mount wakes the accept loop with a Stop of its own.
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGHUP,
+    ] {
+        signal_hook::flag::register(sig, stop.clone())
+            .map_err(|e| Error::io("installing signal handler", "", e))?;
+    }
+    {
+        let (stop, socket) = (stop.clone(), rec.socket.clone());
+        std::thread::spawn(move || {
+            loop {
+                std::thread::sleep(Duration::from_millis(100));
+                if stop.load(Ordering::Relaxed) {
+                    if let Ok(mut s) = UnixStream::connect(&socket) {
+                        let _ = s.write_all(b"{\"op\":\"stop\"}\n");
+                    }
+                    return;
+                }
+            }
+        });
+    }
+
+    let runtime = ProxyRuntime {
+        ws: &ws,
+        policy: &policy,
+        vault_name: rec.vault.clone(),
+    };
+    let mut result = Ok(());
+    for stream in listener.incoming() {
+        let Ok(stream) = stream else { continue };
+        let mut reader = BufReader::new(&stream);
+        let mut line = String::new();
+        if reader.read_line(&mut line).is_err() {
+            continue;
+        }
+        let (response, done) = match serde_json::from_str::<Request>(&line) {
+            Ok(Request::Ping) => (
+                Response::Pong {
+                    pid: std::process::id(),
+                },
+                false,
+            ),
+            Ok(Request::Stop) => (Response::Stopping, true),
+            Ok(Request::Exec {
+                argv,
+                shell,
+                options,
+            }) => {
+                let req = CommandRequest {
+                    argv,
+                    shell,
+                    cwd: options.cwd.clone(),
+                };
+                let answer = run_one(&runtime, &mut live, &rec, req, &options);
+                // Audit and checkpoint rows must be visible to the client's next command.
+                let _ = ws.vault().flush_batch();
+                match answer {
+                    Ok(e) => (Response::Envelope(Box::new(e)), false),
+                    Err(e) => (error_response(&e), false),
+                }
+            }
+            Err(e) => (
+                error_response(&Error::invalid(format!("bad session request: {e}"))),
+                false,
+            ),
+        };
+        let mut out = serde_json::to_vec(&response).unwrap_or_default();
+        out.push(b'\n');
+        let _ = (&stream).write_all(&out);
+        if done {
+            break;
+        }
+    }
+    if let Some(l) = live.take() {
+        result = l.stop(&rec.dir);
+    }
+    let _ = std::fs::remove_file(&rec.socket);
+    let _ = std::fs::remove_dir(&rec.dir);
+    let _ = std::fs::remove_file(record_path(reg, &rec.name));
+    result
+}
+
+#[cfg(not(feature = "fuse"))]
+pub fn serve(
+    _reg: &Registry,
+    _ws: Workspace,
+    _policy: PolicyEngine,
+    _rec: SessionRecord,
+) -> Result<()> {
+    Err(Error::FuseUnavailable)
+}
+
+#[cfg(feature = "fuse")]
+fn run_one(
+    runtime: &ProxyRuntime<'_>,
+    live: &mut Option<Live>,
+    rec: &SessionRecord,
+    req: CommandRequest,
+    options: &ExecOptions,
+) -> Result<Envelope> {
+    let ws = runtime.ws;
+    // Someone else changed the fork (rollback, restore, a CLI write): remount so neither
+    // our caches nor the kernel's serve the old state.
+    // A mount that went away (unmounted from outside) is remade too.
+    let head = ws.last_op_id()?;
+    if live
+        .as_ref()
+        .is_some_and(|l| l.seen != head || l.bg.guard.is_finished())
+        && let Some(l) = live.take()
+    {
+        let gone = l.bg.guard.is_finished();
+        let stopped = l.stop(&rec.dir);
+        if !gone {
+            stopped?;
+        }
+    }
+    if live.is_none() {
+        *live = Some(Live::start(ws, runtime.policy, &rec.dir)?);
+    }
+    let l = live.as_mut().expect("mounted above");
+    let mount = LiveMount {
+        dir: &rec.dir,
+        session: &l.session,
+        name: &rec.name,
+    };
+    let envelope = runtime.exec_in(req, options, Some(&mount));
+    l.seen = ws.last_op_id()?;
+    envelope
+}
+
+fn error_response(e: &Error) -> Response {
+    Response::Error {
+        kind: e.kind().to_string(),
+        message: e.to_string(),
+        details: e.details(),
+        exit_code: e.exit_code(),
+    }
+}
