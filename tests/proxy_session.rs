@@ -1,0 +1,471 @@
+//! Sessions (`avfs session start|stop|list`, `proxy exec --session`) and confinement
+//! (`--confine` Landlock, `--offline` network namespace), end to end: the real binary, a
+//! real vault, a real FUSE mount kept by a real daemon, real `sh`.
+
+mod mount_support;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use mount_support::{ok, require_fuse};
+use serde_json::Value;
+
+struct Env {
+    home: tempfile::TempDir,
+    sessions: std::cell::RefCell<Vec<String>>,
+}
+
+impl Drop for Env {
+    /// Stop every session the test started, so a failing test leaves no daemon or mount.
+    fn drop(&mut self) {
+        for s in self.sessions.borrow().iter() {
+            let _ = self.avfs(&["session", "stop", s]);
+        }
+    }
+}
+
+impl Env {
+    fn new() -> Option<Env> {
+        if !require_fuse() {
+            return None;
+        }
+        let home = tempfile::tempdir().unwrap();
+        let e = Env {
+            home,
+            sessions: Default::default(),
+        };
+        ok(e.avfs(&["vault", "create", "w"]));
+        ok(e.avfs(&["write", "a.txt", "alpha\n"]));
+        ok(e.avfs(&["vault", "fork", "w", "task"]));
+        Some(e)
+    }
+
+    fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_avfs"));
+        c.args(args)
+            .env("AVFS_HOME", self.home.path())
+            .env("AVFS_ACTOR", "test")
+            .env_remove("AVFS_VAULT");
+        c
+    }
+
+    fn avfs(&self, args: &[&str]) -> Output {
+        self.cmd(args).output().unwrap()
+    }
+
+    fn json(&self, args: &[&str]) -> (Value, i32) {
+        let mut full = vec!["--json"];
+        full.extend_from_slice(args);
+        let out = self.avfs(&full);
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "not one JSON document ({e}): {}\n{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+        (v, out.status.code().unwrap_or(-1))
+    }
+
+    fn start(&self, fork: &str, name: &str, extra: &[&str]) -> Value {
+        let mut args = vec!["session", "start", fork, "--name", name];
+        args.extend_from_slice(extra);
+        let (v, code) = self.json(&args);
+        assert_eq!(code, 0, "{v}");
+        self.sessions.borrow_mut().push(name.to_string());
+        v["data"].clone()
+    }
+
+    /// `proxy exec --session NAME …`: the envelope and the exit code.
+    fn run(&self, session: &str, args: &[&str]) -> (Value, i32) {
+        let mut full = vec!["proxy", "exec", "--session", session];
+        full.extend_from_slice(args);
+        let (v, code) = self.json(&full);
+        (v["data"].clone(), code)
+    }
+
+    fn ls(&self, fork: &str) -> Vec<String> {
+        let (v, code) = self.json(&["--vault", fork, "ls", "/"]);
+        assert_eq!(code, 0, "{v}");
+        v["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["name"].as_str().unwrap().to_string())
+            .collect()
+    }
+}
+
+fn changes(e: &Value) -> Vec<(String, String)> {
+    e["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["status"].as_str().unwrap().to_string(),
+                c["path"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn commands_in_a_session_report_changes_and_roll_back_one_by_one() {
+    let Some(e) = Env::new() else { return };
+    let rec = e.start("task", "s", &[]);
+    assert_eq!(rec["name"], "s");
+    assert!(rec["alive"].as_bool().unwrap());
+    let mount = rec["dir"].as_str().unwrap().to_string();
+    assert!(Path::new(&mount).join("a.txt").exists(), "{rec}");
+
+    let (one, code) = e.run("s", &["--shell", "echo one > one.txt"]);
+    assert_eq!(code, 0, "{one}");
+    assert_eq!(one["request"]["session"], "s");
+    assert_eq!(changes(&one), vec![("added".into(), "/one.txt".into())]);
+    let (two, code) = e.run("s", &["--shell", "echo two > two.txt && rm a.txt"]);
+    assert_eq!(code, 0, "{two}");
+    assert_eq!(
+        changes(&two),
+        vec![
+            ("deleted".into(), "/a.txt".into()),
+            ("added".into(), "/two.txt".into())
+        ]
+    );
+    // Each command is its own op-log entry: roll back only the second.
+    let id = two["exec_id"].as_i64().unwrap().to_string();
+    assert_ne!(one["exec_id"], two["exec_id"]);
+    let (v, code) = e.json(&["--vault", "task", "rollback", &id]);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(e.ls("task"), vec!["a.txt", "one.txt"]);
+    // The session sees the rolled-back state, not a stale cache of its own.
+    let (ls, code) = e.run("s", &["--", "ls"]);
+    assert_eq!(code, 0, "{ls}");
+    assert_eq!(ls["stdout"]["text"], "a.txt\none.txt\n");
+    // A write from the CLI between commands is seen too, and not attributed to the session.
+    ok(e.avfs(&["--vault", "task", "write", "cli.txt", "from the cli\n"]));
+    let (cat, _) = e.run("s", &["--", "cat", "cli.txt"]);
+    assert_eq!(cat["stdout"]["text"], "from the cli\n");
+    assert!(changes(&cat).is_empty(), "{cat}");
+    // The parent vault never sees the fork's session.
+    assert_eq!(e.ls("w"), vec!["a.txt"]);
+
+    let (list, _) = e.json(&["session", "list"]);
+    assert_eq!(list["data"][0]["name"], "s");
+    assert_eq!(list["data"][0]["alive"], true);
+    let (stop, code) = e.json(&["session", "stop", "s"]);
+    assert_eq!(code, 0, "{stop}");
+    assert_eq!(stop["data"]["stopped"], true);
+    assert!(!mount_support_has(&mount), "the session's mount is gone");
+    let (list, _) = e.json(&["session", "list"]);
+    assert_eq!(list["data"].as_array().unwrap().len(), 0);
+}
+
+fn mount_support_has(dir: &str) -> bool {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .any(|l| l.split(' ').nth(4) == Some(dir))
+}
+
+#[test]
+fn session_errors_are_typed_and_change_nothing() {
+    let Some(e) = Env::new() else { return };
+    let (v, code) = e.json(&["proxy", "exec", "--session", "nope", "--", "true"]);
+    assert_eq!(code, 3, "{v}");
+    assert_eq!(v["error"]["kind"], "session_not_found");
+    let (v, code) = e.json(&["session", "stop", "nope"]);
+    assert_eq!(code, 3, "{v}");
+    assert_eq!(v["error"]["kind"], "session_not_found");
+    let (v, code) = e.json(&["session", "start", "no-such-fork"]);
+    assert_eq!(v["error"]["kind"], "vault_not_found", "{v}");
+    assert_eq!(code, 3);
+    let (v, _) = e.json(&["session", "start", "task", "--name", "bad/name"]);
+    assert_eq!(v["error"]["kind"], "invalid_name", "{v}");
+
+    e.start("task", "s", &[]);
+    let (v, code) = e.json(&["session", "start", "task", "--name", "s"]);
+    assert_eq!(v["error"]["kind"], "already_exists", "{v}");
+    assert_eq!(code, 4);
+    // Errors inside the daemon come back with their own kind.
+    let (v, code) = e.json(&[
+        "proxy",
+        "exec",
+        "--session",
+        "s",
+        "--cwd",
+        "/missing",
+        "--",
+        "true",
+    ]);
+    assert_eq!(v["error"]["kind"], "path_not_found", "{v}");
+    assert_eq!(code, 3);
+    // A denied command is an envelope, as without a session.
+    let (d, code) = e.run("s", &["--shell", "rm -rf /"]);
+    assert_eq!(code, 126, "{d}");
+    assert_eq!(d["ran"], false);
+    // Read-only runs in a session refuse writes and change nothing.
+    let (r, code) = e.run("s", &["--readonly", "--shell", "echo x > x.txt"]);
+    assert_ne!(code, 0, "{r}");
+    assert!(
+        r["stderr"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("Read-only file system"),
+        "{r}"
+    );
+    assert!(changes(&r).is_empty());
+    // …and the next read-write command can write again.
+    let (w, code) = e.run("s", &["--shell", "echo y > y.txt"]);
+    assert_eq!(code, 0, "{w}");
+    assert_eq!(e.ls("task"), vec!["a.txt", "y.txt"]);
+}
+
+#[test]
+fn a_killed_daemon_is_cleaned_up_by_stop() {
+    let Some(e) = Env::new() else { return };
+    let rec = e.start("task", "k", &[]);
+    let pid = rec["pid"].as_i64().unwrap().to_string();
+    let dir = rec["dir"].as_str().unwrap().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-9", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    for _ in 0..200 {
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let (v, code) = e.json(&["proxy", "exec", "--session", "k", "--", "true"]);
+    assert_eq!(v["error"]["kind"], "session_not_found", "{v}");
+    assert_eq!(code, 3);
+    let (list, _) = e.json(&["session", "list"]);
+    assert_eq!(list["data"][0]["alive"], false, "{list}");
+    let (stop, code) = e.json(&["session", "stop", "k"]);
+    assert_eq!(code, 0, "{stop}");
+    assert_eq!(stop["data"]["stale"], true);
+    assert!(
+        !mount_support_has(&dir),
+        "the dead daemon's mount is detached"
+    );
+    // The name is free again.
+    e.start("task", "k", &[]);
+}
+
+#[test]
+fn a_session_outlives_a_timed_out_command_and_takes_the_client_env() {
+    let Some(e) = Env::new() else { return };
+    e.start("task", "t", &[]);
+    let (v, code) = e.run(
+        "t",
+        &[
+            "--timeout",
+            "300ms",
+            "--shell",
+            "echo started; setsid sleep 100 & sleep 100",
+        ],
+    );
+    assert_eq!(code, 124, "{v}");
+    assert_eq!(v["timed_out"], true);
+    assert_eq!(v["stdout"]["text"], "started\n");
+    // The client's environment reaches the command, minus secrets.
+    let out = e
+        .cmd(&[
+            "--json",
+            "proxy",
+            "exec",
+            "--session",
+            "t",
+            "--shell",
+            "echo \"$GREETING/${API_TOKEN:-withheld}\"",
+        ])
+        .env("GREETING", "hello")
+        .env("API_TOKEN", "s3cret")
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["data"]["stdout"]["text"], "hello/withheld\n", "{v}");
+    assert_eq!(out.status.code(), Some(0));
+}
+
+/// A script the policy cannot see into, trying to write outside the workspace.
+fn escape_script(e: &Env, fork: &str, outside: &Path) {
+    let script = format!(
+        "echo inside > inside.txt\n\
+         echo escaped > {} 2>/dev/null && echo WROTE-OUTSIDE || echo blocked\n\
+         echo t > \"$TMPDIR/t\" && echo tmp-ok\n\
+         echo quiet > /dev/null && echo devnull-ok\n",
+        outside.display()
+    );
+    let mut w = e
+        .cmd(&["--vault", fork, "write", "escape.sh"])
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    w.stdin
+        .take()
+        .unwrap()
+        .write_all(script.as_bytes())
+        .unwrap();
+    assert!(w.wait().unwrap().success());
+}
+
+#[test]
+fn landlock_keeps_writes_inside_the_workspace() {
+    let Some(e) = Env::new() else { return };
+    let outside = e.home.path().join("outside.txt");
+    escape_script(&e, "task", &outside);
+    // Unconfined, the script can write to the host: that is what confinement is for.
+    let (v, code) = e.json(&["--vault", "task", "proxy", "exec", "--", "sh", "escape.sh"]);
+    assert_eq!(code, 0, "{v}");
+    assert!(
+        v["data"]["stdout"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("WROTE-OUTSIDE")
+    );
+    std::fs::remove_file(&outside).unwrap();
+
+    // Per call and in a session alike, --confine stops it.
+    let (v, code) = e.json(&[
+        "--vault",
+        "task",
+        "proxy",
+        "exec",
+        "--confine",
+        "--",
+        "sh",
+        "escape.sh",
+    ]);
+    let per_call = v["data"].clone();
+    e.start("task", "c", &[]);
+    let (in_session, code2) = e.run("c", &["--confine", "--", "sh", "escape.sh"]);
+    for (env, code) in [(per_call, code), (in_session, code2)] {
+        assert_eq!(code, 0, "{env}");
+        assert_eq!(env["confinement"]["landlock"], true);
+        assert_eq!(
+            env["stdout"]["text"], "blocked\ntmp-ok\ndevnull-ok\n",
+            "{env}"
+        );
+        assert!(!outside.exists(), "Landlock let the command write outside");
+    }
+    assert!(e.ls("task").contains(&"inside.txt".to_string()));
+}
+
+#[test]
+fn a_policy_can_confine_every_command() {
+    let Some(e) = Env::new() else { return };
+    let outside = e.home.path().join("outside.txt");
+    escape_script(&e, "task", &outside);
+    let policy = e.home.path().join("policy.toml");
+    std::fs::write(
+        &policy,
+        "version = 1\n[confinement]\nlandlock = true\noffline = \"unless_networked\"\n",
+    )
+    .unwrap();
+    let p = policy.to_str().unwrap();
+    let (v, code) = e.json(&[
+        "--vault",
+        "task",
+        "proxy",
+        "exec",
+        "--policy",
+        p,
+        "--",
+        "sh",
+        "escape.sh",
+    ]);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["data"]["confinement"]["landlock"], true);
+    assert_eq!(v["data"]["confinement"]["offline"], true);
+    assert!(!outside.exists());
+    // A session started with the policy applies it to its commands.
+    e.start("task", "p", &["--policy", p]);
+    let (v, code) = e.run("p", &["--", "sh", "escape.sh"]);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["confinement"]["landlock"], true, "{v}");
+    assert!(!outside.exists());
+    // The session's policy is fixed at start.
+    let (v, _) = e.json(&[
+        "proxy",
+        "exec",
+        "--session",
+        "p",
+        "--policy",
+        p,
+        "--",
+        "true",
+    ]);
+    assert_eq!(v["ok"], false, "{v}");
+}
+
+#[test]
+fn offline_commands_see_only_loopback() {
+    let Some(e) = Env::new() else { return };
+    if !rustix_is_root() {
+        let (v, _) = e.json(&[
+            "--vault",
+            "task",
+            "proxy",
+            "exec",
+            "--offline",
+            "--",
+            "true",
+        ]);
+        assert_eq!(v["error"]["kind"], "confinement_unavailable", "{v}");
+        return;
+    }
+    // Interfaces, read the way `ip link` would, by a script the policy cannot see into.
+    ok(e.avfs(&[
+        "--vault",
+        "task",
+        "write",
+        "ifaces.sh",
+        "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '\n",
+    ]));
+    let (v, code) = e.json(&[
+        "--vault",
+        "task",
+        "proxy",
+        "exec",
+        "--offline",
+        "--",
+        "sh",
+        "ifaces.sh",
+    ]);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["data"]["confinement"]["offline"], true);
+    assert_eq!(v["data"]["stdout"]["text"], "lo\n", "{v}");
+    // Loopback is up: a local server and client still talk.
+    ok(e.avfs(&[
+        "--vault",
+        "task",
+        "write",
+        "lo.py",
+        "import socket\ns = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(1)\n\
+         c = socket.create_connection(s.getsockname()); a, _ = s.accept()\n\
+         c.sendall(b'ping'); print(a.recv(4).decode())\n",
+    ]));
+    e.start("task", "o", &[]);
+    let (v, code) = e.run("o", &["--offline", "--", "python3", "lo.py"]);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["stdout"]["text"], "ping\n", "{v}");
+    // Without --offline the host's interfaces are there.
+    let (v, _) = e.run("o", &["--", "sh", "ifaces.sh"]);
+    assert_eq!(v["confinement"]["offline"], false);
+    assert_ne!(v["stdout"]["text"], "lo\n", "{v}");
+}
+
+fn rustix_is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .find(|l| l.starts_with("Uid:"))
+        .and_then(|l| l.split_whitespace().nth(2).map(|u| u == "0"))
+        .unwrap_or(false)
+}
