@@ -147,12 +147,6 @@ fn command_text(req: &CommandRequest) -> String {
     }
 }
 
-fn glob_match(pattern: &str, name: &str) -> bool {
-    globset::Glob::new(pattern)
-        .map(|g| g.compile_matcher().is_match(name))
-        .unwrap_or(false)
-}
-
 fn random_token() -> String {
     let mut seed = [0u8; 32];
     if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
@@ -366,16 +360,13 @@ impl ProxyRuntime<'_> {
     }
 
     fn child_env(&self, opts: &ExecOptions, cwd: &std::path::Path) -> Vec<(String, String)> {
-        let patterns = self.policy.secret_env_patterns();
         let base = match &opts.env {
             Some(env) => env.clone(),
             None => std::env::vars().collect(),
         };
         let mut env: Vec<(String, String)> = base
             .into_iter()
-            .filter(|(k, _)| {
-                opts.allow_env.iter().any(|a| a == k) || !patterns.iter().any(|p| glob_match(p, k))
-            })
+            .filter(|(k, _)| opts.allow_env.iter().any(|a| a == k) || !self.policy.withholds_env(k))
             .filter(|(k, _)| !k.starts_with("AVFS_"))
             .collect();
         env.retain(|(k, _)| k != "PWD");

@@ -93,14 +93,51 @@ fn captured(sink: &Arc<Mutex<Sink>>, cap: usize) -> Captured {
     }
 }
 
+/// Block until `fd` is readable or `limit` passes.
+fn wait_readable(fd: &std::os::fd::OwnedFd, limit: Duration) {
+    use std::os::fd::AsRawFd;
+    let mut p = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ms = limit.as_millis().clamp(1, i32::MAX as u128) as libc::c_int;
+    // SAFETY: one valid pollfd on the stack, for the duration of the call.
+    unsafe {
+        libc::poll(&mut p, 1, ms);
+    }
+}
+
 fn signal_group(pgid: i32, sig: rustix::process::Signal) {
     if let Some(pid) = rustix::process::Pid::from_raw(pgid) {
         let _ = rustix::process::kill_process_group(pid, sig);
     }
 }
 
-/// Children of this process (the subreaper inherits orphaned descendants).
+/// Children of this process (the subreaper inherits orphaned descendants): from each
+/// thread's `children` list, or by scanning /proc where the kernel has no such list.
 fn our_children() -> Vec<i32> {
+    if let Ok(tasks) = std::fs::read_dir("/proc/self/task") {
+        let mut kids = Vec::new();
+        let mut listed = false;
+        for t in tasks.flatten() {
+            if let Ok(text) = std::fs::read_to_string(t.path().join("children")) {
+                listed = true;
+                kids.extend(
+                    text.split_whitespace()
+                        .filter_map(|p| p.parse::<i32>().ok()),
+                );
+            }
+        }
+        if listed {
+            // Zombies are reaped by the caller; only the living need a signal.
+            kids.retain(|pid| {
+                std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                    .is_ok_and(|s| !s.contains(") Z "))
+            });
+            return kids;
+        }
+    }
     let me = std::process::id() as i32;
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
@@ -182,7 +219,10 @@ pub fn run(spec: &RunSpec<'_>) -> Result<RunResult> {
     let (err, err_h) = drain(child.stderr.take().expect("piped stderr"), spec.cap);
     let mut timed_out = false;
     let mut term_sent: Option<Instant> = None;
-    // Poll quickly at first (most commands are short), then back off.
+    // Wake when the child exits (a pidfd turns readable) or at the next deadline; without
+    // pidfds, poll quickly at first (most commands are short), then back off.
+    let pidfd = rustix::process::Pid::from_raw(pgid)
+        .and_then(|p| rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok());
     let mut nap = Duration::from_micros(50);
     let status = loop {
         if let Some(status) = child
@@ -202,8 +242,19 @@ pub fn run(spec: &RunSpec<'_>) -> Result<RunResult> {
         {
             signal_group(pgid, rustix::process::Signal::KILL);
         }
-        std::thread::sleep(nap);
-        nap = (nap * 2).min(Duration::from_millis(5));
+        match &pidfd {
+            Some(fd) => {
+                let next = match term_sent {
+                    Some(t) => (t + GRACE).saturating_duration_since(now),
+                    None => (start + spec.timeout).saturating_duration_since(now),
+                };
+                wait_readable(fd, next.min(Duration::from_secs(1)));
+            }
+            None => {
+                std::thread::sleep(nap);
+                nap = (nap * 2).min(Duration::from_millis(5));
+            }
+        }
     };
     let duration = start.elapsed();
     // The group may outlive its leader; and anything that left the group is ours now.

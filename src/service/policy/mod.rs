@@ -125,6 +125,7 @@ mod shell;
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use globset::GlobSet;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
@@ -291,6 +292,9 @@ pub struct PolicyEngine {
     secret_paths: Vec<String>,
     secret_env: Vec<String>,
     env_allow: Vec<String>,
+    /// `secret_env` and `env_allow`, compiled once.
+    secret_env_set: Option<GlobSet>,
+    env_allow_set: Option<GlobSet>,
     /// (rule name, example) for every example written in the loaded file.
     examples: Vec<(String, Example)>,
 }
@@ -389,10 +393,18 @@ impl PolicyEngine {
         {
             rules.extend(b.rules.iter().cloned());
         }
+        let compile = |pats: &[String]| {
+            rules::globset(pats, "[secrets]")
+                .map_err(|e| Error::invalid(format!("policy file: {e}")))
+        };
+        let secret_env_set = compile(&secret_env)?;
+        let env_allow_set = compile(&env_allow)?;
         Ok(PolicyEngine {
             rules,
             landlock,
             offline,
+            secret_env_set,
+            env_allow_set,
             actions,
             secret_paths,
             secret_env,
@@ -584,11 +596,8 @@ impl PolicyEngine {
 
     /// Whether the policy withholds this environment variable from the child.
     pub fn withholds_env(&self, name: &str) -> bool {
-        let m = |pats: &[String]| {
-            pats.iter()
-                .any(|p| rules::glob(p).is_ok_and(|g| g.compile_matcher().is_match(name)))
-        };
-        m(&self.secret_env) && !m(&self.env_allow)
+        let m = |set: &Option<GlobSet>| set.as_ref().is_some_and(|s| s.is_match(name));
+        m(&self.secret_env_set) && !m(&self.env_allow_set)
     }
 
     pub(crate) fn rules(&self) -> &[Rule] {

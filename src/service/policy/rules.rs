@@ -136,7 +136,10 @@ pub(super) fn glob(pattern: &str) -> std::result::Result<Glob, String> {
         .map_err(|e| format!("invalid glob `{pattern}`: {e}"))
 }
 
-fn globset(patterns: &[String], what: &str) -> std::result::Result<Option<GlobSet>, String> {
+pub(super) fn globset(
+    patterns: &[String],
+    what: &str,
+) -> std::result::Result<Option<GlobSet>, String> {
     if patterns.is_empty() {
         return Ok(None);
     }
