@@ -390,18 +390,52 @@ fn a_policy_can_confine_every_command() {
     assert_eq!(code, 0, "{v}");
     assert_eq!(v["confinement"]["landlock"], true, "{v}");
     assert!(!outside.exists());
-    // The session's policy is fixed at start.
-    let (v, _) = e.json(&[
+    // A call's own --policy overrides the session's for that command: secrets it does not
+    // list are visible, env it allows is passed, and the next call is back to the default.
+    ok(e.avfs(&["--vault", "task", "write", ".env", "KEY=1\n"]));
+    e.start("task", "d", &[]);
+    let (v, _) = e.run("d", &["--", "ls", "-A"]);
+    assert_eq!(v["stdout"]["text"], "a.txt\nescape.sh\ninside.txt\n", "{v}");
+    let open = e.home.path().join("open.toml");
+    std::fs::write(
+        &open,
+        "version = 1\n[secrets]\npaths = []\nenv_allow = [\"API_TOKEN\"]\n",
+    )
+    .unwrap();
+    let out = e
+        .cmd(&[
+            "--json",
+            "proxy",
+            "exec",
+            "--session",
+            "d",
+            "--policy",
+            open.to_str().unwrap(),
+            "--shell",
+            "ls -A; echo \"$API_TOKEN\"",
+        ])
+        .env("API_TOKEN", "t0ken")
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        v["data"]["stdout"]["text"], ".env\na.txt\nescape.sh\ninside.txt\nt0ken\n",
+        "{v}"
+    );
+    let (v, _) = e.run("d", &["--", "ls", "-A"]);
+    assert_eq!(v["stdout"]["text"], "a.txt\nescape.sh\ninside.txt\n", "{v}");
+    let (v, code) = e.json(&[
         "proxy",
         "exec",
         "--session",
-        "p",
+        "d",
         "--policy",
-        p,
+        "/no/such.toml",
         "--",
         "true",
     ]);
-    assert_eq!(v["ok"], false, "{v}");
+    assert_eq!(v["error"]["kind"], "io_error", "{v}");
+    assert_eq!(code, 8);
 }
 
 #[test]

@@ -54,6 +54,9 @@ pub enum Request {
         argv: Option<Vec<String>>,
         shell: Option<String>,
         options: ExecOptions,
+        /// A policy file for this command instead of the session's (an absolute path).
+        #[serde(default)]
+        policy: Option<PathBuf>,
     },
     Ping,
     Stop,
@@ -209,12 +212,25 @@ pub fn call(rec: &SessionRecord, req: &Request) -> Result<Response> {
     serde_json::from_str(&answer).map_err(|e| failed(format!("unreadable answer: {e}")))
 }
 
-/// Run one command in the session.
-pub fn exec(rec: &SessionRecord, req: CommandRequest, options: ExecOptions) -> Result<Envelope> {
+/// Run one command in the session (under `policy` instead of the session's, if given).
+pub fn exec(
+    rec: &SessionRecord,
+    req: CommandRequest,
+    options: ExecOptions,
+    policy: Option<&Path>,
+) -> Result<Envelope> {
+    let policy = match policy {
+        Some(p) => Some(
+            p.canonicalize()
+                .map_err(|e| Error::io("reading policy", p, e))?,
+        ),
+        None => None,
+    };
     let request = Request::Exec {
         argv: req.argv,
         shell: req.shell,
         options,
+        policy,
     };
     match call(rec, &request)? {
         Response::Envelope(e) => Ok(*e),
@@ -300,6 +316,8 @@ struct Live {
     bg: fuser::BackgroundSession,
     /// The op log's head after our last command: anything else means someone else wrote.
     seen: Option<i64>,
+    /// The secret globs hidden by this mount (a command under another policy remounts).
+    hidden: Vec<String>,
 }
 
 #[cfg(feature = "fuse")]
@@ -309,6 +327,7 @@ impl Live {
             .with_label(EXEC_OP, "session")
             .with_hidden(&policy.secret_globs())?;
         session.record_at_finish(false);
+        let hidden = policy.secret_globs();
         let session = Arc::new(session);
         let bg =
             crate::fuse::spawn_shared(session.clone(), dir).map_err(|e| Error::MountFailed {
@@ -319,6 +338,7 @@ impl Live {
             session,
             bg,
             seen: ws.last_op_id()?,
+            hidden,
         })
     }
 
@@ -373,11 +393,6 @@ pub fn serve(
         });
     }
 
-    let runtime = ProxyRuntime {
-        ws: &ws,
-        policy: &policy,
-        vault_name: rec.vault.clone(),
-    };
     let mut result = Ok(());
     for stream in listener.incoming() {
         let Ok(stream) = stream else { continue };
@@ -398,13 +413,18 @@ pub fn serve(
                 argv,
                 shell,
                 options,
+                policy: policy_file,
             }) => {
                 let req = CommandRequest {
                     argv,
                     shell,
                     cwd: options.cwd.clone(),
                 };
-                let answer = run_one(&runtime, &mut live, &rec, req, &options);
+                let answer = match policy_file.as_deref().map(PolicyEngine::from_file) {
+                    Some(Err(e)) => Err(e),
+                    Some(Ok(own)) => run_one(&ws, &own, &mut live, &rec, req, &options),
+                    None => run_one(&ws, &policy, &mut live, &rec, req, &options),
+                };
                 // Audit and checkpoint rows must be visible to the client's next command.
                 let _ = ws.vault().flush_batch();
                 match answer {
@@ -445,20 +465,27 @@ pub fn serve(
 
 #[cfg(feature = "fuse")]
 fn run_one(
-    runtime: &ProxyRuntime<'_>,
+    ws: &Workspace,
+    policy: &PolicyEngine,
     live: &mut Option<Live>,
     rec: &SessionRecord,
     req: CommandRequest,
     options: &ExecOptions,
 ) -> Result<Envelope> {
-    let ws = runtime.ws;
+    let runtime = ProxyRuntime {
+        ws,
+        policy,
+        vault_name: rec.vault.clone(),
+    };
     // Someone else changed the fork (rollback, restore, a CLI write): remount so neither
-    // our caches nor the kernel's serve the old state.
-    // A mount that went away (unmounted from outside) is remade too.
+    // our caches nor the kernel's serve the old state. A mount that went away (unmounted
+    // from outside) is remade too, and so is one hiding other secrets than this command's
+    // policy names (the kernel may cache what it has looked up).
     let head = ws.last_op_id()?;
+    let secrets = policy.secret_globs();
     if live
         .as_ref()
-        .is_some_and(|l| l.seen != head || l.bg.guard.is_finished())
+        .is_some_and(|l| l.seen != head || l.bg.guard.is_finished() || l.hidden != secrets)
         && let Some(l) = live.take()
     {
         let gone = l.bg.guard.is_finished();
@@ -468,7 +495,7 @@ fn run_one(
         }
     }
     if live.is_none() {
-        *live = Some(Live::start(ws, runtime.policy, &rec.dir)?);
+        *live = Some(Live::start(ws, policy, &rec.dir)?);
     }
     let l = live.as_mut().expect("mounted above");
     let mount = LiveMount {

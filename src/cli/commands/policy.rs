@@ -69,15 +69,7 @@ pub fn run(ctx: &Ctx, cmd: PolicyCmd) -> (&'static str, Result<Reply>) {
 /// The policy at `path`, or the built-in one.
 pub fn load(path: Option<&PathBuf>) -> Result<PolicyEngine> {
     match path {
-        Some(p) => {
-            let text = std::fs::read_to_string(p).map_err(|e| Error::io("reading policy", p, e))?;
-            PolicyEngine::from_toml(&text).map_err(|e| match e {
-                Error::InvalidArgument { message } => Error::InvalidArgument {
-                    message: format!("{}: {message}", p.display()),
-                },
-                other => other,
-            })
-        }
+        Some(p) => PolicyEngine::from_file(p),
         None => Ok(PolicyEngine::builtin()),
     }
 }

@@ -55,7 +55,7 @@ pub struct ExecArgs {
     #[arg(long)]
     pub task: Option<String>,
     /// Run in this session's mount (`avfs session start`) instead of mounting for this call.
-    #[arg(long, conflicts_with_all = ["task", "fork_from", "policy"])]
+    #[arg(long, conflicts_with_all = ["task", "fork_from"])]
     pub session: Option<String>,
     /// Landlock: let the command write only inside the workspace and a private TMPDIR.
     #[arg(long)]
@@ -147,7 +147,7 @@ pub fn cmd_exec(ctx: &Ctx, a: ExecArgs) -> Result<Reply> {
                 env: Some(std::env::vars().collect()),
                 ..opts
             };
-            session::exec(&rec, req, opts)?
+            session::exec(&rec, req, opts, a.policy.as_deref())?
         }
         None => exec_here(ctx, &a, req, &opts)?,
     };

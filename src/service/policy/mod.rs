@@ -323,6 +323,18 @@ impl PolicyEngine {
         Self::load(text, Some(&base))
     }
 
+    /// A policy file from disk; errors name the file.
+    pub fn from_file(path: &std::path::Path) -> Result<PolicyEngine> {
+        let text =
+            std::fs::read_to_string(path).map_err(|e| Error::io("reading policy", path, e))?;
+        Self::from_toml(&text).map_err(|e| match e {
+            Error::InvalidArgument { message } => Error::InvalidArgument {
+                message: format!("{}: {message}", path.display()),
+            },
+            other => other,
+        })
+    }
+
     fn load(text: &str, base: Option<&PolicyEngine>) -> Result<PolicyEngine> {
         let file: PolicyFile = toml::from_str(text)
             .map_err(|e| Error::invalid(format!("policy file: {}", e.to_string().trim_end())))?;
