@@ -130,6 +130,8 @@ fn every_command_in_the_schema_is_exercised_and_valid() {
     env.data(&["vault", "check"]);
     env.data(&["vault", "delete", "other", "--yes"]);
     env.data(&["schema"]);
+    env.data(&["completions", "bash"]);
+    env.data(&["man"]);
     env.data(&["policy", "show"]);
     env.data(&["policy", "test"]);
     env.data(&["proxy", "check", "--", "ls", "-la"]);

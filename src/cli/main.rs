@@ -4,7 +4,7 @@
 mod commands;
 mod output;
 
-use clap::Parser;
+use clap::FromArgMatches;
 
 use agentvfs::error::exit;
 use agentvfs::model::Actor;
@@ -12,7 +12,10 @@ use agentvfs::service::{Registry, WorkspaceService};
 
 fn main() {
     let json_requested = std::env::args().any(|a| a == "--json");
-    let cli = match commands::Cli::try_parse() {
+    let parsed = commands::command()
+        .try_get_matches()
+        .and_then(|m| commands::Cli::from_arg_matches(&m));
+    let cli = match parsed {
         Ok(cli) => cli,
         Err(e) => {
             use clap::error::ErrorKind;

@@ -4,6 +4,7 @@
 mod admin;
 mod checkpoint;
 mod files;
+mod help;
 mod history;
 mod mount;
 mod policy;
@@ -144,6 +145,10 @@ pub enum Command {
     /// Keep a fork mounted so consecutive `proxy exec --session NAME` calls skip the mount.
     #[command(subcommand)]
     Session(session::SessionCmd),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions(help::CompletionsArgs),
+    /// Print the avfs(1) man page, or write a page per command with --dir.
+    Man(help::ManArgs),
 }
 
 #[derive(Subcommand)]
@@ -236,6 +241,11 @@ pub fn start_daemon<T>(
     }
 }
 
+/// The clap definition, with examples on every command's `--help`.
+pub fn command() -> clap::Command {
+    help::command()
+}
+
 pub fn path(s: &str) -> Result<VPath> {
     VPath::parse(s)
 }
@@ -285,5 +295,7 @@ pub fn run(ctx: &Ctx, command: Command) -> (&'static str, Result<Reply, Error>) 
         Command::Proxy(ProxyCmd::Check(a)) => ("proxy check", policy::cmd_check(ctx, a)),
         Command::Rollback(a) => ("rollback", proxy::cmd_rollback(ctx, a)),
         Command::Session(c) => session::run(ctx, c),
+        Command::Completions(a) => ("completions", help::cmd_completions(a)),
+        Command::Man(a) => ("man", help::cmd_man(ctx, a)),
     }
 }

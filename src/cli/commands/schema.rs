@@ -80,6 +80,8 @@ pub fn commands() -> Vec<(&'static str, Value)> {
         ("proxy check", s::<agentvfs::service::policy::Decision>()),
         ("proxy exec", s::<agentvfs::service::proxy::Envelope>()),
         ("rollback", s::<OpInfo>()),
+        ("completions", s::<super::help::CompletionsOutput>()),
+        ("man", s::<super::help::ManOutput>()),
         (
             "session start",
             s::<agentvfs::service::session::SessionRecord>(),
