@@ -41,6 +41,7 @@ pub struct DeleteReport {
     pub unregistered: Vec<String>,
 }
 
+#[derive(Clone)]
 pub struct WorkspaceService {
     registry: Registry,
     actor: Actor,

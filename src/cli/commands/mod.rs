@@ -11,6 +11,7 @@ mod policy;
 mod proxy;
 mod schema;
 mod session;
+mod shell;
 mod transfer;
 mod vault;
 
@@ -149,6 +150,8 @@ pub enum Command {
     Completions(help::CompletionsArgs),
     /// Print the avfs(1) man page, or write a page per command with --dir.
     Man(help::ManArgs),
+    /// An interactive prompt: history, completion, `cd`, and the vault/fork/cwd in the prompt.
+    Shell(shell::ShellArgs),
 }
 
 #[derive(Subcommand)]
@@ -297,5 +300,6 @@ pub fn run(ctx: &Ctx, command: Command) -> (&'static str, Result<Reply, Error>) 
         Command::Session(c) => session::run(ctx, c),
         Command::Completions(a) => ("completions", help::cmd_completions(a)),
         Command::Man(a) => ("man", help::cmd_man(ctx, a)),
+        Command::Shell(a) => ("shell", shell::cmd_shell(ctx, a)),
     }
 }
