@@ -82,6 +82,7 @@ pub fn commands() -> Vec<(&'static str, Value)> {
         ("rollback", s::<OpInfo>()),
         ("completions", s::<super::help::CompletionsOutput>()),
         ("man", s::<super::help::ManOutput>()),
+        ("shell", s::<super::shell::ShellOutput>()),
         (
             "session start",
             s::<agentvfs::service::session::SessionRecord>(),
