@@ -21,7 +21,7 @@ pub enum Error {
         "no vault selected: pass --vault NAME|PATH, set AVFS_VAULT, or run `avfs vault use NAME`"
     )]
     NoVaultSelected,
-    #[error("`{path}` is not an agentvfs vault ({reason})")]
+    #[error("`{path}` is not an agentvfs vault ({reason}); `avfs vault create NAME` makes one")]
     NotAVault { path: PathBuf, reason: String },
     #[error(
         "vault `{path}` has format version {found}; this avfs supports up to {supported}: upgrade avfs"
@@ -35,7 +35,7 @@ pub enum Error {
     CorruptVault { reason: String },
     #[error("vault check found {} problem(s):\n  {}", .problems.len(), .problems.join("\n  "))]
     VaultDamaged { problems: Vec<String> },
-    #[error("fork `{name}` not found in this vault")]
+    #[error("fork `{name}` not found in this vault; `avfs vault list` shows the forks")]
     ForkNotFound { name: String },
     #[error("`{name}` already exists")]
     AlreadyExists { name: String },
@@ -81,7 +81,7 @@ pub enum Error {
         "this avfs was built without the `fuse` feature; rebuild with default features to mount"
     )]
     FuseUnavailable,
-    #[error("checkpoint `{name}` not found")]
+    #[error("checkpoint `{name}` not found; `avfs checkpoint list` shows this workspace's checkpoints")]
     CheckpointNotFound { name: String },
     #[error("`{path}` already exists on the host; pass --force to overwrite")]
     HostPathExists { path: PathBuf },
@@ -101,7 +101,7 @@ pub enum Error {
         name: String,
         suggestions: Vec<String>,
     },
-    #[error("session `{name}`: {reason}")]
+    #[error("session `{name}`: {reason}; `avfs session stop {name}` cleans up a broken session")]
     SessionFailed { name: String, reason: String },
     /// An error raised in another avfs process (a session daemon), passed on as it was.
     #[error("{message}")]
