@@ -1,0 +1,335 @@
+"""`Client`: runs the `avfs` binary with `--json` and turns its one document into types."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+from .errors import AvfsError, ProtocolError, error_from
+from .types import (
+    Checkpoint,
+    DeleteReport,
+    Diff,
+    Envelope,
+    ForkOutput,
+    MergeReport,
+    MoveOutput,
+    NodeInfo,
+    OpInfo,
+    SessionRecord,
+    StopReport,
+    Target,
+    VaultInfo,
+    VaultListEntry,
+    WriteOutput,
+    from_json,
+)
+
+T = TypeVar("T")
+Document = dict[str, Any]
+StrPath = str | os.PathLike[str]
+
+BINARY = "avfs"
+
+
+def find_binary(explicit: StrPath | None = None) -> str:
+    """The `avfs` to run: `explicit`, else `$AVFS_BIN`, else the one this package's wheel
+    installed into the environment's scripts directory, else `avfs` on `$PATH`."""
+    chosen = explicit or os.environ.get("AVFS_BIN")
+    if chosen:
+        return os.fspath(chosen)
+    exe = BINARY + (".exe" if os.name == "nt" else "")
+    dirs = [sysconfig.get_path("scripts"), str(Path(sys.executable).parent)]
+    try:
+        dirs.append(sysconfig.get_path("scripts", sysconfig.get_preferred_scheme("user")))
+    except KeyError:  # no user scheme on this platform
+        pass
+    for d in dirs:
+        candidate = Path(d) / exe
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(candidate)
+    found = shutil.which(BINARY)
+    if found:
+        return found
+    raise AvfsError(
+        "binary_not_found",
+        "cannot find the avfs binary: install the agentvfs wheel, or set AVFS_BIN",
+        {"searched": [str(d) for d in dirs]},
+    )
+
+
+class Client:
+    """One avfs installation and, optionally, one vault or fork to act on.
+
+    `home` sets `AVFS_HOME` (default: inherited, else `~/.avfs`); `vault` is passed as
+    `--vault` to every command (default: `$AVFS_VAULT`, then the current vault).
+    `on_document(doc, exit_code)` sees every JSON document the binary prints before it is
+    interpreted (the tests validate each one against the schema through it).
+    Failures raise `AvfsError` subclasses; `proxy_exec` returns an `Envelope` whatever the
+    command's exit code.
+    """
+
+    def __init__(
+        self,
+        home: StrPath | None = None,
+        vault: str | None = None,
+        *,
+        binary: StrPath | None = None,
+        env: Mapping[str, str] | None = None,
+        on_document: Callable[[Document, int], None] | None = None,
+    ) -> None:
+        self.binary = find_binary(binary)
+        self.home = os.fspath(home) if home is not None else None
+        self.vault = vault
+        self.env = dict(env) if env is not None else None
+        self.on_document = on_document
+
+    def with_vault(self, vault: str | None) -> Client:
+        """A client like this one acting on another vault or fork."""
+        other = copy.copy(self)
+        other.vault = vault
+        return other
+
+    # -- the runner -------------------------------------------------------------------
+
+    def run_document(self, *args: str, stdin: bytes | None = None) -> tuple[Document, int]:
+        """Run `avfs --json [--vault V] ARGS…`; the parsed document and the exit code."""
+        argv = [self.binary, "--json", *(["--vault", self.vault] if self.vault else []), *args]
+        env = dict(os.environ if self.env is None else self.env)
+        if self.home is not None:
+            env["AVFS_HOME"] = self.home
+        # Daemons (`session start`) detach from these pipes, so waiting for EOF is safe.
+        proc = subprocess.run(
+            argv,
+            input=stdin,
+            stdin=None if stdin is not None else subprocess.DEVNULL,
+            capture_output=True,
+            env=env,
+            check=False,
+        )
+        try:
+            doc = json.loads(proc.stdout)
+            if not isinstance(doc, dict) or not isinstance(doc.get("ok"), bool):
+                raise ValueError("not an avfs envelope")
+        except ValueError as e:
+            raise ProtocolError(
+                "protocol",
+                f"`avfs {' '.join(args)}` did not print one JSON document: {e}",
+                {
+                    "stdout": proc.stdout.decode(errors="replace")[-2000:],
+                    "stderr": proc.stderr.decode(errors="replace")[-2000:],
+                },
+                proc.returncode,
+            ) from None
+        if self.on_document is not None:
+            self.on_document(doc, proc.returncode)
+        return doc, proc.returncode
+
+    def run(self, *args: str, stdin: bytes | None = None) -> Any:
+        """Run any avfs command; its `data` on success, else raise its typed error."""
+        doc, code = self.run_document(*args, stdin=stdin)
+        if not doc["ok"]:
+            raise error_from(doc.get("error") or {}, code, doc.get("command", ""))
+        return doc["data"]
+
+    def _one(self, cls: type[T], *args: str, stdin: bytes | None = None) -> T:
+        return from_json(cls, self.run(*args, stdin=stdin))
+
+    def _many(self, cls: type[T], *args: str) -> list[T]:
+        return [from_json(cls, d) for d in self.run(*args)]
+
+    # -- vaults -----------------------------------------------------------------------
+
+    def vault_create(self, name: str, path: StrPath | None = None) -> Target:
+        return self._one(Target, "vault", "create", name, *_opt("--path", path))
+
+    def vault_list(self) -> list[VaultListEntry]:
+        return self._many(VaultListEntry, "vault", "list")
+
+    def vault_use(self, name: str) -> Target:
+        return self._one(Target, "vault", "use", name)
+
+    def vault_info(self, name: str | None = None) -> VaultInfo:
+        return self._one(VaultInfo, "vault", "info", *_opt(None, name))
+
+    def vault_delete(self, name: str) -> DeleteReport:
+        return self._one(DeleteReport, "vault", "delete", name, "--yes")
+
+    def vault_fork(
+        self, source: str, name: str, *, at: str | None = None, use: bool = False
+    ) -> ForkOutput:
+        return self._one(
+            ForkOutput, "vault", "fork", source, name, *_opt("--at", at), *_flag("--use", use)
+        )
+
+    # -- checkpoints ------------------------------------------------------------------
+
+    def checkpoint_save(self, name: str | None = None, message: str | None = None) -> Checkpoint:
+        return self._one(Checkpoint, "checkpoint", "save", *_opt(None, name), *_opt("-m", message))
+
+    def checkpoint_list(self) -> list[Checkpoint]:
+        return self._many(Checkpoint, "checkpoint", "list")
+
+    def checkpoint_restore(self, name: str) -> Checkpoint:
+        return self._one(Checkpoint, "checkpoint", "restore", name)
+
+    def checkpoint_delete(self, name: str) -> Checkpoint:
+        return self._one(Checkpoint, "checkpoint", "delete", name)
+
+    # -- files ------------------------------------------------------------------------
+
+    def ls(self, path: str = "/", *, all: bool = False, at: str | None = None) -> list[NodeInfo]:
+        return self._many(NodeInfo, "ls", path, *_flag("-a", all), *_opt("--at", at))
+
+    def cat(self, path: str, *, at: str | None = None) -> bytes:
+        data = self.run("cat", path, *_opt("--at", at))
+        if data["encoding"] == "base64":
+            return base64.b64decode(data["content"])
+        return str(data["content"]).encode()
+
+    def read_text(self, path: str, *, at: str | None = None) -> str:
+        return self.cat(path, at=at).decode()
+
+    def write(
+        self,
+        path: str,
+        content: bytes | str,
+        *,
+        parents: bool = False,
+        append: bool = False,
+        mode: int | None = None,
+    ) -> WriteOutput:
+        """Write `content` (sent on stdin, binary-safe); `mode` as an int, e.g. 0o755."""
+        data = content.encode() if isinstance(content, str) else content
+        args = ["write", path, *_flag("-p", parents), *_flag("--append", append)]
+        args += _opt("--mode", None if mode is None else format(mode, "o"))
+        return self._one(WriteOutput, *args, stdin=data)
+
+    def mkdir(self, path: str, *, parents: bool = False) -> list[str]:
+        return list(self.run("mkdir", path, *_flag("-p", parents))["paths"])
+
+    def rm(self, *paths: str, recursive: bool = False, force: bool = False) -> list[str]:
+        args = ["rm", *_flag("-r", recursive), *_flag("-f", force), "--", *paths]
+        return list(self.run(*args)["paths"])
+
+    def mv(self, src: str, dst: str) -> MoveOutput:
+        return self._one(MoveOutput, "mv", src, dst)
+
+    def cp(self, src: str, dst: str, *, recursive: bool = False) -> MoveOutput:
+        return self._one(MoveOutput, "cp", *_flag("-r", recursive), src, dst)
+
+    def stat(self, path: str, *, at: str | None = None) -> NodeInfo:
+        return self._one(NodeInfo, "stat", path, *_opt("--at", at))
+
+    # -- history ----------------------------------------------------------------------
+
+    def diff(self, from_: str | None = None, to: str | None = None, *, patch: bool = False) -> Diff:
+        """Changes from `from_` (default: last checkpoint) to `to` (default: live, `@`)."""
+        if to is not None and from_ is None:
+            raise ValueError("diff: give from_ together with to")
+        return self._one(
+            Diff, "diff", *_opt(None, from_), *_opt(None, to), *_flag("--patch", patch)
+        )
+
+    def merge(
+        self,
+        fork: str,
+        *,
+        into: str | None = None,
+        strategy: Literal["ours", "theirs"] | None = None,
+        dry_run: bool = False,
+    ) -> MergeReport:
+        args = ["merge", fork, *_opt("--into", into), *_opt("--strategy", strategy)]
+        return self._one(MergeReport, *args, *_flag("--dry-run", dry_run))
+
+    def undo(self) -> OpInfo:
+        return self._one(OpInfo, "undo")
+
+    def redo(self) -> OpInfo:
+        return self._one(OpInfo, "redo")
+
+    def rollback(self, exec_id: int | None = None) -> OpInfo:
+        """Restore the state before a proxied command (default: the last one)."""
+        return self._one(OpInfo, "rollback", *_opt(None, None if exec_id is None else str(exec_id)))
+
+    # -- proxy and sessions -----------------------------------------------------------
+
+    def proxy_exec(
+        self,
+        argv: Sequence[str] | None = None,
+        *,
+        shell: str | None = None,
+        cwd: str | None = None,
+        timeout: float | str | None = None,
+        session: str | None = None,
+        readonly: bool = False,
+        checkpoint: Literal["auto", "always", "never"] | None = None,
+        policy: StrPath | None = None,
+        approve: str | None = None,
+        allow_env: Sequence[str] = (),
+        max_output: int | None = None,
+        fork_from: str | None = None,
+        task: str | None = None,
+        confine: bool = False,
+        offline: bool = False,
+    ) -> Envelope:
+        """Run `argv` (or `shell` text) through the policy-checked proxy.
+
+        A command that fails, times out (124), needs approval (125) or is denied (126)
+        still returns its `Envelope`; see `Envelope.status`. `timeout` is in seconds or a
+        duration string such as "30s".
+        """
+        if (argv is None) == (shell is None):
+            raise ValueError("pass exactly one of argv and shell")
+        if isinstance(argv, str):
+            raise TypeError("argv must be a sequence of strings; use shell= for shell text")
+        if isinstance(timeout, (int, float)):
+            timeout = f"{round(timeout * 1000)}ms"
+        args = ["proxy", "exec", *_opt("--cwd", cwd), *_opt("--timeout", timeout)]
+        args += _opt("--session", session) + _flag("--readonly", readonly)
+        args += _opt("--checkpoint", checkpoint) + _opt("--policy", policy)
+        args += _opt("--approve", approve) + [a for n in allow_env for a in ("--allow-env", n)]
+        args += _opt("--max-output", None if max_output is None else str(max_output))
+        args += _opt("--fork-from", fork_from) + _opt("--task", task)
+        args += _flag("--confine", confine) + _flag("--offline", offline)
+        args += ["--shell", shell] if shell is not None else ["--", *argv]  # type: ignore[misc]
+        return self._one(Envelope, *args)
+
+    def session_start(
+        self, fork: str, *, name: str | None = None, policy: StrPath | None = None
+    ) -> SessionRecord:
+        """Keep `fork` mounted in a background daemon for `proxy_exec(..., session=NAME)`."""
+        return self._one(
+            SessionRecord,
+            "session",
+            "start",
+            fork,
+            *_opt("--name", name),
+            *_opt("--policy", policy),
+        )
+
+    def session_stop(self, name: str) -> StopReport:
+        return self._one(StopReport, "session", "stop", name)
+
+    def session_list(self) -> list[SessionRecord]:
+        return self._many(SessionRecord, "session", "list")
+
+
+def _opt(flag: str | None, value: StrPath | None) -> list[str]:
+    """`[flag, value]` (or `[value]` for a positional) when value is set, else `[]`."""
+    if value is None:
+        return []
+    return [os.fspath(value)] if flag is None else [flag, os.fspath(value)]
+
+
+def _flag(flag: str, on: bool) -> list[str]:
+    return [flag] if on else []

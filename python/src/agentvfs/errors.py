@@ -1,0 +1,184 @@
+"""Exceptions raised for `{"ok": false, ...}` documents, one class per common error kind."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class AvfsError(Exception):
+    """A failed avfs command: the `error` object of its JSON document plus the exit code."""
+
+    kind: str = "error"
+
+    def __init__(
+        self,
+        kind: str,
+        message: str,
+        details: dict[str, Any] | None = None,
+        exit_code: int | None = None,
+        command: str = "",
+    ) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+        self.details: dict[str, Any] = details or {}
+        self.exit_code = exit_code
+        self.command = command
+
+    def __repr__(self) -> str:
+        name = type(self).__name__
+        return f"{name}(kind={self.kind!r}, message={self.message!r}, exit_code={self.exit_code})"
+
+
+class ProtocolError(AvfsError):
+    """The binary did not print one JSON document (crashed, killed, or not avfs)."""
+
+
+# Grouped as the exit codes group them (README: exit 3, 4, 5).
+class NotFoundError(AvfsError):
+    """Exit code 3: a vault, fork, path, checkpoint, operation or session is missing."""
+
+
+class ConflictError(AvfsError):
+    """Exit code 4: already exists, merge/apply conflict, nothing to undo/redo."""
+
+
+class InvalidInputError(AvfsError):
+    """Exit code 5: a bad path or name, not a directory, ..."""
+
+
+class UsageError(AvfsError): ...
+
+
+class StorageError(AvfsError): ...
+
+
+class VaultNotFound(NotFoundError): ...
+
+
+class NoVaultSelected(NotFoundError): ...
+
+
+class ForkNotFound(NotFoundError): ...
+
+
+class PathNotFound(NotFoundError): ...
+
+
+class CheckpointNotFound(NotFoundError): ...
+
+
+class OperationNotFound(NotFoundError): ...
+
+
+class SessionNotFound(NotFoundError): ...
+
+
+class AlreadyExists(ConflictError): ...
+
+
+class HostPathExists(ConflictError): ...
+
+
+class MergeConflict(ConflictError): ...
+
+
+class ApplyConflict(ConflictError): ...
+
+
+class NothingToUndo(ConflictError): ...
+
+
+class NothingToRedo(ConflictError): ...
+
+
+class InvalidPath(InvalidInputError): ...
+
+
+class InvalidName(InvalidInputError): ...
+
+
+class InvalidArgument(InvalidInputError): ...
+
+
+class NotADirectory(InvalidInputError): ...
+
+
+class IsADirectory(InvalidInputError): ...
+
+
+class DirectoryNotEmpty(InvalidInputError): ...
+
+
+class QuotaExceeded(AvfsError): ...
+
+
+class NotAVault(AvfsError): ...
+
+
+class UnsupportedFormat(AvfsError): ...
+
+
+class CorruptVault(AvfsError): ...
+
+
+class MountFailed(AvfsError): ...
+
+
+class FuseUnavailable(AvfsError): ...
+
+
+class ConfinementUnavailable(AvfsError): ...
+
+
+class SessionFailed(AvfsError): ...
+
+
+class HostIOError(AvfsError): ...
+
+
+ERRORS: dict[str, type[AvfsError]] = {
+    "usage": UsageError,
+    "storage_error": StorageError,
+    "vault_not_found": VaultNotFound,
+    "no_vault_selected": NoVaultSelected,
+    "fork_not_found": ForkNotFound,
+    "path_not_found": PathNotFound,
+    "checkpoint_not_found": CheckpointNotFound,
+    "operation_not_found": OperationNotFound,
+    "session_not_found": SessionNotFound,
+    "already_exists": AlreadyExists,
+    "host_path_exists": HostPathExists,
+    "merge_conflict": MergeConflict,
+    "apply_conflict": ApplyConflict,
+    "nothing_to_undo": NothingToUndo,
+    "nothing_to_redo": NothingToRedo,
+    "invalid_path": InvalidPath,
+    "invalid_name": InvalidName,
+    "invalid_argument": InvalidArgument,
+    "not_a_directory": NotADirectory,
+    "is_a_directory": IsADirectory,
+    "directory_not_empty": DirectoryNotEmpty,
+    "quota_exceeded": QuotaExceeded,
+    "not_a_vault": NotAVault,
+    "unsupported_format": UnsupportedFormat,
+    "corrupt_vault": CorruptVault,
+    "mount_failed": MountFailed,
+    "fuse_unavailable": FuseUnavailable,
+    "confinement_unavailable": ConfinementUnavailable,
+    "session_failed": SessionFailed,
+    "io_error": HostIOError,
+}
+
+_BY_EXIT_CODE: dict[int, type[AvfsError]] = {
+    3: NotFoundError,
+    4: ConflictError,
+    5: InvalidInputError,
+}
+
+
+def error_from(error: dict[str, Any], exit_code: int | None, command: str = "") -> AvfsError:
+    """The exception for one `error` object; unknown kinds fall back by exit code."""
+    kind = str(error.get("kind", "error"))
+    cls = ERRORS.get(kind) or _BY_EXIT_CODE.get(exit_code or 0, AvfsError)
+    return cls(kind, str(error.get("message", "")), error.get("details") or {}, exit_code, command)

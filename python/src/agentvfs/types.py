@@ -1,0 +1,336 @@
+"""Typed views of the `data` that `avfs --json` prints, one dataclass per schema object.
+
+Field names are the JSON keys of schema/avfs.schema.json, except that a key which is a
+Python keyword gets a trailing underscore (`from` -> `from_`). The test suite checks every
+dataclass here against the schema, so a key the CLI renames cannot drift unnoticed.
+"""
+
+import dataclasses
+import keyword
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeVar, Union
+
+Action = Literal["allow", "checkpoint_then_run", "read_only", "ask", "deny"]
+Category = Literal[
+    "read_only",
+    "mutating",
+    "destructive",
+    "networked",
+    "host_escape",
+    "privileged",
+    "interactive",
+    "unknown",
+]
+ChangeStatus = Literal["added", "modified", "deleted", "renamed", "type_changed"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Target:
+    """What a vault selector resolved to (`vault create`, `vault use`)."""
+
+    name: str
+    path: str
+    workspace: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class VaultListEntry:
+    name: str
+    path: str
+    workspace: str
+    current: bool
+    exists: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ForkInfo:
+    name: str
+    created_at: int
+    files: int
+    bytes: int
+    base_root: str | None = None
+    forked_at_checkpoint: str | None = None
+    parent: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Quota:
+    """Limits per workspace; None means unlimited."""
+
+    max_size_mb: int | None = None
+    max_files: int | None = None
+    max_file_size_mb: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class VaultInfo:
+    name: str
+    path: str
+    format_version: int
+    disk_bytes: int
+    workspace: ForkInfo
+    checkpoints: int
+    pending_changes: int
+    forks: list[str]
+    quota: Quota
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ForkOutput:
+    target: Target
+    fork: ForkInfo
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeleteReport:
+    name: str
+    file_deleted: bool
+    unregistered: list[str]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Checkpoint:
+    name: str
+    created_at: int
+    root: str
+    files: int
+    bytes: int
+    message: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeInfo:
+    path: str
+    name: str
+    type: str
+    size: int
+    mode: int
+    mode_string: str
+    uid: int
+    gid: int
+    atime: int
+    mtime: int
+    ctime: int
+    tags: list[str]
+    meta: dict[str, str]
+    xattrs: dict[str, str]
+    content_id: str | None = None
+    target: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WriteOutput:
+    path: str
+    size: int
+    content_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MoveOutput:
+    from_: str
+    to: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Change:
+    path: str
+    status: ChangeStatus
+    type: str
+    mode_changed: bool
+    old_path: str | None = None
+    old_content_id: str | None = None
+    new_content_id: str | None = None
+    old_mode: int | None = None
+    new_mode: int | None = None
+    old_size: int | None = None
+    new_size: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DiffSummary:
+    added: int
+    modified: int
+    deleted: int
+    renamed: int
+    type_changed: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Diff:
+    from_: str
+    to: str
+    summary: DiffSummary
+    changes: list[Change]
+    patch: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Conflict:
+    path: str
+    ours: str
+    theirs: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MergeReport:
+    fork: str
+    into: str
+    strategy: str
+    dry_run: bool
+    applied: bool
+    changes: list[Change]
+    conflicts: list[Conflict]
+    text_merged: list[str]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OpInfo:
+    """One op-log entry (`undo`, `redo`, `rollback`)."""
+
+    id: int
+    at: int
+    kind: str
+    description: str
+    undone: bool
+    root_before: str | None = None
+    root_after: str | None = None
+    target: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Captured:
+    """One captured output stream of a proxied command."""
+
+    text: str
+    bytes: int
+    truncated: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Decision:
+    action: Action
+    categories: list[Category]
+    reason: str
+    offending: str | None = None
+    rule: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Confinement:
+    landlock: bool = False
+    offline: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExecRequest:
+    cwd: str
+    vault: str
+    fork: str
+    mode: str
+    argv: list[str] | None = None
+    shell: str | None = None
+    session: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Envelope:
+    """The result of one `proxy exec`, run or not (see `decision` and `ran`)."""
+
+    schema_version: int
+    request: ExecRequest
+    decision: Decision
+    ran: bool
+    timed_out: bool
+    duration_ms: int
+    stdout: Captured
+    stderr: Captured
+    changes: list[Change]
+    summary: DiffSummary
+    audit_id: int
+    exit_code: int | None = None
+    signal: int | None = None
+    checkpoint: str | None = None
+    exec_id: int | None = None
+    approval_token: str | None = None
+    confinement: Confinement = field(default_factory=Confinement)
+
+    @property
+    def denied(self) -> bool:
+        return self.decision.action == "deny"
+
+    @property
+    def needs_approval(self) -> bool:
+        return self.decision.action == "ask"
+
+    @property
+    def status(self) -> int:
+        """The exit code `avfs proxy exec` exits with: the child's, 124, 125 or 126."""
+        if self.timed_out:
+            return 124
+        if self.needs_approval:
+            return 125
+        if self.denied:
+            return 126
+        if self.exit_code is not None:
+            return self.exit_code
+        return 128 + (self.signal or 0)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionRecord:
+    name: str
+    vault: str
+    path: str
+    workspace: str
+    dir: str
+    socket: str
+    pid: int
+    since: int
+    alive: bool = False
+    policy: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StopReport:
+    name: str
+    stopped: bool
+    stale: bool
+
+
+T = TypeVar("T")
+
+
+def json_key(field_name: str) -> str:
+    """The JSON key a dataclass field reads (`from_` -> `from`)."""
+    stripped = field_name[:-1]
+    return stripped if field_name.endswith("_") and keyword.iskeyword(stripped) else field_name
+
+
+def _convert(tp: Any, value: Any) -> Any:
+    if value is None:
+        return None
+    origin = typing.get_origin(tp)
+    if origin in (Union, types.UnionType):
+        (inner,) = [a for a in typing.get_args(tp) if a is not type(None)]
+        return _convert(inner, value)
+    if origin is list:
+        (item,) = typing.get_args(tp)
+        return [_convert(item, v) for v in value]
+    if origin is dict:
+        _, item = typing.get_args(tp)
+        return {k: _convert(item, v) for k, v in value.items()}
+    if dataclasses.is_dataclass(tp):
+        return from_json(tp, value)  # type: ignore[arg-type]
+    return value
+
+
+def from_json(cls: type[T], data: dict[str, Any]) -> T:
+    """Build `cls` from a JSON object; keys the dataclass does not know are ignored."""
+    kwargs = {}
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        key = json_key(f.name)
+        if key in data:
+            kwargs[f.name] = _convert(f.type, data[key])
+    return cls(**kwargs)

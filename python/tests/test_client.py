@@ -1,0 +1,312 @@
+"""The client against a real vault and a real `avfs` (the one the wheel installed)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+from conftest import SchemaValidator
+
+import agentvfs
+from agentvfs import Client
+
+
+def changes_of(changes: list[agentvfs.Change]) -> set[tuple[str, str]]:
+    return {(c.path, c.status) for c in changes}
+
+
+def test_vaults(avfs: Client) -> None:
+    created = avfs.vault_create("proj")
+    assert created.name == "proj" and created.workspace == "main"
+    assert os.path.isfile(created.path)
+    avfs.vault_create("other")
+    assert avfs.vault_use("other").name == "other"
+    assert [(v.name, v.current) for v in avfs.vault_list()] == [("other", True), ("proj", False)]
+    assert avfs.vault_use("proj").name == "proj"
+    info = avfs.vault_info()
+    assert (info.name, info.workspace.name, info.checkpoints, info.forks) == ("proj", "main", 0, [])
+    assert info.quota == agentvfs.Quota()
+
+    fork = avfs.vault_fork("proj", "task-1")
+    assert (fork.target.name, fork.target.workspace, fork.fork.parent) == (
+        "task-1",
+        "task-1",
+        "main",
+    )
+    assert avfs.vault_info("proj").forks == ["task-1"]
+
+    gone = avfs.vault_delete("task-1")
+    assert (gone.name, gone.file_deleted) == ("task-1", False)
+    gone = avfs.vault_delete("other")
+    assert gone.file_deleted and gone.unregistered == ["other"]
+    assert [v.name for v in avfs.vault_list()] == ["proj"]
+
+
+def test_files(vault: Client) -> None:
+    assert vault.read_text("/a.txt") == "one\n"
+    blob = bytes(range(256)) * 3
+    out = vault.write("/bin/blob", blob, parents=True)
+    assert (out.path, out.size) == ("/bin/blob", len(blob))
+    assert vault.cat("/bin/blob") == blob
+    vault.write("/run.sh", "#!/bin/sh\n", mode=0o755)
+    assert vault.stat("/run.sh").mode == 0o755
+    vault.write("/a.txt", "two\n", append=True)
+    assert vault.cat("/a.txt") == b"one\ntwo\n"
+
+    assert vault.mkdir("/src/deep", parents=True) == ["/src/deep"]
+    moved = vault.mv("/run.sh", "/src/run.sh")
+    assert (moved.from_, moved.to) == ("/run.sh", "/src/run.sh")
+    vault.cp("/src", "/src2", recursive=True)
+    node = vault.stat("/src2/run.sh")
+    assert (node.type, node.size, node.mode_string) == ("file", 10, "-rwxr-xr-x")
+    assert [n.name for n in vault.ls("/")] == ["a.txt", "bin", "src", "src2"]
+    assert vault.rm("/src2", recursive=True) == ["/src2"]
+    assert vault.rm("/nope", force=True) == []
+    with pytest.raises(agentvfs.PathNotFound):
+        vault.stat("/src2")
+
+
+def test_checkpoints(vault: Client) -> None:
+    base = vault.checkpoint_save("base", message="first")
+    assert (base.name, base.message, base.files) == ("base", "first", 1)
+    vault.write("/a.txt", "changed\n")
+    vault.write("/b.txt", "new\n")
+    auto = vault.checkpoint_save()
+    assert auto.name.startswith("cp-")
+    assert [c.name for c in vault.checkpoint_list()] == ["base", auto.name]
+
+    restored = vault.checkpoint_restore("base")
+    assert restored.name == "base"
+    assert vault.read_text("/a.txt") == "one\n"
+    assert [n.name for n in vault.ls()] == ["a.txt"]
+    assert vault.read_text("/b.txt", at=auto.name) == "new\n"
+
+    assert vault.checkpoint_delete(auto.name).name == auto.name
+    assert [c.name for c in vault.checkpoint_list()] == ["base"]
+    with pytest.raises(agentvfs.CheckpointNotFound) as e:
+        vault.checkpoint_restore(auto.name)
+    assert (e.value.kind, e.value.exit_code, e.value.details["name"]) == (
+        "checkpoint_not_found",
+        3,
+        auto.name,
+    )
+
+
+def test_fork_isolation(vault: Client) -> None:
+    vault.vault_fork("proj", "task-1")
+    task = vault.with_vault("task-1")
+    task.write("/a.txt", "fork\n")
+    task.write("/only-fork.txt", "x")
+    vault.write("/only-main.txt", "y")
+    assert vault.read_text("/a.txt") == "one\n"
+    assert [n.name for n in vault.ls()] == ["a.txt", "only-main.txt"]
+    assert [n.name for n in task.ls()] == ["a.txt", "only-fork.txt"]
+    assert task.read_text("/a.txt") == "fork\n"
+
+
+def test_diff(vault: Client) -> None:
+    vault.write("/gone.txt", "bye\n")
+    vault.checkpoint_save("base")
+    vault.write("/a.txt", "one\nmore\n")
+    vault.rm("/gone.txt")
+    vault.write("/new.txt", "hi\n")
+
+    diff = vault.diff()
+    assert (diff.from_, diff.to) == ("main:base", "main@live")
+    assert changes_of(diff.changes) == {
+        ("/a.txt", "modified"),
+        ("/gone.txt", "deleted"),
+        ("/new.txt", "added"),
+    }
+    assert (diff.summary.added, diff.summary.modified, diff.summary.deleted) == (1, 1, 1)
+    assert diff.patch is None
+
+    vault.checkpoint_save("after")
+    named = vault.diff("base", "after", patch=True)
+    assert changes_of(named.changes) == changes_of(diff.changes)
+    assert named.patch is not None and "+more" in named.patch
+    assert vault.diff("after").changes == []
+
+
+def test_merge(vault: Client) -> None:
+    vault.vault_fork("proj", "task-1")
+    task = vault.with_vault("task-1")
+    task.write("/feature.txt", "done\n")
+    task.write("/a.txt", "one\nfrom fork\n")
+
+    preview = vault.merge("task-1", dry_run=True)
+    assert (preview.dry_run, preview.applied) == (True, False)
+    assert [n.name for n in vault.ls()] == ["a.txt"]
+
+    report = vault.merge("task-1")
+    assert (report.fork, report.applied, report.conflicts) == ("task-1", True, [])
+    assert changes_of(report.changes) == {("/a.txt", "modified"), ("/feature.txt", "added")}
+    assert vault.read_text("/feature.txt") == "done\n"
+
+    # Both sides replace the same line: a conflict, applied only with a strategy.
+    other = vault.vault_fork("proj", "task-2").target.name
+    vault.with_vault(other).write("/a.txt", "theirs\n")
+    vault.write("/a.txt", "ours\n")
+    with pytest.raises(agentvfs.MergeConflict) as e:
+        vault.merge(other)
+    assert e.value.exit_code == 4
+    assert [c["path"] for c in e.value.details["conflicts"]] == ["/a.txt"]
+    resolved = vault.merge(other, strategy="theirs")
+    assert resolved.conflicts == [
+        agentvfs.Conflict(path="/a.txt", ours="modified", theirs="modified")
+    ]
+    assert vault.read_text("/a.txt") == "theirs\n"
+
+
+def test_undo_redo(vault: Client) -> None:
+    vault.write("/a.txt", "two\n")
+    undone = vault.undo()
+    assert undone.kind == "undo" and undone.target is not None
+    assert vault.read_text("/a.txt") == "one\n"
+    redone = vault.redo()
+    assert redone.kind == "redo"
+    assert vault.read_text("/a.txt") == "two\n"
+    vault.undo()
+    vault.undo()  # the initial write of /a.txt
+    with pytest.raises(agentvfs.PathNotFound):
+        vault.cat("/a.txt")
+
+
+def test_typed_errors(avfs: Client, vault: Client) -> None:
+    with pytest.raises(agentvfs.VaultNotFound) as e:
+        avfs.with_vault("missing").ls()
+    err = e.value
+    assert (err.kind, err.exit_code, err.command) == ("vault_not_found", 3, "ls")
+    assert err.details["name"] == "missing" and "missing" in err.message
+    assert isinstance(err, agentvfs.NotFoundError) and isinstance(err, agentvfs.AvfsError)
+
+    with pytest.raises(agentvfs.VaultNotFound):
+        avfs.vault_info("missing")
+    with pytest.raises(agentvfs.PathNotFound) as p:
+        vault.cat("/nope.txt")
+    assert p.value.details == {"path": "/nope.txt"}
+    with pytest.raises(agentvfs.AlreadyExists) as a:
+        avfs.vault_create("proj")
+    assert a.value.exit_code == 4
+    with pytest.raises(agentvfs.InvalidPath) as i:
+        vault.write("../escape", "x")
+    assert (i.value.kind, i.value.exit_code) == ("invalid_path", 5)
+    with pytest.raises(agentvfs.SessionNotFound):
+        avfs.session_stop("nope")
+    with pytest.raises(agentvfs.UsageError):
+        avfs.run("no-such-command")
+
+    vault.run("quota", "set", "--max-files", "1")
+    with pytest.raises(agentvfs.QuotaExceeded) as q:
+        vault.write("/second.txt", "x")
+    assert q.value.exit_code == 6
+    assert q.value.details == {"quota": "max_files", "limit": 1, "attempted": 2}
+
+
+# -- the proxy and sessions: real FUSE mounts -------------------------------------------
+
+
+@pytest.mark.usefixtures("fuse")
+def test_proxy_exec_allowed(vault: Client, validator: SchemaValidator) -> None:
+    vault.write("/old.txt", "old\n")
+    env = vault.proxy_exec(
+        ["sh", "-c", "echo hi > new.txt; echo two >> a.txt; rm old.txt; cat a.txt; echo err >&2"]
+    )
+    assert env.ran and env.exit_code == 0 and env.status == validator.last_exit_code == 0
+    assert env.decision.action == "checkpoint_then_run" and env.checkpoint is not None
+    assert env.stdout == agentvfs.Captured(text="one\ntwo\n", bytes=8, truncated=False)
+    assert env.stderr.text == "err\n"
+    assert changes_of(env.changes) == {
+        ("/new.txt", "added"),
+        ("/a.txt", "modified"),
+        ("/old.txt", "deleted"),
+    }
+    assert (env.summary.added, env.summary.modified, env.summary.deleted) == (1, 1, 1)
+    assert env.request.argv is not None and env.request.argv[0] == "sh"
+    assert vault.read_text("/new.txt") == "hi\n"
+
+    # A failing command is not an error: its code is in the envelope.
+    failed = vault.proxy_exec(shell="echo nope >&2; exit 3", cwd="/")
+    assert (failed.ran, failed.exit_code, failed.status, validator.last_exit_code) == (
+        True,
+        3,
+        3,
+        3,
+    )
+    assert failed.request.shell is not None and failed.stderr.text == "nope\n"
+
+
+@pytest.mark.usefixtures("fuse")
+def test_proxy_exec_denied(vault: Client, validator: SchemaValidator) -> None:
+    env = vault.proxy_exec(["rm", "-rf", "/"])
+    assert (env.ran, env.exit_code, env.denied, env.status) == (False, None, True, 126)
+    assert validator.last_exit_code == 126
+    assert env.decision.action == "deny" and "host_escape" in env.decision.categories
+    assert env.changes == [] and env.exec_id is None
+    assert vault.read_text("/a.txt") == "one\n"
+
+
+@pytest.mark.usefixtures("fuse")
+def test_proxy_exec_timeout(vault: Client, validator: SchemaValidator) -> None:
+    env = vault.proxy_exec(["sleep", "30"], timeout=0.5)
+    assert env.ran and env.timed_out and env.exit_code is None
+    assert env.status == validator.last_exit_code == 124
+    assert env.duration_ms < 20_000
+
+
+@pytest.mark.usefixtures("fuse")
+def test_proxy_exec_approval(vault: Client, validator: SchemaValidator) -> None:
+    vault.write("/x.o", "obj")
+    asked = vault.proxy_exec(shell="find . -name '*.o' | xargs rm")
+    assert (asked.needs_approval, asked.ran, asked.status) == (True, False, 125)
+    assert validator.last_exit_code == 125 and asked.approval_token
+    ran = vault.proxy_exec(shell="find . -name '*.o' | xargs rm", approve=asked.approval_token)
+    assert ran.ran and ran.exit_code == 0
+    assert changes_of(ran.changes) == {("/x.o", "deleted")}
+
+
+@pytest.mark.usefixtures("fuse")
+def test_rollback(vault: Client) -> None:
+    first = vault.proxy_exec(["sh", "-c", "echo first > f.txt"])
+    second = vault.proxy_exec(["sh", "-c", "echo second >> a.txt; rm f.txt"])
+    assert first.exec_id is not None and second.exec_id is not None
+    op = vault.rollback()  # the last proxied command
+    assert (op.kind, op.target) == ("rollback", second.exec_id)
+    assert vault.read_text("/a.txt") == "one\n" and vault.read_text("/f.txt") == "first\n"
+    vault.rollback(first.exec_id)
+    with pytest.raises(agentvfs.PathNotFound):
+        vault.stat("/f.txt")
+
+
+@pytest.fixture
+def session(fuse: None, vault: Client) -> Iterator[str]:
+    vault.vault_fork("proj", "task-1")
+    record = vault.session_start("task-1", name="s1")
+    try:
+        assert (record.name, record.vault, record.workspace) == ("s1", "task-1", "task-1")
+        yield record.name
+    finally:
+        try:
+            vault.session_stop(record.name)
+        except agentvfs.SessionNotFound:
+            pass  # the test stopped it
+
+
+@pytest.mark.usefixtures("fuse")
+def test_session(vault: Client, session: str, validator: SchemaValidator) -> None:
+    [listed] = vault.session_list()
+    assert (listed.name, listed.alive) == (session, True)
+    task = vault.with_vault("task-1")
+    env = task.proxy_exec(["sh", "-c", "echo s > s.txt; cat a.txt"], session=session)
+    assert env.request.session == session and env.stdout.text == "one\n"
+    assert changes_of(env.changes) == {("/s.txt", "added")}
+    assert task.read_text("/s.txt") == "s\n" and [n.name for n in vault.ls()] == ["a.txt"]
+    denied = task.proxy_exec(["rm", "-rf", "/"], session=session)
+    assert denied.status == validator.last_exit_code == 126
+
+    stopped = vault.session_stop(session)
+    assert (stopped.stopped, stopped.stale) == (True, False)
+    assert vault.session_list() == []
+    with pytest.raises(agentvfs.SessionNotFound):
+        task.proxy_exec(["true"], session=session)
