@@ -1,0 +1,424 @@
+// The JSON shapes `avfs --json` prints, one interface per schema type in
+// schema/avfs.schema.json. Keys and optionality follow the schema exactly (a key the schema
+// does not list as required is optional here); the package's tests compare every interface
+// below with the schema and validate every document the client receives against it.
+//
+// Integers are JavaScript numbers. Nanosecond timestamps (`created_at`, `mtime`, `since`, …)
+// are larger than 2^53, so they keep about a quarter-microsecond of precision.
+
+// ---------------------------------------------------------------------------------------
+// The document every command prints
+
+/** A successful command: `data` is the command's own type. */
+export interface AvfsSuccess<T = unknown> {
+  ok: true;
+  command: string;
+  data: T;
+}
+
+/** The `error` member of a failed command's document. */
+export interface ErrorBody {
+  /** A stable, snake_case error kind, e.g. `vault_not_found` (see `ErrorKind`). */
+  kind: string;
+  message: string;
+  /** The data needed to act on the error, e.g. `{ path }` or `{ name, suggestions }`. */
+  details: Record<string, unknown>;
+}
+
+/** A failed command. The client throws these as `AvfsError`. */
+export interface AvfsFailure {
+  ok: false;
+  command: string;
+  error: ErrorBody;
+}
+
+/** Exactly one of these is printed on stdout by every `avfs --json …` run. */
+export type AvfsResponse<T = unknown> = AvfsSuccess<T> | AvfsFailure;
+
+/** Error kinds the CLI reports (README.md, "JSON contract"). New kinds may appear. */
+export type ErrorKind =
+  | "vault_not_found"
+  | "no_vault_selected"
+  | "not_a_vault"
+  | "unsupported_format"
+  | "corrupt_vault"
+  | "fork_not_found"
+  | "already_exists"
+  | "path_not_found"
+  | "not_a_directory"
+  | "is_a_directory"
+  | "directory_not_empty"
+  | "invalid_path"
+  | "invalid_name"
+  | "invalid_argument"
+  | "quota_exceeded"
+  | "checkpoint_not_found"
+  | "host_path_exists"
+  | "merge_conflict"
+  | "apply_conflict"
+  | "nothing_to_undo"
+  | "nothing_to_redo"
+  | "operation_not_found"
+  | "mount_failed"
+  | "fuse_unavailable"
+  | "confinement_unavailable"
+  | "session_not_found"
+  | "session_failed"
+  | "io_error"
+  | "storage_error"
+  | "usage";
+
+// ---------------------------------------------------------------------------------------
+// Vaults
+
+/** What a selector resolved to (`vault create`, `vault use`). */
+export interface Target {
+  /** The registered name, or the path as given. */
+  name: string;
+  path: string;
+  workspace: string;
+}
+
+/** One row of `vault list`. */
+export interface VaultListEntry {
+  name: string;
+  path: string;
+  workspace: string;
+  current: boolean;
+  /** False if the vault file has gone missing. */
+  exists: boolean;
+}
+
+/** A fork as reported by `vault info` and `vault fork`. */
+export interface ForkInfo {
+  name: string;
+  parent?: string | null;
+  created_at: number;
+  /** The checkpoint of the parent the fork was taken at, if any. */
+  forked_at_checkpoint?: string | null;
+  /** Root id the fork started from (its merge base). */
+  base_root?: string | null;
+  files: number;
+  bytes: number;
+}
+
+/** Limits that apply to each workspace's live tree; `null` means unlimited. */
+export interface Quota {
+  /** Total bytes of regular files, in MiB. */
+  max_size_mb?: number | null;
+  /** Number of regular files. */
+  max_files?: number | null;
+  /** Size of any one file, in MiB. */
+  max_file_size_mb?: number | null;
+}
+
+/** `vault info`. */
+export interface VaultInfo {
+  name: string;
+  path: string;
+  format_version: number;
+  disk_bytes: number;
+  workspace: ForkInfo;
+  checkpoints: number;
+  /** Paths changed since the last checkpoint (or since the fork began, if none). */
+  pending_changes: number;
+  /** Forks whose parent is this workspace. */
+  forks: string[];
+  quota: Quota;
+}
+
+/** `vault fork`. */
+export interface ForkOutput {
+  target: Target;
+  fork: ForkInfo;
+}
+
+/** What `vault delete` removed. */
+export interface DeleteReport {
+  name: string;
+  /** True if the whole vault file was deleted; false if only a fork. */
+  file_deleted: boolean;
+  /** Registered names that went with it. */
+  unregistered: string[];
+}
+
+// ---------------------------------------------------------------------------------------
+// Checkpoints
+
+/** One checkpoint (`checkpoint save|list|info|restore|delete`). */
+export interface CheckpointInfo {
+  name: string;
+  message?: string | null;
+  created_at: number;
+  root: string;
+  files: number;
+  bytes: number;
+}
+
+// ---------------------------------------------------------------------------------------
+// Files
+
+/** `file`, `dir`, `symlink` or `fifo`. */
+export type NodeType = "file" | "dir" | "symlink" | "fifo";
+
+/** A node as `ls` and `stat` show it. */
+export interface NodeInfo {
+  path: string;
+  name: string;
+  /** `file`, `dir`, `symlink` or `fifo`. */
+  type: NodeType | (string & {});
+  size: number;
+  /** Permission bits, e.g. 493 for 0o755. */
+  mode: number;
+  /** `ls -l` style, e.g. `-rwxr-xr-x`. */
+  mode_string: string;
+  uid: number;
+  gid: number;
+  /** Nanoseconds since the Unix epoch. */
+  atime: number;
+  mtime: number;
+  ctime: number;
+  content_id?: string | null;
+  /** Symlink target. */
+  target?: string | null;
+  tags: string[];
+  meta: Record<string, string>;
+  /** Extended attribute names and base64 values. */
+  xattrs: Record<string, string>;
+}
+
+/** `cat`: text content as is, anything that is not UTF-8 as base64. */
+export interface CatOutput {
+  path: string;
+  size: number;
+  /** `utf8` or `base64`. */
+  encoding: "utf8" | "base64" | (string & {});
+  content: string;
+}
+
+/** `write`. */
+export interface WriteOutput {
+  path: string;
+  size: number;
+  content_id?: string | null;
+}
+
+/** `mkdir`, `rm`. */
+export interface PathsOutput {
+  paths: string[];
+}
+
+/** `mv`, `cp`. */
+export interface MoveOutput {
+  from: string;
+  to: string;
+}
+
+// ---------------------------------------------------------------------------------------
+// History: diff, merge, op log
+
+/** How a path differs. */
+export type ChangeStatus = "added" | "modified" | "deleted" | "renamed" | "type_changed";
+
+/** One changed path. */
+export interface Change {
+  path: string;
+  status: ChangeStatus;
+  /** `file`, `dir`, `symlink` or `fifo` (the new type; the old one for deletions). */
+  type: NodeType | (string & {});
+  /** For renames: where it came from. */
+  old_path?: string | null;
+  old_size?: number | null;
+  new_size?: number | null;
+  old_mode?: number | null;
+  new_mode?: number | null;
+  /** True if the permission bits differ. */
+  mode_changed: boolean;
+  old_content_id?: string | null;
+  new_content_id?: string | null;
+}
+
+/** Counts per status. */
+export interface DiffSummary {
+  added: number;
+  modified: number;
+  deleted: number;
+  renamed: number;
+  type_changed: number;
+}
+
+/** `diff`. */
+export interface DiffOutput {
+  from: string;
+  to: string;
+  summary: DiffSummary;
+  changes: Change[];
+  /** The unified patch, with `patch: true`. */
+  patch?: string | null;
+}
+
+/** A path changed on both sides of a merge in ways that do not combine. */
+export interface MergeConflict {
+  path: string;
+  /** The target's change: `added`, `modified`, `deleted` or `type_changed`. */
+  ours: string;
+  /** The fork's change. */
+  theirs: string;
+}
+
+/** `merge`. */
+export interface MergeReport {
+  fork: string;
+  into: string;
+  strategy: string;
+  dry_run: boolean;
+  /** True if the target now holds the merge result. */
+  applied: boolean;
+  /** How the target changes (or would change): its live state before vs. the result. */
+  changes: Change[];
+  /** Conflicts found; resolved by the strategy when it is `ours` or `theirs`. */
+  conflicts: MergeConflict[];
+  /** Text files whose edits on both sides were combined line by line. */
+  text_merged: string[];
+}
+
+/** One op-log entry (`undo`, `redo`, `rollback`). */
+export interface OpInfo {
+  id: number;
+  /** Nanoseconds since the Unix epoch. */
+  at: number;
+  /** The operation: `write`, `rm`, `checkpoint.save`, `undo`, `rollback`, … */
+  kind: string;
+  description: string;
+  root_before?: string | null;
+  root_after?: string | null;
+  /** For undo/redo: the entry acted on. */
+  target?: number | null;
+  /** True if a later undo reverted this entry (and no redo re-applied it). */
+  undone: boolean;
+}
+
+// ---------------------------------------------------------------------------------------
+// The proxy
+
+/** What the proxy does with a command. */
+export type Action = "allow" | "checkpoint_then_run" | "read_only" | "ask" | "deny";
+
+/** What a command does, as far as the policy can tell from its text. */
+export type Category =
+  | "read_only"
+  | "mutating"
+  | "destructive"
+  | "networked"
+  | "host_escape"
+  | "privileged"
+  | "interactive"
+  | "unknown";
+
+/** The policy's answer for one command. */
+export interface Decision {
+  action: Action;
+  /** Every category found anywhere in the command, sorted. */
+  categories: Category[];
+  /** The rule that set the action: a `[[rule]]` name, or `builtin/…`. */
+  rule?: string | null;
+  /** Why, naming the offending token. */
+  reason: string;
+  /** The token (path, flag, program) that set the action, when there is one. */
+  offending?: string | null;
+}
+
+/** Captured output of one stream. */
+export interface Captured {
+  /** The kept bytes as text (invalid UTF-8 replaced). */
+  text: string;
+  /** Every byte the stream produced, kept or not. */
+  bytes: number;
+  /** True if `text` holds only the first `max_output` bytes. */
+  truncated: boolean;
+}
+
+/** The confinement a command ran under. */
+export interface Confinement {
+  /** Writes only inside the workspace mount and a private temp dir (Landlock). */
+  landlock: boolean;
+  /** No network: a fresh network namespace with only loopback. */
+  offline: boolean;
+}
+
+/** What was asked of the proxy. */
+export interface ExecRequest {
+  argv?: string[] | null;
+  shell?: string | null;
+  cwd: string;
+  vault: string;
+  fork: string;
+  /** `read_write` or `read_only`. */
+  mode: "read_write" | "read_only" | (string & {});
+  /** The session the command ran in, if any. */
+  session?: string | null;
+}
+
+/**
+ * The result of one proxied command (`avfs proxy exec`). Returned for every decision:
+ * a denial (`ran: false`, CLI exit 126), a request for approval (`approval_token`, 125),
+ * a timeout (`timed_out: true`, 124) and any exit code of the command itself.
+ */
+export interface Envelope {
+  schema_version: number;
+  request: ExecRequest;
+  decision: Decision;
+  /** False if the command was not run (denied or awaiting approval). */
+  ran: boolean;
+  /** For `ask`: pass to `proxyExec({ approve })` (bound to this command, cwd and fork). */
+  approval_token?: string | null;
+  /** The checkpoint taken before the run. */
+  checkpoint?: string | null;
+  /** The command's own exit code; null if it did not run or was killed by a signal. */
+  exit_code?: number | null;
+  signal?: number | null;
+  timed_out: boolean;
+  duration_ms: number;
+  stdout: Captured;
+  stderr: Captured;
+  /** Every path the command added, modified, deleted, renamed or re-moded. */
+  changes: Change[];
+  summary: DiffSummary;
+  /** The op-log entry of this run: `rollback(exec_id)` restores the state before it. */
+  exec_id?: number | null;
+  audit_id: number;
+  /** The confinement the command ran under (policy `[confinement]` plus flags). */
+  confinement?: Confinement;
+}
+
+// ---------------------------------------------------------------------------------------
+// Sessions
+
+/** A long-lived session (`session start`, `session list`). */
+export interface SessionRecord {
+  name: string;
+  /** The vault or fork as named at `session start`. */
+  vault: string;
+  /** The vault file. */
+  path: string;
+  workspace: string;
+  /** Where the fork is mounted. */
+  dir: string;
+  socket: string;
+  pid: number;
+  /** Nanoseconds since the Unix epoch. */
+  since: number;
+  /** The policy file the session decides with (null: the built-in policy). */
+  policy?: string | null;
+  /** Filled in by `session list`: the daemon runs and answers on its socket. */
+  alive?: boolean;
+}
+
+/** What `session stop` found. */
+export interface StopReport {
+  name: string;
+  /** True if a daemon was running and has ended. */
+  stopped: boolean;
+  /** True if the daemon was already gone and its leftovers were cleaned up. */
+  stale: boolean;
+}
