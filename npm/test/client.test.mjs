@@ -60,7 +60,7 @@ test("vaults: create, list, use, info, fork, delete", async (t) => {
 });
 
 test("files: write, read, ls, stat, mkdir, mv, cp, rm", async (t) => {
-  const { avfs } = await newVault(t);
+  const { avfs, responses } = await newVault(t);
   const w = await avfs.write("/src/main.rs", "fn main() {}\n", { parents: true });
   assert.equal(w.path, "/src/main.rs");
   assert.equal(w.size, 13);
@@ -71,10 +71,16 @@ test("files: write, read, ls, stat, mkdir, mv, cp, rm", async (t) => {
   // Binary-safe both ways, including bytes that are not UTF-8.
   const bytes = Buffer.from([0, 1, 2, 0xff, 0xfe, 10, 0x80]);
   await avfs.write("/blob.bin", bytes);
-  const cat = await avfs.cat("/blob.bin");
-  assert.equal(cat.encoding, "base64");
-  assert.equal(cat.size, bytes.length);
+  assert.deepEqual(await avfs.cat("/blob.bin"), bytes);
+  const doc = responses.at(-1).doc;
+  assert.equal(doc.command, "cat");
+  assert.equal(doc.data.encoding, "base64");
+  assert.equal(doc.data.size, bytes.length);
   assert.deepEqual(await avfs.readFile("/blob.bin"), bytes);
+  const utf8 = Buffer.from("héllo ✓\0\n");
+  await avfs.write("/utf8.txt", utf8);
+  assert.deepEqual(await avfs.cat("/utf8.txt"), utf8);
+  assert.equal(responses.at(-1).doc.data.encoding, "utf8");
   await avfs.write("/empty", "");
   assert.equal((await avfs.stat("/empty")).size, 0);
 
@@ -84,7 +90,7 @@ test("files: write, read, ls, stat, mkdir, mv, cp, rm", async (t) => {
   assert.equal(st.mode, 0o755);
   assert.equal(st.mode_string, "-rwxr-xr-x");
 
-  assert.deepEqual((await avfs.mkdir(["/a/b/c", "/d"], { parents: true })).paths, ["/a/b/c", "/d"]);
+  assert.deepEqual(await avfs.mkdir(["/a/b/c", "/d"], { parents: true }), ["/a/b/c", "/d"]);
   assert.deepEqual(await avfs.mv("/run.sh", "/d/run.sh"), { from: "/run.sh", to: "/d/run.sh" });
   assert.deepEqual(await avfs.cp("/src", "/src2", { recursive: true }), { from: "/src", to: "/src2" });
   assert.equal(await avfs.readText("/src2/main.rs"), "fn main() {}\n// end\n");
@@ -92,13 +98,13 @@ test("files: write, read, ls, stat, mkdir, mv, cp, rm", async (t) => {
 
   assert.deepEqual(
     (await avfs.ls()).map((n) => [n.name, n.type]),
-    [["a", "dir"], ["blob.bin", "file"], ["d", "dir"], ["empty", "file"], ["src", "dir"], ["src2", "dir"]],
+    [["a", "dir"], ["blob.bin", "file"], ["d", "dir"], ["empty", "file"], ["src", "dir"], ["src2", "dir"], ["utf8.txt", "file"]],
   );
   assert.ok((await avfs.ls("/", { all: true })).some((n) => n.name === ".hidden"));
   assert.deepEqual((await avfs.ls("/d")).map((n) => n.path), ["/d/run.sh"]);
 
-  assert.deepEqual((await avfs.rm("/src2", { recursive: true })).paths, ["/src2"]);
-  assert.deepEqual((await avfs.rm(["/nope", "/empty"], { force: true })).paths, ["/empty"]);
+  assert.deepEqual(await avfs.rm("/src2", { recursive: true }), ["/src2"]);
+  assert.deepEqual(await avfs.rm(["/nope", "/empty"], { force: true }), ["/empty"]);
   await assert.rejects(avfs.stat("/src2"), PathNotFoundError);
   await assert.rejects(avfs.rm("/a"), InvalidInputError);
 });

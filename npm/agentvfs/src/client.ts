@@ -293,20 +293,20 @@ export class Avfs {
     return this.data(["ls"], args, options);
   }
 
-  /** `cat PATH [--at CP]`: the document as printed (UTF-8 text, or base64). */
-  cat(path: string, options: AtOptions = {}): Promise<CatOutput> {
-    return this.data(["cat"], [...opt("--at", options.at), "--", path], options);
+  /** `cat PATH [--at CP]`: the file's bytes (binary-safe: avfs sends non-UTF-8 as base64). */
+  async cat(path: string, options: AtOptions = {}): Promise<Buffer> {
+    const out = await this.data<CatOutput>(["cat"], [...opt("--at", options.at), "--", path], options);
+    return Buffer.from(out.content, out.encoding === "base64" ? "base64" : "utf8");
   }
 
-  /** A file's bytes (`cat`, decoded). */
-  async readFile(path: string, options: AtOptions = {}): Promise<Buffer> {
-    const out = await this.cat(path, options);
-    return Buffer.from(out.content, out.encoding === "base64" ? "base64" : "utf8");
+  /** The same as `cat`, by its Node.js name. */
+  readFile(path: string, options: AtOptions = {}): Promise<Buffer> {
+    return this.cat(path, options);
   }
 
   /** A file's content as UTF-8 text. */
   async readText(path: string, options: AtOptions = {}): Promise<string> {
-    return (await this.readFile(path, options)).toString("utf8");
+    return (await this.cat(path, options)).toString("utf8");
   }
 
   /** `write PATH` with `content` on stdin (binary-safe). */
@@ -321,16 +321,16 @@ export class Avfs {
     return this.data(["write"], args, { ...options, input: content });
   }
 
-  /** `mkdir [-p] [--mode M] PATHS…`. */
-  mkdir(paths: string | string[], options: MkdirOptions = {}): Promise<PathsOutput> {
+  /** `mkdir [-p] [--mode M] PATHS…`: the directories created. */
+  async mkdir(paths: string | string[], options: MkdirOptions = {}): Promise<string[]> {
     const args = [...flag("--parents", options.parents), ...opt("--mode", octal(options.mode))];
-    return this.data(["mkdir"], [...args, "--", ...list(paths)], options);
+    return (await this.data<PathsOutput>(["mkdir"], [...args, "--", ...list(paths)], options)).paths;
   }
 
-  /** `rm [-r] [-f] PATHS…`. */
-  rm(paths: string | string[], options: RmOptions = {}): Promise<PathsOutput> {
+  /** `rm [-r] [-f] PATHS…`: the paths removed. */
+  async rm(paths: string | string[], options: RmOptions = {}): Promise<string[]> {
     const args = [...flag("--recursive", options.recursive), ...flag("--force", options.force)];
-    return this.data(["rm"], [...args, "--", ...list(paths)], options);
+    return (await this.data<PathsOutput>(["rm"], [...args, "--", ...list(paths)], options)).paths;
   }
 
   /** `mv SRC DST`, like rename(2). */

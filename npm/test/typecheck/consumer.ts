@@ -23,7 +23,9 @@ async function main(): Promise<void> {
   const name: string = target.workspace;
   const cps: CheckpointInfo[] = await avfs.checkpointList();
   const nodes: NodeInfo[] = await avfs.ls("/", { all: true, at: cps[0]?.name });
-  const bytes: Buffer = await avfs.readFile("/a");
+  const bytes: Buffer = await avfs.cat("/a");
+  const same: Buffer = await avfs.readFile("/a");
+  const made: string[] = await avfs.mkdir("/m");
   const text: string = await avfs.readText("/a");
   await avfs.write("/a", new Uint8Array([1, 2]), { mode: 0o644, parents: true });
   await avfs.mkdir(["/x", "/y"], { parents: true, mode: "700" });
@@ -65,7 +67,7 @@ async function main(): Promise<void> {
   // @ts-expect-error: status is a closed union
   const status: Change["status"] = "copied";
 
-  void [name, nodes, bytes, text, action, code, sessions, applied, Klass, wrong, status];
+  void [name, nodes, bytes, same, made, text, action, code, sessions, applied, Klass, wrong, status];
 }
 
 void main;
