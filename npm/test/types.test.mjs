@@ -11,6 +11,7 @@ import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
+import { ERROR_CLASSES } from "agentvfs";
 import { schema } from "./schema.mjs";
 
 const require = createRequire(import.meta.url);
@@ -167,6 +168,14 @@ test("literal unions equal the schema's enums", () => {
     const values = s.enum ?? s.oneOf.map((o) => o.const);
     assert.deepEqual([...decls.unions.get(name)].sort(), [...values].sort(), name);
   }
+});
+
+test("every error kind in the ErrorKind and ClientErrorKind types has its class", () => {
+  const errorsDts = readFileSync(join(dirname(dtsPath), "errors.d.ts"), "utf8");
+  const clientKinds = [...errorsDts.match(/type ClientErrorKind = ([^;]+);/)[1].matchAll(/"([a-z_]+)"/g)].map((m) => m[1]);
+  const kinds = [...decls.unions.get("ErrorKind"), ...clientKinds].sort();
+  assert.ok(kinds.includes("vault_not_found") && kinds.includes("binary_not_found"));
+  assert.deepEqual(Object.keys(ERROR_CLASSES).sort(), kinds);
 });
 
 test("a strict TypeScript program type-checks against the installed package", async () => {

@@ -47,6 +47,8 @@ export class AvfsError extends Error {
 
 // Categories, following the CLI's exit codes.
 
+/** Exit 1: the vault's storage failed. */
+export class StorageError extends AvfsError {}
 /** Exit 2: bad arguments. */
 export class UsageError extends AvfsError {}
 /** Exit 3: a vault, fork, path, checkpoint, operation or session was not found. */
@@ -87,6 +89,7 @@ export class BinaryNotFoundError extends ClientError {}
 export const ERROR_CLASSES: Readonly<Record<string, new (init: AvfsErrorInit) => AvfsError>> =
   Object.freeze({
     usage: UsageError,
+    storage_error: StorageError,
     vault_not_found: VaultNotFoundError,
     no_vault_selected: NoVaultSelectedError,
     fork_not_found: ForkNotFoundError,
