@@ -81,7 +81,9 @@ pub enum Error {
         "this avfs was built without the `fuse` feature; rebuild with default features to mount"
     )]
     FuseUnavailable,
-    #[error("checkpoint `{name}` not found; `avfs checkpoint list` shows this workspace's checkpoints")]
+    #[error(
+        "checkpoint `{name}` not found; `avfs checkpoint list` shows this workspace's checkpoints"
+    )]
     CheckpointNotFound { name: String },
     #[error("`{path}` already exists on the host; pass --force to overwrite")]
     HostPathExists { path: PathBuf },
