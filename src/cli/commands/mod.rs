@@ -6,6 +6,7 @@ mod checkpoint;
 mod files;
 mod help;
 mod history;
+mod mcp;
 mod mount;
 mod policy;
 mod proxy;
@@ -152,6 +153,9 @@ pub enum Command {
     Man(help::ManArgs),
     /// An interactive prompt: history, completion, `cd`, and the vault/fork/cwd in the prompt.
     Shell(shell::ShellArgs),
+    /// Serve the workspace tools over the Model Context Protocol on stdin/stdout.
+    #[command(long_about = mcp::ABOUT)]
+    Mcp(mcp::McpArgs),
 }
 
 #[derive(Subcommand)]
@@ -301,5 +305,6 @@ pub fn run(ctx: &Ctx, command: Command) -> (&'static str, Result<Reply, Error>) 
         Command::Completions(a) => ("completions", help::cmd_completions(a)),
         Command::Man(a) => ("man", help::cmd_man(ctx, a)),
         Command::Shell(a) => ("shell", shell::cmd_shell(ctx, a)),
+        Command::Mcp(a) => ("mcp", mcp::cmd_mcp(ctx, a)),
     }
 }

@@ -1,0 +1,446 @@
+//! `avfs mcp`: a real MCP session over the binary's stdin/stdout, one JSON-RPC message per
+//! line, as an MCP client (Claude Desktop, an IDE) would drive it.
+
+mod mount_support;
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{Receiver, channel};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use mount_support::require_fuse;
+
+const TOOLS: [&str; 9] = [
+    "checkpoint",
+    "diff",
+    "exec",
+    "fork",
+    "list_files",
+    "merge",
+    "read_file",
+    "rollback",
+    "write_file",
+];
+
+fn avfs(home: &Path, args: &[&str]) -> Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_avfs"))
+        .arg("--json")
+        .args(args)
+        .env("AVFS_HOME", home)
+        .env("AVFS_ACTOR", "test")
+        .env_remove("AVFS_VAULT")
+        .output()
+        .expect("run avfs");
+    let doc: Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
+    assert_eq!(doc["ok"], true, "avfs {args:?}: {doc}");
+    doc["data"].clone()
+}
+
+/// A client end of `avfs [--json] mcp ARGS`.
+struct Client {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: Receiver<String>,
+    next_id: u64,
+}
+
+impl Client {
+    fn start(home: &Path, args: &[&str]) -> Client {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_avfs"))
+            .args(args)
+            .env("AVFS_HOME", home)
+            .env("AVFS_ACTOR", "test")
+            .env_remove("AVFS_VAULT")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start avfs mcp");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Client {
+            stdin: child.stdin.take(),
+            child,
+            lines,
+            next_id: 1,
+        }
+    }
+
+    fn send(&mut self, msg: &Value) {
+        let stdin = self.stdin.as_mut().expect("stdin open");
+        writeln!(stdin, "{msg}").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    fn next_line(&self) -> String {
+        self.lines
+            .recv_timeout(Duration::from_secs(120))
+            .expect("a line from avfs mcp within 120 s")
+    }
+
+    /// Send a request and return its response (skipping any notifications).
+    fn request(&mut self, method: &str, params: Value) -> Value {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.send(&json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params }));
+        loop {
+            let line = self.next_line();
+            let msg: Value = serde_json::from_str(&line)
+                .unwrap_or_else(|e| panic!("stdout line is not JSON ({e}): {line}"));
+            assert_eq!(msg["jsonrpc"], "2.0", "{msg}");
+            if msg["id"] == json!(id) {
+                return msg;
+            }
+            assert!(
+                msg.get("id").is_none(),
+                "response to another request: {msg}"
+            );
+        }
+    }
+
+    fn initialize(&mut self) -> Value {
+        let init = self.request(
+            "initialize",
+            json!({
+                "protocolVersion": "2025-11-25",
+                "capabilities": {},
+                "clientInfo": { "name": "avfs-test", "version": "0" }
+            }),
+        );
+        self.send(&json!({ "jsonrpc": "2.0", "method": "notifications/initialized" }));
+        init["result"].clone()
+    }
+
+    /// Call a tool; returns (is_error, the JSON in its text content).
+    fn call(&mut self, tool: &str, args: Value) -> (bool, Value) {
+        let resp = self.request("tools/call", json!({ "name": tool, "arguments": args }));
+        let result = &resp["result"];
+        assert!(
+            result.is_object(),
+            "{tool} {args}: not a tool result: {resp}"
+        );
+        let text = result["content"][0]["text"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{tool}: no text content: {resp}"));
+        let from_text: Value = serde_json::from_str(text).expect("text content is JSON");
+        // Structured content repeats it; for a list (ls, checkpoint list) only from protocol
+        // 2026-07-28 on, since older revisions allow only objects there.
+        match result.get("structuredContent") {
+            Some(structured) => assert_eq!(&from_text, structured, "{tool}: text != structured"),
+            None => assert!(
+                !from_text.is_object(),
+                "{tool}: no structured content: {resp}"
+            ),
+        }
+        (result["isError"] == true, from_text)
+    }
+
+    /// A tool call that must succeed; returns its data.
+    fn ok(&mut self, tool: &str, args: Value) -> Value {
+        let (is_error, data) = self.call(tool, args.clone());
+        assert!(!is_error, "{tool} {args} failed: {data}");
+        data
+    }
+
+    /// A tool call that must fail; returns the error object {kind, message, details}.
+    fn err(&mut self, tool: &str, args: Value) -> Value {
+        let (is_error, error) = self.call(tool, args.clone());
+        assert!(is_error, "{tool} {args} should have failed: {error}");
+        assert!(
+            error["message"].is_string() && error["details"].is_object(),
+            "{error}"
+        );
+        error
+    }
+
+    /// Close stdin; the server must exit 0 and print nothing more on stdout.
+    fn finish(mut self) {
+        drop(self.stdin.take());
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "avfs mcp exited with {status}");
+        let rest: Vec<String> = self.lines.try_iter().collect();
+        assert!(rest.is_empty(), "stdout after the session: {rest:?}");
+    }
+}
+
+fn changed_paths(changes: &Value) -> Vec<(String, String)> {
+    changes
+        .as_array()
+        .expect("changes is a list")
+        .iter()
+        .map(|c| {
+            (
+                c["path"].as_str().unwrap().to_string(),
+                c["status"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_session_drives_files_checkpoints_exec_rollback_fork_and_merge() {
+    let home = tempfile::tempdir().unwrap();
+    avfs(home.path(), &["vault", "create", "proj"]);
+    let mut c = Client::start(home.path(), &["mcp", "--vault", "proj"]);
+
+    let init = c.initialize();
+    assert_eq!(init["serverInfo"]["name"], "avfs", "{init}");
+    assert!(init["capabilities"]["tools"].is_object(), "{init}");
+
+    let list = c.request("tools/list", json!({}));
+    let tools = list["result"]["tools"].as_array().expect("tools").clone();
+    let mut names: Vec<&str> = tools.iter().map(|t| t["name"].as_str().unwrap()).collect();
+    names.sort();
+    assert_eq!(names, TOOLS);
+    for t in &tools {
+        let schema = &t["inputSchema"];
+        assert_eq!(schema["type"], "object", "{t}");
+        assert!(
+            schema["properties"]["vault"].is_object(),
+            "no vault arg: {t}"
+        );
+        assert!(
+            t["description"].as_str().is_some_and(|d| d.len() > 20),
+            "{t}"
+        );
+    }
+    let schema_of =
+        |name: &str| tools.iter().find(|t| t["name"] == name).unwrap()["inputSchema"].clone();
+    let exec = schema_of("exec");
+    for arg in [
+        "argv",
+        "shell",
+        "cwd",
+        "timeout",
+        "readonly",
+        "checkpoint",
+        "approve",
+        "session",
+    ] {
+        assert!(
+            exec["properties"][arg].is_object(),
+            "exec lacks {arg}: {exec}"
+        );
+    }
+    assert_eq!(schema_of("read_file")["required"], json!(["path"]));
+    assert_eq!(
+        schema_of("write_file")["required"],
+        json!(["path", "content"])
+    );
+
+    // Files.
+    let wrote = c.ok(
+        "write_file",
+        json!({ "path": "src/hello.txt", "content": "hello\n", "parents": true }),
+    );
+    assert_eq!(wrote["path"], "/src/hello.txt");
+    assert_eq!(wrote["size"], 6);
+    let read = c.ok("read_file", json!({ "path": "src/hello.txt" }));
+    assert_eq!(read["content"], "hello\n");
+    assert_eq!(read["encoding"], "utf8");
+    let script = c.ok(
+        "write_file",
+        json!({ "path": "run.sh", "content": "#!/bin/sh\n", "mode": "755" }),
+    );
+    assert_eq!(script["size"], 10);
+    let listed = c.ok("list_files", json!({}));
+    let entries: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(entries, ["run.sh", "src"], "{listed}");
+    let run_sh = &listed[0];
+    assert_eq!(
+        run_sh["mode"].as_u64().map(|m| m & 0o777),
+        Some(0o755),
+        "{run_sh}"
+    );
+
+    // Same JSON as the CLI's --json data.
+    assert_eq!(listed, avfs(home.path(), &["--vault", "proj", "ls"]));
+
+    let cp = c.ok(
+        "checkpoint",
+        json!({ "name": "before", "message": "before the agent" }),
+    );
+    assert_eq!(cp["name"], "before");
+    let cps = c.ok("checkpoint", json!({ "action": "list" }));
+    assert_eq!(cps[0]["name"], "before", "{cps}");
+
+    // A denied command is an envelope, not a tool error: nothing ran.
+    let denied = c.ok("exec", json!({ "argv": ["rm", "-rf", "/"] }));
+    assert_eq!(denied["ran"], false, "{denied}");
+    assert_eq!(denied["decision"]["action"], "deny", "{denied}");
+    assert_eq!(denied["changes"], json!([]));
+
+    // Bad input is a typed error that changes nothing.
+    let both = c.err("exec", json!({ "argv": ["ls"], "shell": "ls" }));
+    assert_eq!(both["kind"], "invalid_argument", "{both}");
+    let missing = c.err(
+        "read_file",
+        json!({ "path": "src/hello.txt", "vault": "nope" }),
+    );
+    assert_eq!(missing["kind"], "vault_not_found", "{missing}");
+    assert_eq!(missing["details"]["name"], "nope", "{missing}");
+    let bad_mode = c.err(
+        "write_file",
+        json!({ "path": "y.txt", "content": "", "mode": "9z" }),
+    );
+    assert_eq!(bad_mode["kind"], "invalid_argument", "{bad_mode}");
+    let no_cp = c.err(
+        "checkpoint",
+        json!({ "action": "restore", "name": "never" }),
+    );
+    assert_eq!(no_cp["kind"], "checkpoint_not_found", "{no_cp}");
+
+    if require_fuse() {
+        // A real command through the proxy and the FUSE mount.
+        let env = c.ok(
+            "exec",
+            json!({ "argv": ["sh", "-c", "echo hi > x.txt && cat src/hello.txt"] }),
+        );
+        assert_eq!(env["ran"], true, "{env}");
+        assert_eq!(env["exit_code"], 0, "{env}");
+        assert_eq!(env["stdout"]["text"], "hello\n", "{env}");
+        assert_eq!(
+            changed_paths(&env["changes"]),
+            [("/x.txt".to_string(), "added".to_string())]
+        );
+        assert!(env["checkpoint"].is_string(), "{env}");
+        let exec_id = env["exec_id"].as_i64().expect("exec_id");
+        assert_eq!(
+            c.ok("read_file", json!({ "path": "x.txt" }))["content"],
+            "hi\n"
+        );
+
+        let diff = c.ok("diff", json!({ "from": "before", "patch": true }));
+        assert_eq!(
+            changed_paths(&diff["changes"]),
+            [("/x.txt".to_string(), "added".to_string())]
+        );
+        assert!(diff["patch"].as_str().unwrap().contains("+hi"), "{diff}");
+
+        // A failing command still returns its envelope, with the child's exit code.
+        let failed = c.ok("exec", json!({ "shell": "cat missing.txt", "cwd": "/src" }));
+        assert_eq!(failed["ran"], true, "{failed}");
+        assert_ne!(failed["exit_code"], 0, "{failed}");
+
+        let rolled = c.ok("rollback", json!({ "exec_id": exec_id }));
+        assert!(rolled["id"].is_i64(), "{rolled}");
+        let gone = c.err("read_file", json!({ "path": "x.txt" }));
+        assert_eq!(gone["kind"], "path_not_found", "{gone}");
+    }
+
+    // A fork, changed through the per-call vault, merged back into its parent.
+    let fork = c.ok("fork", json!({ "name": "task-1" }));
+    assert_eq!(fork["target"]["name"], "task-1", "{fork}");
+    c.ok(
+        "write_file",
+        json!({ "path": "src/feature.txt", "content": "new\n", "vault": "task-1" }),
+    );
+    let err = c.err("read_file", json!({ "path": "src/feature.txt" }));
+    assert_eq!(err["kind"], "path_not_found", "the fork is isolated: {err}");
+    let merged = c.ok("merge", json!({ "fork": "task-1" }));
+    assert_eq!(merged["applied"], true, "{merged}");
+    assert_eq!(
+        changed_paths(&merged["changes"]),
+        [("/src/feature.txt".to_string(), "added".to_string())]
+    );
+    assert_eq!(
+        c.ok("read_file", json!({ "path": "src/feature.txt" }))["content"],
+        "new\n"
+    );
+
+    // Restoring the checkpoint drops everything since.
+    c.ok(
+        "checkpoint",
+        json!({ "action": "restore", "name": "before" }),
+    );
+    let diff = c.ok("diff", json!({ "from": "before" }));
+    assert_eq!(diff["changes"], json!([]), "{diff}");
+
+    c.finish();
+
+    // The audit log records who did it.
+    let audit = avfs(home.path(), &["--vault", "proj", "audit", "--limit", "1"]);
+    assert_eq!(audit[0]["source"], "mcp", "{audit}");
+}
+
+#[test]
+fn json_flag_still_speaks_mcp_and_unknown_tools_are_protocol_errors() {
+    let home = tempfile::tempdir().unwrap();
+    let mut c = Client::start(home.path(), &["--json", "mcp"]);
+    let init = c.initialize();
+    assert_eq!(init["serverInfo"]["name"], "avfs", "{init}");
+
+    // No vault anywhere: a typed error, not a crash.
+    let none = c.err("list_files", json!({}));
+    assert_eq!(none["kind"], "no_vault_selected", "{none}");
+
+    let unknown = c.request(
+        "tools/call",
+        json!({ "name": "no_such_tool", "arguments": {} }),
+    );
+    assert!(unknown["error"]["code"].is_i64(), "{unknown}");
+    let bad_args = c.request(
+        "tools/call",
+        json!({ "name": "read_file", "arguments": { "path": 7 } }),
+    );
+    assert!(
+        bad_args["error"]["code"].is_i64() || bad_args["result"]["isError"] == true,
+        "{bad_args}"
+    );
+    c.finish();
+}
+
+#[test]
+fn the_server_policy_decides_every_exec() {
+    let home = tempfile::tempdir().unwrap();
+    avfs(home.path(), &["vault", "create", "proj"]);
+    let policy = home.path().join("strict.toml");
+    std::fs::write(
+        &policy,
+        "[[rule]]\nname = \"no-echo\"\nprogram = \"echo\"\naction = \"deny\"\n",
+    )
+    .unwrap();
+    let args = [
+        "mcp",
+        "--vault",
+        "proj",
+        "--policy",
+        policy.to_str().unwrap(),
+    ];
+    let mut c = Client::start(home.path(), &args);
+    c.initialize();
+    let env = c.ok("exec", json!({ "argv": ["echo", "hi"] }));
+    assert_eq!(env["ran"], false, "{env}");
+    assert_eq!(env["decision"]["rule"], "no-echo", "{env}");
+    c.finish();
+
+    // A policy that does not load stops the server before it speaks.
+    let out = Command::new(env!("CARGO_BIN_EXE_avfs"))
+        .args(["mcp", "--policy", "/nonexistent/policy.toml"])
+        .env("AVFS_HOME", home.path())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        out.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
