@@ -161,7 +161,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 fn kind_of(n: &Node) -> AttrKind {
     match n.kind {
-        NodeKind::File { .. } => AttrKind::File,
+        NodeKind::File { .. } | NodeKind::Link { .. } | NodeKind::Inode { .. } => AttrKind::File,
         NodeKind::Dir { .. } => AttrKind::Dir,
         NodeKind::Symlink { .. } => AttrKind::Symlink,
         NodeKind::Fifo => AttrKind::Fifo,
