@@ -196,13 +196,23 @@ impl SqliteStore {
         configure_checked(&writer, &canonical)?;
         migrate(&writer, &canonical)?;
         // No inline checkpoints: a commit that crossed SQLite's threshold used to copy the
-        // log back and fsync inside the commit (10-20 ms). The hook hands that to a thread.
+        // log back and fsync inside the commit (10-20 ms). The hook hands that to a thread
+        // and only copies the rest itself when the thread cannot catch up (see `wal.rs`).
         // The pragma goes first: it installs a hook of its own, which `wal_hook` replaces.
         writer.pragma_update(None, "wal_autocheckpoint", 0)?;
         let wal = WalCheckpointer::new(&canonical);
         let hook = Arc::clone(&wal);
-        writer.wal_hook(Some(move |_: &mut rusqlite::hooks::Wal, frames| {
-            hook.committed(i64::from(frames));
+        writer.wal_hook(Some(move |w: &mut rusqlite::hooks::Wal, frames| {
+            if hook.committed(i64::from(frames)) {
+                // FULL waits for a pass the thread is running, then copies the rest, so
+                // the log restarts at the next commit. Errors stay here: the commit itself
+                // succeeded.
+                if let Ok((log, done)) = w.checkpoint_v2(rusqlite::wal::CheckpointMode::FULL)
+                    && log == done
+                {
+                    hook.caught_up(i64::from(log));
+                }
+            }
             Ok(())
         }))?;
         let reader = open_conn(&canonical)?;

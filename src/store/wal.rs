@@ -1,7 +1,11 @@
 //! Background WAL checkpoints. These are SQLite's checkpoints (copying the write-ahead log
-//! back into the vault file), not avfs checkpoints. The writer connection never runs one
-//! inline, so no commit pays for that copy and its fsyncs; a thread with its own connection
-//! runs a PASSIVE one whenever a commit leaves the log past `WAL_CHECKPOINT_FRAMES`.
+//! back into the vault file), not avfs checkpoints. The writer connection does not run one
+//! inside its commits, so no commit pays for that copy and its fsyncs; a thread with its
+//! own connection runs a PASSIVE one whenever a commit leaves the log past
+//! `WAL_CHECKPOINT_FRAMES`. SQLite reuses the log from its start only after a checkpoint
+//! copied all of it, which a thread racing a writer that never pauses does not manage; so
+//! past `WAL_INLINE_FRAMES` the writer checkpoints itself (FULL: it waits for the thread's
+//! pass, then copies what is left), which also holds back a writer faster than the disk.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -16,11 +20,15 @@ use super::sqlite::lock;
 /// 2,048 frames is 8 MiB at the default 4 KiB page, twice SQLite's inline default.
 pub(super) const WAL_CHECKPOINT_FRAMES: i64 = 2048;
 
+/// Log size past which the writer checkpoints after its commit (32 MiB at 4 KiB pages).
+pub(super) const WAL_INLINE_FRAMES: i64 = 4 * WAL_CHECKPOINT_FRAMES;
+
 /// Owns the checkpoint thread of one vault handle. The thread starts on the first request,
 /// so a short CLI process that never fills the log never spawns it.
 pub(super) struct WalCheckpointer {
     path: PathBuf,
     state: Mutex<State>,
+    /// Signals a request or a stop to the thread, and the end of a pass to the writer.
     wake: Condvar,
     /// Frames in the log after the last commit, as SQLite's WAL hook reported them.
     frames: AtomicI64,
@@ -30,6 +38,8 @@ pub(super) struct WalCheckpointer {
 struct State {
     requested: bool,
     stopping: bool,
+    /// The thread is in a pass.
+    running: bool,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -43,13 +53,36 @@ impl WalCheckpointer {
         })
     }
 
-    /// Called from the writer's WAL hook right after a commit, with the log's size. Runs
-    /// inside the commit, so it only records and signals.
-    pub(super) fn committed(self: &Arc<Self>, frames: i64) {
+    /// Called from the writer's WAL hook right after a commit, with the log's size. Records
+    /// and signals; returns true when the writer should checkpoint itself (see above).
+    pub(super) fn committed(self: &Arc<Self>, frames: i64) -> bool {
         self.frames.store(frames, Ordering::Relaxed);
         if frames < WAL_CHECKPOINT_FRAMES {
-            return;
+            return false;
         }
+        if frames >= WAL_INLINE_FRAMES {
+            // Only one checkpoint runs at a time (a second one is refused as busy), so
+            // let the thread finish its pass and start no other.
+            let mut st = lock(&self.state);
+            st.requested = false;
+            while st.running {
+                st = self.wake.wait(st).unwrap_or_else(|p| p.into_inner());
+            }
+            return true;
+        }
+        self.request();
+        false
+    }
+
+    /// The log, `frames` long, was copied back completely. A commit since then has a
+    /// longer log and keeps its count.
+    pub(super) fn caught_up(&self, frames: i64) {
+        let _ = self
+            .frames
+            .compare_exchange(frames, 0, Ordering::Relaxed, Ordering::Relaxed);
+    }
+
+    fn request(self: &Arc<Self>) {
         let mut st = lock(&self.state);
         if st.stopping || st.requested {
             return;
@@ -61,13 +94,13 @@ impl WalCheckpointer {
                 .spawn(move || me.run())
             {
                 Ok(handle) => st.thread = Some(handle),
-                // No thread: the log keeps growing until the handle's drop checkpoints it
-                // or a later commit manages to start one.
+                // No thread: the writer's own checkpoint past `WAL_INLINE_FRAMES` still
+                // bounds the log.
                 Err(_) => return,
             }
         }
         st.requested = true;
-        self.wake.notify_one();
+        self.wake.notify_all();
     }
 
     /// Whether the log was past the threshold at the last commit.
@@ -80,7 +113,7 @@ impl WalCheckpointer {
         let handle = {
             let mut st = lock(&self.state);
             st.stopping = true;
-            self.wake.notify_one();
+            self.wake.notify_all();
             st.thread.take()
         };
         if let Some(handle) = handle {
@@ -100,9 +133,11 @@ impl WalCheckpointer {
                     return;
                 }
                 st.requested = false;
+                st.running = true;
             }
             if conn.is_none() {
-                // A failed open is retried on the next request; meanwhile the log grows.
+                // A failed open is retried on the next request; meanwhile the writer's own
+                // checkpoint bounds the log.
                 conn = Connection::open_with_flags(
                     &self.path,
                     OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
@@ -110,11 +145,14 @@ impl WalCheckpointer {
                 .ok();
             }
             if let Some(c) = &conn
-                && passive_checkpoint(c).is_ok_and(|(log, done)| log == done)
+                && let Ok((log, done)) = passive_checkpoint(c)
+                && log == done
             {
                 // Everything is copied back: the writer restarts the log on its next commit.
-                self.frames.store(0, Ordering::Relaxed);
+                self.caught_up(log);
             }
+            lock(&self.state).running = false;
+            self.wake.notify_all();
         }
     }
 }
@@ -161,5 +199,35 @@ mod tests {
             vault_bytes > 12 * 1024 * 1024,
             "only {vault_bytes} bytes of 25 MiB were copied back into the vault file"
         );
+    }
+}
+
+#[cfg(test)]
+mod growth_tests {
+    use crate::model::id::ObjectId;
+    use crate::store::{SqliteStore, Store};
+
+    /// A writer that never pauses must not starve the checkpoints: the log is reused from
+    /// its start once copied back, so its file stays far below what was written.
+    #[test]
+    fn continuous_commits_keep_the_log_bounded() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("v.avfs");
+        let store = SqliteStore::create(&path).expect("create");
+        let chunk = vec![3u8; 64 * 1024];
+        for i in 0u32..2400 {
+            let mut data = chunk.clone();
+            data[..4].copy_from_slice(&i.to_le_bytes());
+            let id = ObjectId::of(&data);
+            store
+                .write_with(&mut |tx| tx.put_object(&id, 1, &data))
+                .expect("write");
+        }
+        let wal = std::fs::metadata(dir.path().join("v.avfs-wal"))
+            .expect("stat log")
+            .len();
+        // 150 MiB written; the log stops at the writer's own limit (32 MiB) plus a commit.
+        assert!(wal < 40 * 1024 * 1024, "log grew to {wal} bytes");
+        drop(store);
     }
 }
