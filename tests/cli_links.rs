@@ -149,6 +149,7 @@ fn links_survive_checkpoints_restore_undo_and_forks() {
     env.data(&common::sel(Some("task"), &["ln", "a", "c"]));
     assert_eq!(nlink(&env, Some("task"), "b"), 3);
     assert_eq!(nlink(&env, None, "b"), 2);
+    assert_eq!(env.data(&["vault", "check"])["ok"], true);
 }
 
 #[test]
@@ -258,4 +259,5 @@ fn host_hard_links_round_trip_through_import_and_export() {
         .collect();
     names.sort();
     assert_eq!(names, ["alone", "one", "sub"]);
+    assert_eq!(env.data(&["vault", "check"])["ok"], true);
 }

@@ -340,3 +340,42 @@ pub(crate) fn reconcile_merge(
     }
     store_dir(w, merged, entries)
 }
+
+/// Problems with the hard links of one state: a name whose inode is missing, an inode
+/// whose link count differs from its names, an inode without names. Walks the state when
+/// it has hard links; free otherwise.
+pub(crate) fn verify(view: &View<'_>) -> Result<Vec<String>> {
+    let dir = inodes_dir();
+    let Some((node, overlaid)) = view.lookup_raw(&dir)? else {
+        return Ok(Vec::new());
+    };
+    let mut names: BTreeMap<u64, u64> = BTreeMap::new();
+    let mut problems = Vec::new();
+    view.walk_raw(&VPath::root(), &mut |p, n| {
+        if let NodeKind::Link { inode } = n.kind {
+            *names.entry(inode).or_default() += 1;
+            if is_reserved(p) {
+                problems.push(format!("hard-link name {p} inside the reserved directory"));
+            }
+        }
+        Ok(())
+    })?;
+    for c in view.children_raw(&dir, &node, overlaid)? {
+        let inode = u64::from_str_radix(&c.name, 16).ok();
+        let count = inode.and_then(|i| names.remove(&i)).unwrap_or(0);
+        match c.node.kind {
+            NodeKind::Inode { nlink, .. } if nlink == count && count > 0 => {}
+            NodeKind::Inode { nlink, .. } => problems.push(format!(
+                "hard-linked inode {} has link count {nlink} but {count} names",
+                c.name
+            )),
+            _ => problems.push(format!("reserved entry {} is not an inode", c.name)),
+        }
+    }
+    for inode in names.keys() {
+        problems.push(format!(
+            "hard-link names of inode {inode:016x}, which is missing"
+        ));
+    }
+    Ok(problems)
+}

@@ -724,8 +724,13 @@ impl MountSession {
             self.move_paths(&from, &to);
             self.move_paths(&tmp, &from);
         } else {
+            let replaced = lock(&self.inodes).by_path.get(&to).copied();
             self.forget_path(&to);
             self.move_paths(&from, &to);
+            // A hard-linked file replaced under one name has one name less.
+            if let Some(ino) = replaced {
+                self.refresh_link_count(ino)?;
+            }
         }
         Ok(())
     }
