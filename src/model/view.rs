@@ -208,7 +208,7 @@ impl<'a> View<'a> {
         }
         for c in &mut out {
             if matches!(c.node.kind, NodeKind::Link { .. }) {
-                c.node = self.resolve(std::mem::replace(&mut c.node, Node::empty_dir(0, 0)))?;
+                c.node = self.resolve(c.node.clone())?;
             }
         }
         Ok(out)
