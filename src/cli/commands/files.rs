@@ -102,7 +102,7 @@ A hard link (the default) is another name for a regular file: both names show th
 content, mode, owner, times and xattrs, a change through one is seen through the other, \
 and removing one leaves the rest. Directories, symlinks and FIFOs cannot be hard-linked \
 (error kind hard_link_not_allowed). Examples:
-  avfs ln notes.txt notes-again.txt      hard link: `avfs stat` shows nlink 2
+  avfs ln notes.txt notes-again.txt      hard link: `avfs stat` shows 2 links
   avfs ln -s ../shared/config cfg        symbolic link, target stored verbatim")]
 pub struct LnArgs {
     /// Create a symbolic link instead of a hard link.
