@@ -177,6 +177,28 @@ fn merge_combines_link_changes_from_both_sides() {
 }
 
 #[test]
+fn merge_conflicts_on_a_linked_file_name_its_links() {
+    let env = TestEnv::with_vault("v");
+    env.write(None, "a", b"base\n");
+    env.data(&["ln", "a", "b"]);
+    env.data(&["vault", "fork", "v", "task"]);
+    env.write(Some("task"), "b", b"fork\n");
+    env.write(None, "a", b"parent\n");
+    let before = env.state(None);
+    let e = env.err(&["merge", "task"], "merge_conflict");
+    let conflicts = &e["details"]["conflicts"];
+    assert_eq!(paths(conflicts), ["/a", "/b"], "{e}");
+    assert_eq!(conflicts[0]["ours"], "modified");
+    assert_eq!(conflicts[0]["theirs"], "modified");
+    assert_eq!(env.state(None), before);
+    // Resolved with the fork's side, both names show it.
+    env.data(&["merge", "task", "--strategy", "theirs"]);
+    assert_eq!(env.cat(None, "a"), b"fork\n");
+    assert_eq!(nlink(&env, None, "a"), 2);
+    assert_eq!(env.data(&["vault", "check"])["ok"], true);
+}
+
+#[test]
 fn diff_names_the_links_not_the_shared_inode() {
     let env = TestEnv::with_vault("v");
     for i in 0..20 {

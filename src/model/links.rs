@@ -7,6 +7,8 @@
 use std::collections::BTreeMap;
 
 use super::fold::{store_dir, store_root};
+use super::id::ObjectId;
+use super::merge::Conflict;
 use super::node::{LinkInfo, Node, NodeKind};
 use super::path::VPath;
 use super::view::{ObjectCache, View};
@@ -378,4 +380,49 @@ pub(crate) fn verify(view: &View<'_>) -> Result<Vec<String>> {
         ));
     }
     Ok(problems)
+}
+
+/// Merge conflicts on a hard-linked file are found at its inode; report them under its
+/// names in either state instead (a walk, only when there is such a conflict).
+pub(crate) fn name_conflicts(
+    r: &dyn StoreRead,
+    cache: &ObjectCache,
+    roots: [ObjectId; 2],
+    conflicts: Vec<Conflict>,
+) -> Result<Vec<Conflict>> {
+    let prefix = format!("{}/", inodes_dir().display());
+    if !conflicts.iter().any(|c| c.path.starts_with(&prefix)) {
+        return Ok(conflicts);
+    }
+    let mut names: BTreeMap<u64, std::collections::BTreeSet<String>> = BTreeMap::new();
+    for root in roots {
+        View {
+            r,
+            cache,
+            overlay: None,
+            base: root,
+        }
+        .walk_raw(&VPath::root(), &mut |p, n| {
+            if let NodeKind::Link { inode } = n.kind {
+                names.entry(inode).or_default().insert(p.display());
+            }
+            Ok(())
+        })?;
+    }
+    let mut out = Vec::new();
+    for c in conflicts {
+        let inode = c
+            .path
+            .strip_prefix(&prefix)
+            .and_then(|hex| u64::from_str_radix(hex, 16).ok());
+        match inode.and_then(|i| names.get(&i)) {
+            Some(paths) => out.extend(paths.iter().map(|p| Conflict {
+                path: p.clone(),
+                ..c.clone()
+            })),
+            None => out.push(c),
+        }
+    }
+    out.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(out)
 }

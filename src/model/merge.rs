@@ -283,6 +283,8 @@ impl Vault {
                 )?
                 .ok_or_else(|| Error::Storage("merge removed the root".into()))?;
             let (conflicts, text_merged) = (m.conflicts, m.text_merged);
+            let conflicts =
+                links::name_conflicts(&*e.w, cache, [ours_root, theirs_root], conflicts)?;
             let merged = links::reconcile_merge(e.w, cache, merged, &base, &ours, &theirs)?;
             let merged_root = store_root(e.w, &merged)?;
             if !conflicts.is_empty() && strategy == MergeStrategy::Fail && !dry_run {
