@@ -78,6 +78,13 @@ fn ln_gives_a_file_a_second_name() {
     assert_eq!(nlink(&env, None, "moved.txt"), 2);
     env.data(&["cp", "moved.txt", "copy.txt"]);
     assert_eq!(nlink(&env, None, "copy.txt"), 1);
+    // Copying onto one of the names writes the shared file, as cp(1) does.
+    env.write(None, "other.txt", b"copied over");
+    env.data(&["cp", "other.txt", "moved.txt"]);
+    assert_eq!(nlink(&env, None, "moved.txt"), 2);
+    assert_eq!(env.cat(None, "b.txt"), b"copied over");
+    env.data(&["cp", "copy.txt", "moved.txt"]);
+    env.data(&["rm", "other.txt"]);
     env.write(None, "copy.txt", b"independent");
     assert_eq!(env.cat(None, "b.txt"), b"written via b!");
     env.data(&["mkdir", "tree"]);

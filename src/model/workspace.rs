@@ -1014,10 +1014,14 @@ impl<'a> Edit<'a> {
             };
             self.account(f as i64 - tf as i64, b as i64 - tb as i64)?;
         }
+        let is_dir = node.is_dir();
         self.put_node(&target, node)?;
         self.move_rows(below, src, &target)?;
-        // Like cp -r: hard-linked names in the copy become files of their own.
-        self.unshare_links_below(&target)?;
+        if is_dir {
+            // Like cp -r: hard-linked names in the copied tree become files of their own.
+            // (A file copied onto a name of a linked file writes that file, as cp does.)
+            self.unshare_links_below(&target)?;
+        }
         Ok(target)
     }
 
