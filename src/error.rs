@@ -49,6 +49,8 @@ pub enum Error {
     DirectoryNotEmpty { path: String },
     #[error("invalid path `{path}`: {reason}")]
     InvalidPath { path: String, reason: String },
+    #[error("cannot hard-link `{path}`: {reason}")]
+    HardLinkNotAllowed { path: String, reason: String },
     #[error("invalid name `{name}`: {reason}")]
     InvalidName { name: String, reason: String },
     #[error("invalid argument: {message}")]
@@ -164,6 +166,7 @@ impl Error {
             Error::IsADirectory { .. } => "is_a_directory",
             Error::DirectoryNotEmpty { .. } => "directory_not_empty",
             Error::InvalidPath { .. } => "invalid_path",
+            Error::HardLinkNotAllowed { .. } => "hard_link_not_allowed",
             Error::InvalidName { .. } => "invalid_name",
             Error::InvalidArgument { .. } => "invalid_argument",
             Error::QuotaExceeded { .. } => "quota_exceeded",
@@ -206,7 +209,9 @@ impl Error {
             | Error::NotADirectory { path }
             | Error::IsADirectory { path }
             | Error::DirectoryNotEmpty { path } => json!({ "path": path }),
-            Error::InvalidPath { path, reason } => json!({ "path": path, "reason": reason }),
+            Error::InvalidPath { path, reason } | Error::HardLinkNotAllowed { path, reason } => {
+                json!({ "path": path, "reason": reason })
+            }
             Error::InvalidName { name, reason } => json!({ "name": name, "reason": reason }),
             Error::QuotaExceeded {
                 quota,
@@ -257,6 +262,7 @@ impl Error {
             | Error::IsADirectory { .. }
             | Error::DirectoryNotEmpty { .. }
             | Error::InvalidPath { .. }
+            | Error::HardLinkNotAllowed { .. }
             | Error::InvalidName { .. }
             | Error::InvalidArgument { .. } => exit::INVALID,
             Error::QuotaExceeded { .. } => exit::QUOTA,

@@ -29,6 +29,7 @@ fn every_command_in_the_schema_is_exercised_and_valid() {
     let host = env.host("host-src");
     fs::create_dir_all(host.join("sub")).unwrap();
     fs::write(host.join("sub/h.txt"), b"from host\n").unwrap();
+    fs::hard_link(host.join("sub/h.txt"), host.join("h-link.txt")).unwrap();
 
     env.data(&["vault", "create", "c"]);
     env.data(&["vault", "create", "other"]);
@@ -42,6 +43,8 @@ fn every_command_in_the_schema_is_exercised_and_valid() {
     env.data(&["cp", "a.txt", "d/copy.txt"]);
     env.data(&["mv", "d/copy.txt", "d/e/moved.txt"]);
     env.data(&["ln", "-s", "a.txt", "link"]);
+    let hard = env.data(&["ln", "a.txt", "hard.txt"]);
+    assert_eq!(hard["nlink"], 2);
     env.data(&["chmod", "600", "a.txt"]);
     env.data(&["tree", "-L", "2"]);
     env.data(&["stat", "link"]);

@@ -76,6 +76,9 @@ fn observe(v: &agentvfs::model::View<'_>) -> Tree {
                 NodeKind::File { .. } => Obs::File(n.attrs.mode, v.read_node(&n).unwrap()),
                 NodeKind::Symlink { target } => Obs::Symlink(target.clone()),
                 NodeKind::Fifo => Obs::Fifo(n.attrs.mode),
+                NodeKind::Link { .. } | NodeKind::Inode { .. } => {
+                    panic!("a view handed out a stored hard-link node at {p}")
+                }
             };
             (p.display(), obs)
         })

@@ -260,6 +260,52 @@ fn scenario(root: &Path) -> Log {
             .is_fifo()
     }));
 
+    // hard links: two names, one inode
+    fs::write(p("h1"), b"first").unwrap();
+    note(format!(
+        "link {}",
+        errno_of(fs::hard_link(p("h1"), p("h2")))
+    ));
+    fs::write(p("h2"), b"written via h2").unwrap();
+    note(format!("read via h1 {:?}", fs::read(p("h1")).unwrap()));
+    let (m1, m2) = (
+        fs::metadata(p("h1")).unwrap(),
+        fs::metadata(p("h2")).unwrap(),
+    );
+    note(format!(
+        "nlink {} {} same ino {}",
+        m1.nlink(),
+        m2.nlink(),
+        m1.ino() == m2.ino()
+    ));
+    fs::set_permissions(p("h1"), fs::Permissions::from_mode(0o640)).unwrap();
+    note(format!(
+        "chmod via h1, mode of h2 {:o}",
+        fs::metadata(p("h2")).unwrap().mode() & 0o7777
+    ));
+    note(format!(
+        "link over existing {}",
+        errno_of(fs::hard_link(p("h1"), p("h2")))
+    ));
+    note(format!(
+        "link a directory {}",
+        errno_of(fs::hard_link(p("d"), p("dlink")))
+    ));
+    fs::hard_link(p("h2"), p("d/h3")).unwrap();
+    note(format!(
+        "third name nlink {}",
+        fs::metadata(p("h1")).unwrap().nlink()
+    ));
+    fs::remove_file(p("h1")).unwrap();
+    fs::remove_file(p("d/h3")).unwrap();
+    let m2 = fs::metadata(p("h2")).unwrap();
+    note(format!(
+        "after unlinking the others {:?} nlink {} exists {}",
+        fs::read(p("h2")).unwrap(),
+        m2.nlink(),
+        p("h1").exists()
+    ));
+
     // directory listing, sorted
     let mut names: Vec<String> = fs::read_dir(root)
         .unwrap()
@@ -281,6 +327,39 @@ fn posix_semantics_match_native() {
         assert_eq!(e, a, "step {i} differs (native vs mount)");
     }
     assert_eq!(expected.len(), actual.len());
+}
+
+/// `ln` in the mount makes a real hard link in the vault: after unmounting, the CLI shows
+/// two names of one file, and a new mount gives both names one inode again.
+#[test]
+fn hard_links_made_in_the_mount_are_kept_in_the_vault() {
+    let m = Mounted::new("hardlinks");
+    m.sh("printf 'one\\n' > a && ln a b && printf 'two\\n' >> b && mkdir sub && ln b sub/c");
+    m.unmount();
+    let stat = |p: &str| -> serde_json::Value {
+        let out = mount_support::ok(m.avfs(&["--vault", "hardlinks", "--json", "stat", p]));
+        serde_json::from_str::<serde_json::Value>(&out).unwrap()["data"].clone()
+    };
+    for p in ["a", "b", "sub/c"] {
+        assert_eq!(stat(p)["nlink"], 3, "{p}");
+    }
+    let cat = mount_support::ok(m.avfs(&["--vault", "hardlinks", "cat", "sub/c"]));
+    assert_eq!(cat, "one\ntwo\n");
+
+    // Mounted again: one inode number for every name.
+    mount_support::ok(m.avfs(&["mount", "hardlinks", m.dir.to_str().unwrap()]));
+    let (ma, mc) = (
+        fs::metadata(m.dir.join("a")).unwrap(),
+        fs::metadata(m.dir.join("sub/c")).unwrap(),
+    );
+    assert_eq!(ma.ino(), mc.ino());
+    assert_eq!(ma.nlink(), 3);
+    fs::remove_file(m.dir.join("b")).unwrap();
+    assert_eq!(fs::metadata(m.dir.join("a")).unwrap().nlink(), 2);
+    assert_eq!(fs::read(m.dir.join("a")).unwrap(), b"one\ntwo\n");
+    m.unmount();
+    assert_eq!(stat("a")["nlink"], 2);
+    assert_eq!(stat("sub/c")["nlink"], 2);
 }
 
 #[test]

@@ -183,6 +183,18 @@ impl Filesystem for Fs {
         )
     }
 
+    fn link(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        let r = name(newname).and_then(|n| self.0.link(ino.0, newparent.0, n).map_err(e));
+        entry_reply(reply, r)
+    }
+
     fn rmdir(&self, _req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
         empty_reply(
             reply,

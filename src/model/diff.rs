@@ -1,11 +1,14 @@
 //! Differences between two workspace states. Equal subtrees are pruned by id, so the cost
-//! follows what differs, not the size of the trees.
+//! follows what differs, not the size of the trees. Hard-linked files are reported under
+//! their names; when one changed, pruning is off, as an unchanged subtree may hold a name
+//! of it (the cost then follows the size of the trees).
 
 use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
 
 use super::id::ObjectId;
+use super::links;
 use super::node::{Node, NodeKind};
 use super::path::VPath;
 use super::vault::Vault;
@@ -173,9 +176,11 @@ pub fn diff_views(a: &View<'_>, b: &View<'_>) -> Result<Vec<Change>> {
     let (rb, ob) = b.root()?;
     let mut out = Vec::new();
     let root = VPath::root();
+    let prune = !inodes_differ(a, b)?;
     diff_node(
         a,
         b,
+        prune,
         &root,
         Some(&Child {
             name: String::new(),
@@ -192,9 +197,41 @@ pub fn diff_views(a: &View<'_>, b: &View<'_>) -> Result<Vec<Change>> {
     Ok(detect_renames(out))
 }
 
+/// Whether any hard-linked file differs between the two states (its names aside).
+fn inodes_differ(a: &View<'_>, b: &View<'_>) -> Result<bool> {
+    let dir = links::inodes_dir();
+    let (da, db) = (a.lookup_raw(&dir)?, b.lookup_raw(&dir)?);
+    let files = |v: &View<'_>, d: Option<(Node, bool)>| -> Result<BTreeMap<String, Node>> {
+        let Some((node, overlaid)) = d else {
+            return Ok(BTreeMap::new());
+        };
+        Ok(v.children_raw(&dir, &node, overlaid)?
+            .into_iter()
+            .map(|c| (c.name, c.node))
+            .collect())
+    };
+    if let (Some((x, false)), Some((y, false))) = (&da, &db)
+        && x.kind_eq(y)
+    {
+        return Ok(false);
+    }
+    let (fa, fb) = (files(a, da)?, files(b, db)?);
+    Ok(fa.iter().any(|(name, x)| {
+        fb.get(name).is_some_and(|y| {
+            let (NodeKind::Inode { content: ca, .. }, NodeKind::Inode { content: cb, .. }) =
+                (&x.kind, &y.kind)
+            else {
+                return true;
+            };
+            ca != cb || x.attrs.mode != y.attrs.mode
+        })
+    }))
+}
+
 fn diff_node(
     va: &View<'_>,
     vb: &View<'_>,
+    prune: bool,
     path: &VPath,
     a: Option<&Child>,
     b: Option<&Child>,
@@ -234,7 +271,7 @@ fn diff_node(
                     ));
                 }
                 // Identical trees with no overlay on either side: nothing below differs.
-                if !a.overlaid && !b.overlaid && a.node.kind_eq(&b.node) {
+                if prune && !a.overlaid && !b.overlaid && a.node.kind_eq(&b.node) {
                     return Ok(());
                 }
                 let mut names: BTreeMap<String, (Option<Child>, Option<Child>)> = BTreeMap::new();
@@ -247,7 +284,15 @@ fn diff_node(
                     names.entry(name).or_default().1 = Some(c);
                 }
                 for (name, (ca, cb)) in names {
-                    diff_node(va, vb, &path.join(&name), ca.as_ref(), cb.as_ref(), out)?;
+                    diff_node(
+                        va,
+                        vb,
+                        prune,
+                        &path.join(&name),
+                        ca.as_ref(),
+                        cb.as_ref(),
+                        out,
+                    )?;
                 }
                 Ok(())
             } else {

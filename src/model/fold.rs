@@ -106,7 +106,8 @@ pub(crate) fn store_dir(
     let (mut files, mut bytes) = (0u64, 0u64);
     for n in entries.values() {
         match &n.kind {
-            NodeKind::File { size, .. } => {
+            // A hard-linked file counts once, as its inode; its names count nothing.
+            NodeKind::File { size, .. } | NodeKind::Inode { size, .. } => {
                 files += 1;
                 bytes += size;
             }

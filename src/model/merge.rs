@@ -10,6 +10,7 @@ use serde::Serialize;
 
 use super::diff::{Change, diff_views};
 use super::fold::{fold_overlay, store_dir, store_root};
+use super::links;
 use super::node::{Node, NodeKind, encode_content};
 use super::path::VPath;
 use super::vault::Vault;
@@ -124,6 +125,15 @@ impl Merger<'_, '_> {
         ours: Option<Node>,
         theirs: Option<Node>,
     ) -> Result<Option<Node>> {
+        if let (Some(b), Some(o), Some(t)) = (base, &ours, &theirs)
+            && let (NodeKind::Inode { .. }, NodeKind::Inode { .. }, NodeKind::Inode { .. }) =
+                (&b.kind, &o.kind, &t.kind)
+        {
+            // A hard-linked file merges like a file; `reconcile_merge` sets its link count.
+            let file = |n: &Node| links::as_file(n.clone(), 0);
+            let merged = self.merge(path, Some(&file(b)?), Some(file(o)?), Some(file(t)?))?;
+            return merged.map(|f| links::as_inode(f, 1)).transpose();
+        }
         if same(ours.as_ref(), theirs.as_ref()) || same(base, theirs.as_ref()) {
             return Ok(ours);
         }
@@ -265,9 +275,17 @@ impl Vault {
                 text_merged: Vec::new(),
             };
             let merged = m
-                .merge(&VPath::root(), Some(&base), Some(ours), Some(theirs))?
+                .merge(
+                    &VPath::root(),
+                    Some(&base),
+                    Some(ours.clone()),
+                    Some(theirs.clone()),
+                )?
                 .ok_or_else(|| Error::Storage("merge removed the root".into()))?;
             let (conflicts, text_merged) = (m.conflicts, m.text_merged);
+            let conflicts =
+                links::name_conflicts(&*e.w, cache, [ours_root, theirs_root], conflicts)?;
+            let merged = links::reconcile_merge(e.w, cache, merged, &base, &ours, &theirs)?;
             let merged_root = store_root(e.w, &merged)?;
             if !conflicts.is_empty() && strategy == MergeStrategy::Fail && !dry_run {
                 return Err(Error::MergeConflict { conflicts });

@@ -4,6 +4,7 @@
 pub mod diff;
 mod fold;
 pub mod id;
+mod links;
 pub mod merge;
 pub mod node;
 mod oplog;

@@ -1,5 +1,6 @@
 //! The immutable objects of a vault and the node metadata they carry: file content (one chunk
 //! or a list of fixed-size chunks, with holes for sparse files), directory trees and roots.
+//! Hard links are two stored kinds (`Link`, `Inode`) that a `View` resolves; see `links.rs`.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -102,6 +103,28 @@ pub enum NodeKind {
         target: String,
     },
     Fifo,
+    /// A hard-linked name. Stored only: the file it names is the `Inode` `inode` in the
+    /// reserved directory, and a `View` hands out that file instead, so nothing reading
+    /// through a view ever sees this kind.
+    Link {
+        inode: u64,
+    },
+    /// A regular file with `nlink` names (each a `Link`). Stored only, in the reserved
+    /// directory; views show it as a `File` through its names.
+    Inode {
+        nlink: u64,
+        size: u64,
+        content: Option<ObjectId>,
+    },
+}
+
+/// Where a node resolved through a hard-linked name came from. Never stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LinkInfo {
+    /// Identifies the shared file within its workspace state (stable across checkpoints
+    /// and forks), like `st_ino` on a host file system.
+    pub inode: u64,
+    pub nlink: u64,
 }
 
 /// One file-system node: kind plus metadata. Tags and key/value metadata travel with the node,
@@ -113,6 +136,10 @@ pub struct Node {
     pub xattrs: BTreeMap<String, Vec<u8>>,
     pub tags: BTreeSet<String>,
     pub meta: BTreeMap<String, String>,
+    /// Set when this file was reached through a hard-linked name. Not part of the stored
+    /// encoding (skipped), so writing a resolved node anywhere stores a plain file.
+    #[serde(skip)]
+    pub link: Option<LinkInfo>,
 }
 
 impl Node {
@@ -123,7 +150,13 @@ impl Node {
             xattrs: BTreeMap::new(),
             tags: BTreeSet::new(),
             meta: BTreeMap::new(),
+            link: None,
         }
+    }
+
+    /// Number of names: more than 1 for a hard-linked file, 1 for anything else.
+    pub fn nlink(&self) -> u64 {
+        self.link.map_or(1, |l| l.nlink)
     }
 
     pub fn empty_dir(mode: u32, now: i64) -> Self {
@@ -150,6 +183,7 @@ impl Node {
         match &self.kind {
             NodeKind::File { size, .. } => *size,
             NodeKind::Symlink { target } => target.len() as u64,
+            NodeKind::Inode { size, .. } => *size,
             _ => 0,
         }
     }
@@ -157,7 +191,7 @@ impl Node {
     /// Short type name used in listings and JSON.
     pub fn type_name(&self) -> &'static str {
         match self.kind {
-            NodeKind::File { .. } => "file",
+            NodeKind::File { .. } | NodeKind::Link { .. } | NodeKind::Inode { .. } => "file",
             NodeKind::Dir { .. } => "dir",
             NodeKind::Symlink { .. } => "symlink",
             NodeKind::Fifo => "fifo",
@@ -167,7 +201,7 @@ impl Node {
     /// The id that identifies this node's content (file content or directory tree).
     pub fn content_id(&self) -> Option<ObjectId> {
         match &self.kind {
-            NodeKind::File { content, .. } => *content,
+            NodeKind::File { content, .. } | NodeKind::Inode { content, .. } => *content,
             NodeKind::Dir { tree, .. } => *tree,
             _ => None,
         }
@@ -189,6 +223,8 @@ impl Node {
             (NodeKind::Dir { tree: a, .. }, NodeKind::Dir { tree: b, .. }) => a == b,
             (NodeKind::Symlink { target: a }, NodeKind::Symlink { target: b }) => a == b,
             (NodeKind::Fifo, NodeKind::Fifo) => true,
+            (NodeKind::Link { inode: a }, NodeKind::Link { inode: b }) => a == b,
+            (a @ NodeKind::Inode { .. }, b @ NodeKind::Inode { .. }) => a == b,
             _ => false,
         }
     }
@@ -196,7 +232,7 @@ impl Node {
     /// The full st_mode including the file-type bits.
     pub fn st_mode(&self) -> u32 {
         let ty = match self.kind {
-            NodeKind::File { .. } => 0o100000,
+            NodeKind::File { .. } | NodeKind::Link { .. } | NodeKind::Inode { .. } => 0o100000,
             NodeKind::Dir { .. } => 0o040000,
             NodeKind::Symlink { .. } => 0o120000,
             NodeKind::Fifo => 0o010000,

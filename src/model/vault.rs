@@ -418,7 +418,8 @@ impl Vault {
         Ok(before.saturating_sub(self.store.disk_size()))
     }
 
-    /// Verify every stored object hashes to its id and every referenced object exists.
+    /// Verify every stored object hashes to its id, every referenced object exists, and
+    /// each workspace's hard links are consistent.
     pub fn check(&self) -> Result<CheckReport> {
         self.store.read(|r| {
             let mut problems = Vec::new();
@@ -447,6 +448,23 @@ impl Vault {
                         object: Some(id.to_hex()),
                         problem: format!("cannot be decoded: {e}"),
                     }),
+                }
+            }
+            if problems.is_empty() {
+                // Hard links of each live state (objects are known to be sound by now).
+                for ws in r.workspaces()? {
+                    let view = View {
+                        r,
+                        cache: &self.cache,
+                        overlay: Some(ws.id),
+                        base: ws.base,
+                    };
+                    for problem in super::links::verify(&view)? {
+                        problems.push(Problem {
+                            object: None,
+                            problem: format!("workspace {}: {problem}", ws.name),
+                        });
+                    }
                 }
             }
             for root in roots(r)? {

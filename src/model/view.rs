@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 use super::id::ObjectId;
+use super::links;
 use super::node::{ChunkRef, Node, NodeKind, Tree, kind};
 use super::path::VPath;
 use crate::error::{Error, Result};
@@ -114,9 +115,30 @@ impl<'a> View<'a> {
         }
     }
 
-    /// Resolve `path` (symlinks are not followed). `Ok(None)` if nothing is there;
-    /// `NotADirectory` if a non-final component is not a directory.
+    /// Resolve `path` (symlinks are not followed; a hard-linked name gives its file, with
+    /// `Node::link` set). `Ok(None)` if nothing is there; `NotADirectory` if a non-final
+    /// component is not a directory.
     pub fn lookup(&self, path: &VPath) -> Result<Option<(Node, bool)>> {
+        if links::is_reserved(path) {
+            return Ok(None);
+        }
+        match self.lookup_raw(path)? {
+            Some((node, overlaid)) => Ok(Some((self.resolve(node)?, overlaid))),
+            None => Ok(None),
+        }
+    }
+
+    /// A stored node as readers see it: a hard-linked name becomes its file.
+    pub(crate) fn resolve(&self, node: Node) -> Result<Node> {
+        match node.kind {
+            NodeKind::Link { inode } => links::resolve(self, inode),
+            _ => Ok(node),
+        }
+    }
+
+    /// What is stored at `path`: hard-linked names are not resolved and the reserved
+    /// directory is not hidden. For the model's own bookkeeping.
+    pub(crate) fn lookup_raw(&self, path: &VPath) -> Result<Option<(Node, bool)>> {
         let (mut node, mut overlaid) = self.root()?;
         let mut cur = VPath::root();
         for comp in path.components() {
@@ -177,8 +199,28 @@ impl<'a> View<'a> {
         self.children(path, &node, overlaid)
     }
 
-    /// Entries of an already-resolved directory node.
+    /// Entries of an already-resolved directory node, as readers see them: hard-linked
+    /// names resolved, the reserved directory left out.
     pub fn children(&self, path: &VPath, node: &Node, overlaid: bool) -> Result<Vec<Child>> {
+        let mut out = self.children_raw(path, node, overlaid)?;
+        if path.is_root() {
+            out.retain(|c| c.name != links::INODES_DIR);
+        }
+        for c in &mut out {
+            if matches!(c.node.kind, NodeKind::Link { .. }) {
+                c.node = self.resolve(c.node.clone())?;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Entries of a directory node as stored (see `lookup_raw`).
+    pub(crate) fn children_raw(
+        &self,
+        path: &VPath,
+        node: &Node,
+        overlaid: bool,
+    ) -> Result<Vec<Child>> {
         let NodeKind::Dir { tree, .. } = &node.kind else {
             return Err(Error::NotADirectory {
                 path: path.display(),
@@ -348,14 +390,42 @@ impl<'a> View<'a> {
         Ok(())
     }
 
+    /// Visit every stored node below `path`, including `path`, as `lookup_raw` sees them.
+    pub(crate) fn walk_raw(
+        &self,
+        path: &VPath,
+        f: &mut dyn FnMut(&VPath, &Node) -> Result<()>,
+    ) -> Result<()> {
+        fn walk(
+            v: &View<'_>,
+            path: &VPath,
+            node: &Node,
+            overlaid: bool,
+            f: &mut dyn FnMut(&VPath, &Node) -> Result<()>,
+        ) -> Result<()> {
+            f(path, node)?;
+            if node.is_dir() {
+                for c in v.children_raw(path, node, overlaid)? {
+                    walk(v, &path.join(&c.name), &c.node, c.overlaid, f)?;
+                }
+            }
+            Ok(())
+        }
+        match self.lookup_raw(path)? {
+            Some((node, overlaid)) => walk(self, path, &node, overlaid, f),
+            None => Ok(()),
+        }
+    }
+
     /// Regular-file count and bytes of the subtree at a resolved node.
+    /// A hard-linked file counts once, as its `Inode`: its names (`Link`) count nothing.
     pub(crate) fn totals(&self, path: &VPath, node: &Node, overlaid: bool) -> Result<(u64, u64)> {
         match &node.kind {
-            NodeKind::File { size, .. } => Ok((1, *size)),
+            NodeKind::File { size, .. } | NodeKind::Inode { size, .. } => Ok((1, *size)),
             NodeKind::Dir { files, bytes, .. } if !overlaid => Ok((*files, *bytes)),
             NodeKind::Dir { .. } => {
                 let mut t = (0, 0);
-                for c in self.children(path, node, overlaid)? {
+                for c in self.children_raw(path, node, overlaid)? {
                     let (f, b) = self.totals(&path.join(&c.name), &c.node, c.overlaid)?;
                     t = (t.0 + f, t.1 + b);
                 }

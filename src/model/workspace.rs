@@ -8,6 +8,7 @@ use serde::Serialize;
 
 use super::fold::fold_overlay;
 use super::id::ObjectId;
+use super::links;
 use super::node::{Node, NodeKind, encode_content};
 use super::now_ns;
 use super::path::VPath;
@@ -562,7 +563,7 @@ impl<'a> Edit<'a> {
     }
 
     /// Apply a change of the workspace totals, checking quotas before anything is written.
-    fn account(&mut self, files: i64, bytes: i64) -> Result<()> {
+    pub(super) fn account(&mut self, files: i64, bytes: i64) -> Result<()> {
         let nf = (self.ws.files as i64 + files).max(0) as u64;
         let nb = (self.ws.bytes as i64 + bytes).max(0) as u64;
         if files > 0 || bytes > 0 {
@@ -576,7 +577,7 @@ impl<'a> Edit<'a> {
         Ok(())
     }
 
-    fn put_raw(&mut self, path: &VPath, node: Option<&Node>) -> Result<()> {
+    pub(super) fn put_raw(&mut self, path: &VPath, node: Option<&Node>) -> Result<()> {
         let parent = path.parent().unwrap_or_default();
         let bytes = match node {
             Some(n) => Some(postcard::to_stdvec(n).map_err(|e| Error::Storage(e.to_string()))?),
@@ -588,7 +589,7 @@ impl<'a> Edit<'a> {
 
     /// Make `dir` and its ancestors overlay entries (copied from the base where needed)
     /// and return the directory's node.
-    fn ensure_dir(&mut self, dir: &VPath) -> Result<Node> {
+    pub(super) fn ensure_dir(&mut self, dir: &VPath) -> Result<Node> {
         let mut chain = dir.ancestors();
         chain.push(dir.clone());
         let mut parent: Option<Node> = None;
@@ -630,19 +631,19 @@ impl<'a> Edit<'a> {
     }
 
     /// Mark a directory's contents as changed now.
-    fn touch_dir(&mut self, dir: &VPath) -> Result<()> {
+    pub(super) fn touch_dir(&mut self, dir: &VPath) -> Result<()> {
         let node = self.ensure_dir(dir)?;
         self.stamp_dir(dir, node)
     }
 
     /// Store an already-overlaid directory node with its times set to now.
-    fn stamp_dir(&mut self, dir: &VPath, mut node: Node) -> Result<()> {
+    pub(super) fn stamp_dir(&mut self, dir: &VPath, mut node: Node) -> Result<()> {
         node.attrs.mtime = self.now;
         node.attrs.ctime = self.now;
         self.put_raw(dir, Some(&node))
     }
 
-    fn parent_of(path: &VPath) -> Result<VPath> {
+    pub(super) fn parent_of(path: &VPath) -> Result<VPath> {
         path.parent().ok_or_else(|| Error::InvalidPath {
             path: "/".into(),
             reason: "the workspace root cannot be changed this way".into(),
@@ -661,10 +662,31 @@ impl<'a> Edit<'a> {
 
     /// Put `node` at `path`, replacing what is there. Parents must exist. Quotas are checked
     /// against the totals the change produces before anything is written.
+    /// A regular file put over a hard-linked name changes the shared file (as writing
+    /// through that name does); anything else replaces the name, which the file loses.
     pub fn put_node(&mut self, path: &VPath, node: Node) -> Result<()> {
+        links::refuse_reserved(path)?;
         let parent = Self::parent_of(path)?;
         let parent_node = self.ensure_dir(&parent)?;
-        let old = self.view().lookup(path)?;
+        let old = self.view().lookup_raw(path)?;
+        if let Some((
+            Node {
+                kind: NodeKind::Link { inode },
+                ..
+            },
+            _,
+        )) = &old
+        {
+            if node.is_file() {
+                return self.write_inode(*inode, node);
+            }
+            self.release(*inode)?;
+        }
+        if let Some((n, _)) = &old
+            && n.is_dir()
+        {
+            self.release_links_below(path)?;
+        }
         let (of, ob) = match &old {
             Some((n, o)) => self.view().totals(path, n, *o)?,
             None => (0, 0),
@@ -784,14 +806,12 @@ impl<'a> Edit<'a> {
     }
 
     /// Remove a file, symlink or (with `recursive`, or when empty) a directory.
+    /// A hard-linked name is one name less for its file, which goes with its last name.
     pub fn remove(&mut self, path: &VPath, recursive: bool) -> Result<()> {
         let parent = Self::parent_of(path)?;
-        let (node, overlaid) = self
-            .view()
-            .lookup(path)?
-            .ok_or_else(|| Error::PathNotFound {
-                path: path.display(),
-            })?;
+        let (node, overlaid) = self.stored(path)?.ok_or_else(|| Error::PathNotFound {
+            path: path.display(),
+        })?;
         if node.is_dir() && !recursive && !self.view().children(path, &node, overlaid)?.is_empty() {
             return Err(Error::DirectoryNotEmpty {
                 path: path.display(),
@@ -799,12 +819,17 @@ impl<'a> Edit<'a> {
         }
         let (f, b) = self.view().totals(path, &node, overlaid)?;
         self.account(-(f as i64), -(b as i64))?;
+        match node.kind {
+            NodeKind::Link { inode } => self.release(inode)?,
+            NodeKind::Dir { .. } => self.release_links_below(path)?,
+            _ => {}
+        }
         self.unlink_entry(&parent, path)?;
         self.touch_dir(&parent)
     }
 
     /// Drop `path` (and anything overlaid below it) from the workspace.
-    fn unlink_entry(&mut self, parent: &VPath, path: &VPath) -> Result<()> {
+    pub(super) fn unlink_entry(&mut self, parent: &VPath, path: &VPath) -> Result<()> {
         let parent_node = self.ensure_dir(parent)?;
         self.w.overlay_delete_below(self.ws.id, path.as_str())?;
         let in_base = match &parent_node.kind {
@@ -821,12 +846,10 @@ impl<'a> Edit<'a> {
     /// Move `src` to `dst`, replacing a file or an empty directory at `dst` like rename(2).
     pub fn rename(&mut self, src: &VPath, dst: &VPath) -> Result<()> {
         let (src_parent, dst_parent) = (Self::parent_of(src)?, Self::parent_of(dst)?);
-        let (mut node, overlaid) = self
-            .view()
-            .lookup(src)?
-            .ok_or_else(|| Error::PathNotFound {
-                path: src.display(),
-            })?;
+        links::refuse_reserved(dst)?;
+        let (mut node, overlaid) = self.stored(src)?.ok_or_else(|| Error::PathNotFound {
+            path: src.display(),
+        })?;
         if src == dst {
             return Ok(());
         }
@@ -837,7 +860,23 @@ impl<'a> Edit<'a> {
             });
         }
         self.ensure_dir(&dst_parent)?;
-        if let Some((d, d_overlaid)) = self.view().lookup(dst)? {
+        let replaced = self.view().lookup_raw(dst)?;
+        if let (
+            NodeKind::Link { inode: a },
+            Some((
+                Node {
+                    kind: NodeKind::Link { inode: b },
+                    ..
+                },
+                _,
+            )),
+        ) = (&node.kind, &replaced)
+            && a == b
+        {
+            // Two names of one file: rename(2) does nothing.
+            return Ok(());
+        }
+        if let Some((d, d_overlaid)) = replaced {
             if d.is_dir() {
                 if !node.is_dir() {
                     return Err(Error::IsADirectory {
@@ -856,6 +895,9 @@ impl<'a> Edit<'a> {
             }
             let (f, b) = self.view().totals(dst, &d, d_overlaid)?;
             self.account(-(f as i64), -(b as i64))?;
+            if let NodeKind::Link { inode } = d.kind {
+                self.release(inode)?;
+            }
         }
         let below = if overlaid && node.is_dir() {
             self.w.overlay_below(self.ws.id, src.as_str())?
@@ -864,7 +906,9 @@ impl<'a> Edit<'a> {
         };
         self.unlink_entry(&src_parent, src)?;
         self.w.overlay_delete_below(self.ws.id, dst.as_str())?;
-        node.attrs.ctime = self.now;
+        if !matches!(node.kind, NodeKind::Link { .. }) {
+            node.attrs.ctime = self.now;
+        }
         self.ensure_dir(&dst_parent)?;
         self.put_raw(dst, Some(&node))?;
         self.move_rows(below, src, dst)?;
@@ -876,8 +920,8 @@ impl<'a> Edit<'a> {
     pub fn exchange(&mut self, a: &VPath, b: &VPath) -> Result<()> {
         let (pa, pb) = (Self::parent_of(a)?, Self::parent_of(b)?);
         let missing = |p: &VPath| Error::PathNotFound { path: p.display() };
-        let (na, oa) = self.view().lookup(a)?.ok_or_else(|| missing(a))?;
-        let (nb, ob) = self.view().lookup(b)?.ok_or_else(|| missing(b))?;
+        let (na, oa) = self.stored(a)?.ok_or_else(|| missing(a))?;
+        let (nb, ob) = self.stored(b)?.ok_or_else(|| missing(b))?;
         if a == b {
             return Ok(());
         }
@@ -970,8 +1014,14 @@ impl<'a> Edit<'a> {
             };
             self.account(f as i64 - tf as i64, b as i64 - tb as i64)?;
         }
+        let is_dir = node.is_dir();
         self.put_node(&target, node)?;
         self.move_rows(below, src, &target)?;
+        if is_dir {
+            // Like cp -r: hard-linked names in the copied tree become files of their own.
+            // (A file copied onto a name of a linked file writes that file, as cp does.)
+            self.unshare_links_below(&target)?;
+        }
         Ok(target)
     }
 
@@ -989,6 +1039,10 @@ impl<'a> Edit<'a> {
             })?;
         f(&mut node)?;
         node.attrs.ctime = self.now;
+        if let Some(l) = node.link {
+            self.write_inode(l.inode, node.clone())?;
+            return Ok(node);
+        }
         if path.is_root() {
             self.ensure_dir(path)?;
             self.put_raw(path, Some(&node))?;

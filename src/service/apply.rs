@@ -46,7 +46,8 @@ fn host_matches(v: &View<'_>, host: &Path, node: Option<&Node>) -> Result<bool> 
         (None, None) => true,
         (None, Some(_)) | (Some(_), None) => false,
         (Some(n), Some(m)) => match &n.kind {
-            NodeKind::File { .. } => {
+            // Views hand out hard-linked names as files; the stored kinds never get here.
+            NodeKind::File { .. } | NodeKind::Link { .. } | NodeKind::Inode { .. } => {
                 m.is_file()
                     && m.permissions().mode() & 0o7777 == n.attrs.mode
                     && fs::read(host).map_err(|e| Error::io("reading", host, e))?
@@ -201,7 +202,7 @@ fn write_node(v: &View<'_>, hp: &Path, node: &Node) -> Result<()> {
     }
     match &node.kind {
         NodeKind::Dir { .. } => fs::create_dir_all(hp).map_err(|e| Error::io("creating", hp, e))?,
-        NodeKind::File { .. } => {
+        NodeKind::File { .. } | NodeKind::Link { .. } | NodeKind::Inode { .. } => {
             fs::write(hp, v.read_node(node)?).map_err(|e| Error::io("writing", hp, e))?;
         }
         NodeKind::Symlink { target } => {

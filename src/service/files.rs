@@ -19,6 +19,8 @@ pub struct NodeInfo {
     pub size: u64,
     /// Permission bits, e.g. 493 for 0o755.
     pub mode: u32,
+    /// Number of names of the node: more than 1 for a hard-linked file.
+    pub nlink: u64,
     /// `ls -l` style, e.g. `-rwxr-xr-x`.
     pub mode_string: String,
     pub uid: u32,
@@ -48,6 +50,7 @@ impl NodeInfo {
             kind: node.type_name().into(),
             size: node.size(),
             mode: node.attrs.mode,
+            nlink: node.nlink(),
             mode_string: mode_string(node),
             uid: node.attrs.uid,
             gid: node.attrs.gid,
@@ -78,7 +81,7 @@ impl NodeInfo {
 /// `drwxr-xr-x` style mode string, with setuid/setgid/sticky letters.
 pub fn mode_string(node: &Node) -> String {
     let ty = match node.kind {
-        NodeKind::File { .. } => '-',
+        NodeKind::File { .. } | NodeKind::Link { .. } | NodeKind::Inode { .. } => '-',
         NodeKind::Dir { .. } => 'd',
         NodeKind::Symlink { .. } => 'l',
         NodeKind::Fifo => 'p',

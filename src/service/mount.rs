@@ -4,7 +4,7 @@
 //! never one per `write()`. The FUSE adapter only translates calls; every rule is here.
 //! Errors are errno values.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -33,6 +33,7 @@ pub fn errno(e: &Error) -> Errno {
         Error::IsADirectory { .. } => E::ISDIR,
         Error::DirectoryNotEmpty { .. } => E::NOTEMPTY,
         Error::AlreadyExists { .. } => E::EXIST,
+        Error::HardLinkNotAllowed { .. } => E::PERM,
         Error::QuotaExceeded { .. } => E::DQUOT,
         Error::InvalidPath { .. } | Error::InvalidName { .. } | Error::InvalidArgument { .. } => {
             E::INVAL
@@ -92,10 +93,16 @@ pub struct FsStats {
 
 #[derive(Default)]
 struct Inodes {
-    /// `None` once the path was unlinked (open handles may still use the inode).
+    /// `None` once the path was unlinked (open handles may still use the inode). For a
+    /// hard-linked file: any one of its names.
     by_ino: HashMap<u64, Option<VPath>>,
     /// Sorted, so a subtree is one range scan (unlink, rmdir and rename of a directory).
     by_path: BTreeMap<VPath, u64>,
+    /// Hard-linked files: the model's inode number to ours, so every name of one file has
+    /// one inode here too.
+    by_link: HashMap<u64, u64>,
+    /// Hard-linked files: the names seen so far, so unlinking one leaves `by_ino` on another.
+    names: HashMap<u64, BTreeSet<VPath>>,
     next: u64,
 }
 
@@ -167,7 +174,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 fn kind_of(n: &Node) -> AttrKind {
     match n.kind {
-        NodeKind::File { .. } => AttrKind::File,
+        NodeKind::File { .. } | NodeKind::Link { .. } | NodeKind::Inode { .. } => AttrKind::File,
         NodeKind::Dir { .. } => AttrKind::Dir,
         NodeKind::Symlink { .. } => AttrKind::Symlink,
         NodeKind::Fifo => AttrKind::Fifo,
@@ -185,7 +192,7 @@ fn attr_of(ino: u64, n: &Node) -> Attr {
         atime: n.attrs.atime,
         mtime: n.attrs.mtime,
         ctime: n.attrs.ctime,
-        nlink: if n.is_dir() { 2 } else { 1 },
+        nlink: if n.is_dir() { 2 } else { n.nlink() as u32 },
     }
 }
 
@@ -384,7 +391,9 @@ impl MountSession {
         let generation = self.generation.load(Ordering::SeqCst);
         let node = self.read(|v| v.get(path))?;
         let mut nodes = lock(&self.nodes);
-        if self.generation.load(Ordering::SeqCst) == generation {
+        // A hard-linked file also changes through its other names, which a change to this
+        // path would not drop: never cached.
+        if node.link.is_none() && self.generation.load(Ordering::SeqCst) == generation {
             if nodes.len() >= NODE_CACHE_LIMIT {
                 nodes.clear();
             }
@@ -410,6 +419,41 @@ impl MountSession {
         inodes.by_ino.insert(ino, Some(path.clone()));
         inodes.by_path.insert(path.clone(), ino);
         ino
+    }
+
+    /// The inode of a name of hard-linked file `link` (the model's inode number): the one
+    /// its other names have.
+    fn ino_for_linked(&self, path: &VPath, link: u64) -> u64 {
+        let mut inodes = lock(&self.inodes);
+        let ino = match inodes.by_link.get(&link) {
+            Some(i) => *i,
+            None => {
+                let ino = match inodes.by_path.get(path) {
+                    Some(i) => *i,
+                    None => {
+                        inodes.next += 1;
+                        inodes.next - 1
+                    }
+                };
+                inodes.by_link.insert(link, ino);
+                ino
+            }
+        };
+        inodes.by_path.insert(path.clone(), ino);
+        inodes.names.entry(ino).or_default().insert(path.clone());
+        let current = inodes.by_ino.entry(ino).or_insert(None);
+        if current.is_none() {
+            *current = Some(path.clone());
+        }
+        ino
+    }
+
+    /// The inode of `path`, whose node is `node`.
+    fn ino_of(&self, path: &VPath, node: &Node) -> u64 {
+        match node.link {
+            Some(l) => self.ino_for_linked(path, l.inode),
+            None => self.ino_for(path),
+        }
     }
 
     /// `path` and everything below it that has an inode.
@@ -439,7 +483,12 @@ impl MountSession {
         let mut inodes = lock(&self.inodes);
         for (p, ino) in Self::subtree(&inodes, path) {
             inodes.by_path.remove(&p);
-            inodes.by_ino.insert(ino, None);
+            // A hard-linked file lives on under another name.
+            let other = inodes.names.get_mut(&ino).and_then(|names| {
+                names.remove(&p);
+                names.first().cloned()
+            });
+            inodes.by_ino.insert(ino, other);
         }
     }
 
@@ -451,6 +500,10 @@ impl MountSession {
         }
         for (p, ino) in moved {
             let np = p.rebase(from, to);
+            if let Some(names) = inodes.names.get_mut(&ino) {
+                names.remove(&p);
+                names.insert(np.clone());
+            }
             inodes.by_ino.insert(ino, Some(np.clone()));
             inodes.by_path.insert(np, ino);
         }
@@ -492,7 +545,7 @@ impl MountSession {
     pub fn lookup(&self, parent: u64, name: &str) -> MResult<Attr> {
         let path = self.child(parent, name)?;
         let node = self.get_node(&path)?;
-        let ino = self.ino_for(&path);
+        let ino = self.ino_of(&path, &node);
         // Buffered writes not yet committed still count.
         Ok(attr_of(ino, &self.node(ino).unwrap_or(node)))
     }
@@ -646,7 +699,45 @@ impl MountSession {
                 _ => e.remove(&path, false),
             }
         })?;
+        let ino = lock(&self.inodes).by_path.get(&path).copied();
         self.forget_path(&path);
+        if let Some(ino) = ino {
+            self.refresh_link_count(ino)?;
+        }
+        Ok(())
+    }
+
+    /// link(2): another name for the regular file `ino`.
+    pub fn link(&self, ino: u64, newparent: u64, newname: &str) -> MResult<Attr> {
+        let target = self.path_of(ino)?;
+        let name = self.child(newparent, newname)?;
+        // Buffered content must land in the file before it gets a second name.
+        self.commit(ino)?;
+        let node = self.edit("mount.link", &[&target, &name], |e| e.link(&target, &name))?;
+        if let Some(l) = node.link {
+            let mut inodes = lock(&self.inodes);
+            inodes.by_link.insert(l.inode, ino);
+            let names = inodes.names.entry(ino).or_default();
+            names.insert(target);
+            names.insert(name.clone());
+            inodes.by_path.insert(name, ino);
+        }
+        self.refresh_link_count(ino)?;
+        self.lookup(newparent, newname)
+    }
+
+    /// After a name of `ino` came or went: its buffered node shows the new link count.
+    fn refresh_link_count(&self, ino: u64) -> MResult<()> {
+        if !lock(&self.dirty).contains_key(&ino) {
+            return Ok(());
+        }
+        let Ok(path) = self.path_of(ino) else {
+            return Ok(());
+        };
+        let node = self.read(|v| v.get(&path))?;
+        if let Some(d) = lock(&self.dirty).get_mut(&ino) {
+            d.node.link = node.link;
+        }
         Ok(())
     }
 
@@ -681,8 +772,13 @@ impl MountSession {
             self.move_paths(&from, &to);
             self.move_paths(&tmp, &from);
         } else {
+            let replaced = lock(&self.inodes).by_path.get(&to).copied();
             self.forget_path(&to);
             self.move_paths(&from, &to);
+            // A hard-linked file replaced under one name has one name less.
+            if let Some(ino) = replaced {
+                self.refresh_link_count(ino)?;
+            }
         }
         Ok(())
     }
@@ -927,7 +1023,7 @@ impl MountSession {
             if self.is_hidden(&path.join(&c.name)) {
                 continue;
             }
-            let child_ino = self.ino_for(&path.join(&c.name));
+            let child_ino = self.ino_of(&path.join(&c.name), &c.node);
             entries.push((child_ino, kind_of(&c.node), c.name));
         }
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);

@@ -86,7 +86,7 @@ pub fn find(ws: &Workspace, root: &VPath, q: &FindQuery) -> Result<Vec<FoundEntr
         let mut out = Vec::new();
         view.walk(root, &mut |path, node| {
             let type_char = match node.kind {
-                NodeKind::File { .. } => 'f',
+                NodeKind::File { .. } | NodeKind::Link { .. } | NodeKind::Inode { .. } => 'f',
                 NodeKind::Dir { .. } => 'd',
                 NodeKind::Symlink { .. } => 'l',
                 NodeKind::Fifo => 'p',

@@ -1,6 +1,8 @@
-//! Moving trees between the host and a workspace: `import` (recursive, modes, symlinks and
-//! times preserved, optional .gitignore rules, one transaction per batch) and `export`.
+//! Moving trees between the host and a workspace: `import` (recursive, modes, symlinks,
+//! hard links and times preserved, optional .gitignore rules, one transaction per batch)
+//! and `export`.
 
+use std::collections::HashMap;
 use std::fs::{self, File, FileTimes};
 use std::io::Write;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
@@ -23,6 +25,8 @@ pub struct TransferReport {
     pub files: u64,
     pub dirs: u64,
     pub symlinks: u64,
+    /// Extra names of files already counted in `files` (hard links), kept as hard links.
+    pub hard_links: u64,
     pub bytes: u64,
     /// Host entries that were not transferred (sockets, devices), with the reason.
     pub skipped: Vec<String>,
@@ -58,6 +62,8 @@ enum Staged {
     File(VPath, Attrs, Vec<u8>),
     Symlink(VPath, Attrs, String),
     Fifo(VPath, Attrs),
+    /// Another name of the file imported at the second path.
+    HardLink(VPath, VPath),
 }
 
 /// Import the contents of host directory `host` into `dest` (created if missing).
@@ -93,6 +99,8 @@ pub fn import(
     let mut batch: Vec<Staged> = Vec::new();
     let mut batch_bytes = 0u64;
     let mut dirs: Vec<(VPath, Attrs)> = Vec::new();
+    // Host files with several names, by (device, inode): the first name imported.
+    let mut linked: HashMap<(u64, u64), VPath> = HashMap::new();
     let before = ws.snapshot_root()?;
     ws.edit_batch("import", &[dest], |e| e.mkdir(dest, true, 0o755))?;
     for entry in walker.build() {
@@ -117,7 +125,16 @@ pub fn import(
             report.dirs += 1;
             dirs.push((path.clone(), attrs.clone()));
             Staged::Dir(path, attrs)
+        } else if ft.is_file()
+            && meta.nlink() > 1
+            && let Some(first) = linked.get(&(meta.dev(), meta.ino()))
+        {
+            report.hard_links += 1;
+            Staged::HardLink(path, first.clone())
         } else if ft.is_file() {
+            if meta.nlink() > 1 {
+                linked.insert((meta.dev(), meta.ino()), path.clone());
+            }
             let data = fs::read(entry.path()).map_err(|e| Error::io("reading", entry.path(), e))?;
             report.files += 1;
             report.bytes += data.len() as u64;
@@ -198,6 +215,13 @@ fn write_staged(e: &mut Edit<'_>, staged: Staged) -> Result<()> {
             e.put_node(&path, Node::new(NodeKind::Symlink { target }, attrs))?;
         }
         Staged::Fifo(path, attrs) => e.put_node(&path, Node::new(NodeKind::Fifo, attrs))?,
+        Staged::HardLink(path, first) => {
+            // Importing over an earlier import: the name is made anew.
+            if e.view().lookup(&path)?.is_some() {
+                e.remove(&path, false)?;
+            }
+            e.link(&first, &path)?;
+        }
     }
     Ok(())
 }
@@ -242,6 +266,8 @@ pub fn export(
     ws.read_at(at, |view| {
         let mut report = TransferReport::default();
         let mut dirs: Vec<(PathBuf, Attrs)> = Vec::new();
+        // Hard-linked files by inode: the host path written for their first name.
+        let mut linked: HashMap<u64, PathBuf> = HashMap::new();
         view.walk(src, &mut |path, node| {
             let rel = path.as_str()[src.as_str().len()..].trim_start_matches('/');
             let out = if rel.is_empty() {
@@ -255,11 +281,26 @@ pub fn export(
                     dirs.push((out.clone(), node.attrs.clone()));
                     report.dirs += 1;
                 }
-                NodeKind::File { size, .. } => {
-                    let data = view.read_node(node)?;
-                    write_host_file(&out, &data, node, force)?;
-                    report.files += 1;
-                    report.bytes += size;
+                NodeKind::File { .. } | NodeKind::Link { .. } | NodeKind::Inode { .. } => {
+                    match node.link.and_then(|l| linked.get(&l.inode).map(|f| (l, f))) {
+                        Some((_, first)) => {
+                            if force {
+                                let _ = fs::remove_file(&out);
+                            }
+                            fs::hard_link(first, &out)
+                                .map_err(|e| Error::io("creating hard link", &out, e))?;
+                            report.hard_links += 1;
+                        }
+                        None => {
+                            let data = view.read_node(node)?;
+                            write_host_file(&out, &data, node, force)?;
+                            if let Some(l) = node.link {
+                                linked.insert(l.inode, out.clone());
+                            }
+                            report.files += 1;
+                            report.bytes += node.size();
+                        }
+                    }
                 }
                 NodeKind::Symlink { target } => {
                     if force {

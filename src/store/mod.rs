@@ -3,6 +3,7 @@
 //! paths or processes; other engines implement the same trait without touching the layers above.
 
 mod sqlite;
+mod wal;
 
 pub use sqlite::{FORMAT_VERSION, SqliteStore};
 

@@ -1,6 +1,7 @@
 //! The SQLite engine: one file per vault, WAL mode, `BEGIN IMMEDIATE` writes with a busy
 //! timeout, cached prepared statements, one writer and one reader connection per process,
-//! and one shared handle per vault file within a process.
+//! and one shared handle per vault file within a process. WAL checkpoints run off the commit
+//! path (see `wal.rs`).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -9,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, OpenFlags, OptionalExtension, Row, params};
 
+use super::wal::{WalCheckpointer, passive_checkpoint};
 use super::{
     AuditRecord, CheckpointRecord, OpRecord, Store, StoreRead, StoreWrite, StoredObject,
     WorkspaceRecord,
@@ -96,6 +98,20 @@ pub struct SqliteStore {
     path: PathBuf,
     writer: Mutex<Writer>,
     reader: Mutex<Connection>,
+    wal: Arc<WalCheckpointer>,
+}
+
+impl Drop for SqliteStore {
+    fn drop(&mut self) {
+        self.wal.stop();
+        let w = self.writer.get_mut().unwrap_or_else(|p| p.into_inner());
+        // Keep an open batch's acknowledged writes, then copy a large log back so a run of
+        // short-lived processes (each too brief to start the thread) cannot grow it forever.
+        let _ = w.commit_open();
+        if self.wal.log_is_large() {
+            let _ = passive_checkpoint(&w.conn);
+        }
+    }
 }
 
 /// The writer connection and, in batching mode, the transaction it holds open.
@@ -135,7 +151,7 @@ fn open_handles() -> &'static Mutex<HashMap<PathBuf, Weak<SqliteStore>>> {
     OPEN.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic while holding the lock leaves the connection usable: SQLite rolls back any
     // transaction the panicking code left open when the next BEGIN fails or on close.
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -175,10 +191,30 @@ impl SqliteStore {
         if let Some(store) = handles.get(&canonical).and_then(Weak::upgrade) {
             return Ok(store);
         }
-        let writer = open_conn(&canonical)?;
+        let mut writer = open_conn(&canonical)?;
         check_format(&writer, &canonical)?;
         configure_checked(&writer, &canonical)?;
         migrate(&writer, &canonical)?;
+        // No inline checkpoints: a commit that crossed SQLite's threshold used to copy the
+        // log back and fsync inside the commit (10-20 ms). The hook hands that to a thread
+        // and only copies the rest itself when the thread cannot catch up (see `wal.rs`).
+        // The pragma goes first: it installs a hook of its own, which `wal_hook` replaces.
+        writer.pragma_update(None, "wal_autocheckpoint", 0)?;
+        let wal = WalCheckpointer::new(&canonical);
+        let hook = Arc::clone(&wal);
+        writer.wal_hook(Some(move |w: &mut rusqlite::hooks::Wal, frames| {
+            if hook.committed(i64::from(frames)) {
+                // FULL waits for a pass the thread is running, then copies the rest, so
+                // the log restarts at the next commit. Errors stay here: the commit itself
+                // succeeded.
+                if let Ok((log, done)) = w.checkpoint_v2(rusqlite::wal::CheckpointMode::FULL)
+                    && log == done
+                {
+                    hook.caught_up(i64::from(log));
+                }
+            }
+            Ok(())
+        }))?;
         let reader = open_conn(&canonical)?;
         configure_checked(&reader, &canonical)?;
         let store = Arc::new(SqliteStore {
@@ -189,6 +225,7 @@ impl SqliteStore {
                 open_since: None,
             }),
             reader: Mutex::new(reader),
+            wal,
         });
         handles.retain(|_, w| w.strong_count() > 0);
         handles.insert(canonical, Arc::downgrade(&store));

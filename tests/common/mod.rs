@@ -88,6 +88,7 @@ pub fn exit_code_for(kind: &str) -> i32 {
         "already_exists" | "host_path_exists" | "merge_conflict" | "apply_conflict"
         | "nothing_to_undo" | "nothing_to_redo" => 4,
         "invalid_path"
+        | "hard_link_not_allowed"
         | "invalid_name"
         | "invalid_argument"
         | "not_a_directory"

@@ -106,6 +106,7 @@ export const ERROR_CLASSES: Readonly<Record<string, new (init: AvfsErrorInit) =>
     not_a_directory: InvalidInputError,
     is_a_directory: InvalidInputError,
     directory_not_empty: InvalidInputError,
+    hard_link_not_allowed: InvalidInputError,
     invalid_path: InvalidInputError,
     invalid_name: InvalidInputError,
     invalid_argument: InvalidInputError,

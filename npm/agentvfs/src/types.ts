@@ -48,6 +48,7 @@ export type ErrorKind =
   | "not_a_directory"
   | "is_a_directory"
   | "directory_not_empty"
+  | "hard_link_not_allowed"
   | "invalid_path"
   | "invalid_name"
   | "invalid_argument"

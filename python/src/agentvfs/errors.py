@@ -110,6 +110,9 @@ class IsADirectory(InvalidInputError): ...
 class DirectoryNotEmpty(InvalidInputError): ...
 
 
+class HardLinkNotAllowed(InvalidInputError): ...
+
+
 class QuotaExceeded(AvfsError): ...
 
 
@@ -159,6 +162,7 @@ ERRORS: dict[str, type[AvfsError]] = {
     "not_a_directory": NotADirectory,
     "is_a_directory": IsADirectory,
     "directory_not_empty": DirectoryNotEmpty,
+    "hard_link_not_allowed": HardLinkNotAllowed,
     "quota_exceeded": QuotaExceeded,
     "not_a_vault": NotAVault,
     "unsupported_format": UnsupportedFormat,

@@ -20,7 +20,7 @@ use crate::output::{Reply, size, table, time};
 
 #[derive(Args)]
 pub struct LsArgs {
-    /// Long format: mode, size, modification time.
+    /// Long format: mode, link count, size, modification time.
     #[arg(short, long)]
     pub long: bool,
     /// Include entries whose names start with `.`.
@@ -97,13 +97,20 @@ pub struct MvArgs {
 }
 
 #[derive(Args)]
+#[command(after_help = "\
+A hard link (the default) is another name for a regular file: both names show the same \
+content, mode, owner, times and xattrs, a change through one is seen through the other, \
+and removing one leaves the rest. Directories, symlinks and FIFOs cannot be hard-linked \
+(error kind hard_link_not_allowed). Examples:
+  avfs ln notes.txt notes-again.txt      hard link: `avfs stat` shows 2 links
+  avfs ln -s ../shared/config cfg        symbolic link, target stored verbatim")]
 pub struct LnArgs {
-    /// Accepted for familiarity: links are always symbolic.
+    /// Create a symbolic link instead of a hard link.
     #[arg(short = 's', long)]
     pub symbolic: bool,
-    /// What the link points to (stored verbatim).
+    /// The existing file (hard link), or what the symlink points to (stored verbatim).
     pub target: String,
-    /// Where the link is created.
+    /// The new name.
     pub link: String,
 }
 
@@ -200,6 +207,7 @@ fn entry_row(info: &NodeInfo, long: bool) -> Vec<String> {
     if long {
         vec![
             info.mode_string.clone(),
+            info.nlink.to_string(),
             info.size.to_string(),
             time(info.mtime),
             name,
@@ -379,10 +387,15 @@ pub fn cmd_mv(ctx: &Ctx, a: MvArgs) -> Result<Reply> {
 pub fn cmd_ln(ctx: &Ctx, a: LnArgs) -> Result<Reply> {
     let (_, ws) = ctx.open()?;
     let link = ws.parse_path("ln", &a.link)?;
-    let node = ws.edit("ln", &[&link], |e| {
-        e.symlink(&link, &a.target)?;
-        e.view().get(&link)
-    })?;
+    let node = if a.symbolic {
+        ws.edit("ln", &[&link], |e| {
+            e.symlink(&link, &a.target)?;
+            e.view().get(&link)
+        })?
+    } else {
+        let target = ws.parse_path("ln", &a.target)?;
+        ws.edit("ln", &[&target, &link], |e| e.link(&target, &link))?
+    };
     Ok(Reply::new(&NodeInfo::new(&link, &node), ""))
 }
 
@@ -486,6 +499,7 @@ pub fn cmd_stat(ctx: &Ctx, a: StatArgs) -> Result<Reply> {
             "mode".into(),
             format!("{:04o} {}", info.mode, info.mode_string),
         ],
+        vec!["links".into(), info.nlink.to_string()],
         vec!["owner".into(), format!("{}:{}", info.uid, info.gid)],
         vec!["modified".into(), time(info.mtime)],
         vec!["changed".into(), time(info.ctime)],

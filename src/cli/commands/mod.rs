@@ -77,7 +77,7 @@ pub enum Command {
     /// Move or rename like rename(2): replaces a file, or an empty directory with a
     /// directory; a file onto a directory is an error (is_a_directory).
     Mv(files::MvArgs),
-    /// Create a symbolic link.
+    /// Create a hard link to a file, or with -s a symbolic link.
     Ln(files::LnArgs),
     /// Change permission bits (octal, e.g. 755).
     Chmod(files::ChmodArgs),

@@ -1,0 +1,428 @@
+//! Hard links. A hard-linked file is one `Inode` node kept in a reserved directory at the
+//! root of the same tree, and each of its names is a small `Link` node naming it. Both live
+//! in the versioned tree, so checkpoints, forks, restore, undo, diff and merge carry them
+//! like any other change. Views resolve a name to its file and hide the reserved
+//! directory; `Edit` sends changes made through a name to the shared inode.
+
+use std::collections::BTreeMap;
+
+use super::fold::{store_dir, store_root};
+use super::id::ObjectId;
+use super::merge::Conflict;
+use super::node::{LinkInfo, Node, NodeKind};
+use super::path::VPath;
+use super::view::{ObjectCache, View};
+use super::workspace::Edit;
+use crate::error::{Error, Result};
+use crate::store::{StoreRead, StoreWrite};
+
+/// The reserved root entry holding the inodes. The leading U+0001 keeps it clear of any
+/// name a host tree or a tool plausibly uses; the model refuses it as a user path anyway.
+pub(crate) const INODES_DIR: &str = "\u{1}inodes";
+
+pub(crate) fn inodes_dir() -> VPath {
+    VPath::root().join(INODES_DIR)
+}
+
+pub(crate) fn inode_path(inode: u64) -> VPath {
+    inodes_dir().join(&format!("{inode:016x}"))
+}
+
+/// True for the reserved directory and anything below it.
+pub(crate) fn is_reserved(path: &VPath) -> bool {
+    path.components().next() == Some(INODES_DIR)
+}
+
+pub(crate) fn refuse_reserved(path: &VPath) -> Result<()> {
+    if is_reserved(path) {
+        return Err(Error::InvalidPath {
+            path: path.display(),
+            reason: "this name is reserved for hard links".into(),
+        });
+    }
+    Ok(())
+}
+
+/// The file a name of `inode` shows: a `File` node carrying `LinkInfo`.
+pub(crate) fn resolve(view: &View<'_>, inode: u64) -> Result<Node> {
+    let body = view
+        .lookup_raw(&inode_path(inode))?
+        .ok_or_else(|| Error::CorruptVault {
+            reason: format!("hard-linked inode {inode:x} is missing"),
+        })?
+        .0;
+    as_file(body, inode)
+}
+
+/// An `Inode` as the `File` its names show.
+pub(crate) fn as_file(mut body: Node, inode: u64) -> Result<Node> {
+    let NodeKind::Inode {
+        nlink,
+        size,
+        content,
+    } = body.kind
+    else {
+        return Err(Error::CorruptVault {
+            reason: format!("hard-linked inode {inode:x} is not a file"),
+        });
+    };
+    body.kind = NodeKind::File { size, content };
+    body.link = Some(LinkInfo { inode, nlink });
+    Ok(body)
+}
+
+/// A file as the `Inode` stored for it.
+pub(crate) fn as_inode(mut file: Node, nlink: u64) -> Result<Node> {
+    let NodeKind::File { size, content } = file.kind else {
+        return Err(Error::invalid("only regular files can be hard-linked"));
+    };
+    file.kind = NodeKind::Inode {
+        nlink,
+        size,
+        content,
+    };
+    file.link = None;
+    Ok(file)
+}
+
+fn link_node(inode: u64) -> Node {
+    let attrs = super::node::Attrs {
+        mode: 0,
+        uid: 0,
+        gid: 0,
+        atime: 0,
+        mtime: 0,
+        ctime: 0,
+    };
+    Node::new(NodeKind::Link { inode }, attrs)
+}
+
+impl Edit<'_> {
+    /// What is stored at a user path (hard-linked names unresolved); the reserved
+    /// directory is not there as far as users are concerned.
+    pub(crate) fn stored(&self, path: &VPath) -> Result<Option<(Node, bool)>> {
+        if is_reserved(path) {
+            return Ok(None);
+        }
+        self.view().lookup_raw(path)
+    }
+
+    /// Give the regular file at `target` another name, `name` (link(2)). Both names then
+    /// show one file: same content and attributes, and a change through either is seen
+    /// through both. Returns the file as `name` shows it.
+    pub fn link(&mut self, target: &VPath, name: &VPath) -> Result<Node> {
+        let (node, _) = self.stored(target)?.ok_or_else(|| Error::PathNotFound {
+            path: target.display(),
+        })?;
+        let refuse = |reason: &str| Error::HardLinkNotAllowed {
+            path: target.display(),
+            reason: reason.to_string(),
+        };
+        match &node.kind {
+            NodeKind::Dir { .. } => return Err(refuse("it is a directory")),
+            NodeKind::Symlink { .. } => return Err(refuse("it is a symbolic link")),
+            NodeKind::Fifo => return Err(refuse("it is a FIFO")),
+            _ => {}
+        }
+        refuse_reserved(name)?;
+        if self.view().lookup_raw(name)?.is_some() {
+            return Err(Error::AlreadyExists {
+                name: name.display(),
+            });
+        }
+        let name_parent = Self::parent_of(name)?;
+        let parent_node = self.ensure_dir(&name_parent)?;
+        let inode = match node.kind {
+            NodeKind::Link { inode } => {
+                let mut file = self.view().resolve(node)?;
+                file.attrs.ctime = self.now;
+                let nlink = file.link.map_or(1, |l| l.nlink) + 1;
+                self.put_inode(inode, as_inode(file, nlink)?)?;
+                inode
+            }
+            _ => {
+                // The first link: the file moves into an inode and `target` becomes a name.
+                let inode = self.new_inode(target, name)?;
+                let mut file = node;
+                file.attrs.ctime = self.now;
+                self.put_inode(inode, as_inode(file, 2)?)?;
+                self.ensure_dir(&Self::parent_of(target)?)?;
+                self.put_raw(target, Some(&link_node(inode)))?;
+                inode
+            }
+        };
+        self.put_raw(name, Some(&link_node(inode)))?;
+        self.stamp_dir(&name_parent, parent_node)?;
+        resolve(&self.view(), inode)
+    }
+
+    /// Write `file` (a regular file, e.g. a resolved node after a change) as the new state
+    /// of `inode`, keeping its link count.
+    pub(crate) fn write_inode(&mut self, inode: u64, file: Node) -> Result<()> {
+        let old = resolve(&self.view(), inode)?;
+        let nlink = old.link.map_or(1, |l| l.nlink);
+        self.quota.check_file_size(file.size())?;
+        self.account(0, file.size() as i64 - old.size() as i64)?;
+        self.put_inode(inode, as_inode(file, nlink)?)
+    }
+
+    /// One name of `inode` is gone: count it down, and drop the file with its last name.
+    pub(crate) fn release(&mut self, inode: u64) -> Result<()> {
+        let mut file = resolve(&self.view(), inode)?;
+        let nlink = file.link.map_or(1, |l| l.nlink);
+        if nlink > 1 {
+            file.attrs.ctime = self.now;
+            return self.put_inode(inode, as_inode(file, nlink - 1)?);
+        }
+        self.account(-1, -(file.size() as i64))?;
+        let dir = inodes_dir();
+        self.ensure_dir(&dir)?;
+        self.unlink_entry(&dir, &inode_path(inode))?;
+        let (node, overlaid) = self
+            .view()
+            .lookup_raw(&dir)?
+            .ok_or_else(|| Error::Storage("inode directory vanished".into()))?;
+        if self.view().children_raw(&dir, &node, overlaid)?.is_empty() {
+            self.unlink_entry(&VPath::root(), &dir)?;
+        }
+        Ok(())
+    }
+
+    /// Release every hard-linked name below `path` (which is about to go). Free when the
+    /// state has no hard links; otherwise it walks the subtree.
+    pub(crate) fn release_links_below(&mut self, path: &VPath) -> Result<()> {
+        for (_, inode) in self.links_below(path)? {
+            self.release(inode)?;
+        }
+        Ok(())
+    }
+
+    /// Turn every hard-linked name below `path` into a file of its own (a copy's names
+    /// must not share the original's inode).
+    pub(crate) fn unshare_links_below(&mut self, path: &VPath) -> Result<()> {
+        for (p, inode) in self.links_below(path)? {
+            let mut file = resolve(&self.view(), inode)?;
+            file.link = None;
+            self.account(1, file.size() as i64)?;
+            self.ensure_dir(&Self::parent_of(&p)?)?;
+            self.put_raw(&p, Some(&file))?;
+        }
+        Ok(())
+    }
+
+    fn links_below(&self, path: &VPath) -> Result<Vec<(VPath, u64)>> {
+        let mut out = Vec::new();
+        if self.view().lookup_raw(&inodes_dir())?.is_none() {
+            return Ok(out);
+        }
+        self.view().walk_raw(path, &mut |p, n| {
+            if let NodeKind::Link { inode } = n.kind {
+                out.push((p.clone(), inode));
+            }
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    fn put_inode(&mut self, inode: u64, body: Node) -> Result<()> {
+        let dir = inodes_dir();
+        if self.view().lookup_raw(&dir)?.is_none() {
+            // Not `put_node`: the root keeps its times, as the reserved directory is not a
+            // change anyone sees.
+            self.ensure_dir(&VPath::root())?;
+            self.put_raw(&dir, Some(&Node::empty_dir(0o700, self.now)))?;
+        }
+        self.ensure_dir(&dir)?;
+        self.put_raw(&inode_path(inode), Some(&body))
+    }
+
+    /// A fresh inode number. Random-looking and unused here, so inodes created in two forks
+    /// do not collide when one is merged into the other.
+    fn new_inode(&self, target: &VPath, name: &VPath) -> Result<u64> {
+        let mut h = blake3::Hasher::new();
+        h.update(&self.now.to_le_bytes());
+        h.update(&self.ws.id.to_le_bytes());
+        h.update(&std::process::id().to_le_bytes());
+        h.update(target.as_str().as_bytes());
+        h.update(&[0]);
+        h.update(name.as_str().as_bytes());
+        let mut xof = h.finalize_xof();
+        for _ in 0..16 {
+            let mut b = [0u8; 8];
+            xof.fill(&mut b);
+            let inode = u64::from_le_bytes(b);
+            if inode != 0 && self.view().lookup_raw(&inode_path(inode))?.is_none() {
+                return Ok(inode);
+            }
+        }
+        Err(Error::Storage("no free inode number".into()))
+    }
+}
+
+/// A state's reserved directory entries by name (empty when it has no hard links).
+fn inode_entries(
+    w: &dyn StoreRead,
+    cache: &ObjectCache,
+    root: &Node,
+) -> Result<BTreeMap<String, Node>> {
+    let NodeKind::Dir { tree: Some(t), .. } = &root.kind else {
+        return Ok(BTreeMap::new());
+    };
+    let Some(dir) = cache.tree(w, t)?.get(INODES_DIR).cloned() else {
+        return Ok(BTreeMap::new());
+    };
+    Ok(match &dir.kind {
+        NodeKind::Dir { tree: Some(t), .. } => cache.tree(w, t)?.entries.iter().cloned().collect(),
+        _ => BTreeMap::new(),
+    })
+}
+
+/// After a three-way merge of roots: every inode's link count becomes the number of its
+/// names in the merged tree, an inode left without names goes, and an inode one side
+/// dropped while the other gave it a name comes back. Walks the merged tree, so only when
+/// either side changed hard links.
+pub(crate) fn reconcile_merge(
+    w: &mut dyn StoreWrite,
+    cache: &ObjectCache,
+    merged: Node,
+    base: &Node,
+    ours: &Node,
+    theirs: &Node,
+) -> Result<Node> {
+    let base_inodes = inode_entries(&*w, cache, base)?;
+    let ours_inodes = inode_entries(&*w, cache, ours)?;
+    let theirs_inodes = inode_entries(&*w, cache, theirs)?;
+    if ours_inodes == base_inodes && theirs_inodes == base_inodes {
+        return Ok(merged);
+    }
+    let root_id = store_root(w, &merged)?;
+    let mut counts: BTreeMap<u64, u64> = BTreeMap::new();
+    View {
+        r: &*w,
+        cache,
+        overlay: None,
+        base: root_id,
+    }
+    .walk_raw(&VPath::root(), &mut |_, n| {
+        if let NodeKind::Link { inode } = n.kind {
+            *counts.entry(inode).or_default() += 1;
+        }
+        Ok(())
+    })?;
+    let merged_inodes = inode_entries(&*w, cache, &merged)?;
+    let mut inodes = BTreeMap::new();
+    for (inode, count) in counts {
+        let name = format!("{inode:016x}");
+        let Some(mut body) = merged_inodes
+            .get(&name)
+            .or_else(|| theirs_inodes.get(&name))
+            .or_else(|| ours_inodes.get(&name))
+            .cloned()
+        else {
+            return Err(Error::CorruptVault {
+                reason: format!("merge left names of hard-linked inode {inode:x} without it"),
+            });
+        };
+        if let NodeKind::Inode { nlink, .. } = &mut body.kind {
+            *nlink = count;
+        }
+        inodes.insert(name, body);
+    }
+    let NodeKind::Dir { tree, .. } = &merged.kind else {
+        return Ok(merged);
+    };
+    let mut entries: BTreeMap<String, Node> = match tree {
+        Some(t) => cache.tree(&*w, t)?.entries.iter().cloned().collect(),
+        None => BTreeMap::new(),
+    };
+    let dir = entries.remove(INODES_DIR);
+    if !inodes.is_empty() {
+        let dir = dir.unwrap_or_else(|| Node::empty_dir(0o700, super::now_ns()));
+        entries.insert(INODES_DIR.to_string(), store_dir(w, dir, inodes)?);
+    }
+    store_dir(w, merged, entries)
+}
+
+/// Problems with the hard links of one state: a name whose inode is missing, an inode
+/// whose link count differs from its names, an inode without names. Walks the state when
+/// it has hard links; free otherwise.
+pub(crate) fn verify(view: &View<'_>) -> Result<Vec<String>> {
+    let dir = inodes_dir();
+    let Some((node, overlaid)) = view.lookup_raw(&dir)? else {
+        return Ok(Vec::new());
+    };
+    let mut names: BTreeMap<u64, u64> = BTreeMap::new();
+    let mut problems = Vec::new();
+    view.walk_raw(&VPath::root(), &mut |p, n| {
+        if let NodeKind::Link { inode } = n.kind {
+            *names.entry(inode).or_default() += 1;
+            if is_reserved(p) {
+                problems.push(format!("hard-link name {p} inside the reserved directory"));
+            }
+        }
+        Ok(())
+    })?;
+    for c in view.children_raw(&dir, &node, overlaid)? {
+        let inode = u64::from_str_radix(&c.name, 16).ok();
+        let count = inode.and_then(|i| names.remove(&i)).unwrap_or(0);
+        match c.node.kind {
+            NodeKind::Inode { nlink, .. } if nlink == count && count > 0 => {}
+            NodeKind::Inode { nlink, .. } => problems.push(format!(
+                "hard-linked inode {} has link count {nlink} but {count} names",
+                c.name
+            )),
+            _ => problems.push(format!("reserved entry {} is not an inode", c.name)),
+        }
+    }
+    for inode in names.keys() {
+        problems.push(format!(
+            "hard-link names of inode {inode:016x}, which is missing"
+        ));
+    }
+    Ok(problems)
+}
+
+/// Merge conflicts on a hard-linked file are found at its inode; report them under its
+/// names in either state instead (a walk, only when there is such a conflict).
+pub(crate) fn name_conflicts(
+    r: &dyn StoreRead,
+    cache: &ObjectCache,
+    roots: [ObjectId; 2],
+    conflicts: Vec<Conflict>,
+) -> Result<Vec<Conflict>> {
+    let prefix = format!("{}/", inodes_dir().display());
+    if !conflicts.iter().any(|c| c.path.starts_with(&prefix)) {
+        return Ok(conflicts);
+    }
+    let mut names: BTreeMap<u64, std::collections::BTreeSet<String>> = BTreeMap::new();
+    for root in roots {
+        View {
+            r,
+            cache,
+            overlay: None,
+            base: root,
+        }
+        .walk_raw(&VPath::root(), &mut |p, n| {
+            if let NodeKind::Link { inode } = n.kind {
+                names.entry(inode).or_default().insert(p.display());
+            }
+            Ok(())
+        })?;
+    }
+    let mut out = Vec::new();
+    for c in conflicts {
+        let inode = c
+            .path
+            .strip_prefix(&prefix)
+            .and_then(|hex| u64::from_str_radix(hex, 16).ok());
+        match inode.and_then(|i| names.get(&i)) {
+            Some(paths) => out.extend(paths.iter().map(|p| Conflict {
+                path: p.clone(),
+                ..c.clone()
+            })),
+            None => out.push(c),
+        }
+    }
+    out.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(out)
+}
