@@ -27,6 +27,8 @@ class Links(html.parser.HTMLParser):
 def main(root: pathlib.Path) -> int:
     pages = {}
     for page in root.rglob("*.html"):
+        if page.name == "404.html":  # served from the site root; its links are absolute
+            continue
         p = Links()
         p.feed(page.read_text(encoding="utf-8"))
         pages[page.resolve()] = p

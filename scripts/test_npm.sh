@@ -4,7 +4,7 @@
 # into a fresh project with npm offline (no registry involved), then runs node's test runner
 # against real vaults, a real FUSE mount and real proxied commands.
 #
-#   scripts/test_npm.sh            # from a clone; builds target/release/avfs if missing
+#   scripts/test_npm.sh            # from a clone; builds target/release/avfs (no-op if fresh)
 #   AVFS_NPM_KEEP=1 scripts/test_npm.sh   # keep the temp dir (tarballs, project) to look at
 #
 # Needs node >= 18 and npm (the test's dev dependencies ajv, typescript and @types/node come
@@ -31,9 +31,8 @@ npm_quiet=(--no-audit --no-fund --loglevel=warn)
 
 echo "== avfs binary"
 bin="$root/target/release/avfs"
-if [ ! -x "$bin" ]; then
-  cargo build --release --locked
-fi
+# Always (re)build: a no-op when up to date, and never tests a stale binary.
+cargo build --release --locked
 "$bin" --version
 
 echo "== versions"
