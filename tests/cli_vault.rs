@@ -77,7 +77,7 @@ fn create_list_use_info() {
     assert_eq!(info["workspace"]["name"], "main");
     assert_eq!(info["workspace"]["files"], 1);
     assert_eq!(info["workspace"]["bytes"], 1);
-    assert_eq!(info["format_version"], 1);
+    assert_eq!(info["format_version"], agentvfs::store::FORMAT_VERSION);
     assert_eq!(info["checkpoints"], 0);
     let info = env.data(&["vault", "info", "alpha"]);
     assert_eq!(info["name"], "alpha");
@@ -433,6 +433,22 @@ fn foreign_sqlite_file_is_left_byte_identical() {
 }
 
 #[test]
+fn an_older_format_is_migrated_forward_on_open() {
+    let env = TestEnv::with_vault("v");
+    env.write(None, "f", b"data");
+    {
+        let conn = rusqlite::Connection::open(env.vault_file("v")).unwrap();
+        conn.pragma_update(None, "user_version", 1).unwrap();
+    }
+    env.avfs(&["cat", "f"]).success().stdout("data");
+    let conn = rusqlite::Connection::open(env.vault_file("v")).unwrap();
+    let v: u32 = conn
+        .pragma_query_value(None, "user_version", |r| r.get(0))
+        .unwrap();
+    assert_eq!(v, agentvfs::store::FORMAT_VERSION);
+}
+
+#[test]
 fn newer_format_is_unsupported() {
     let env = TestEnv::with_vault("v");
     env.write(None, "f", b"data");
@@ -448,7 +464,7 @@ fn newer_format_is_unsupported() {
     ] {
         let e = env.err(args, "unsupported_format");
         assert_eq!(e["details"]["found"], 99);
-        assert_eq!(e["details"]["supported"], 1);
+        assert_eq!(e["details"]["supported"], 2);
     }
     let p = env.vault_file("v");
     env.err(

@@ -19,13 +19,14 @@ use crate::error::{Error, Result};
 use crate::model::id::ObjectId;
 
 /// The newest on-disk format this build reads and writes.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 
 const APPLICATION_ID: i32 = 0x6176_6673; // "avfs"
 const BUSY_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Forward migrations: entry `i` upgrades a vault from version `i` to `i + 1`.
-const MIGRATIONS: &[&str] = &[r#"
+const MIGRATIONS: &[&str] = &[
+    r#"
 CREATE TABLE settings(key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE objects(
     id BLOB NOT NULL UNIQUE,
@@ -91,7 +92,12 @@ CREATE TRIGGER audit_append_only_update BEFORE UPDATE ON audit
     BEGIN SELECT RAISE(ABORT, 'audit log is append-only'); END;
 CREATE TRIGGER audit_append_only_delete BEFORE DELETE ON audit
     BEGIN SELECT RAISE(ABORT, 'audit log is append-only'); END;
-"#];
+"#,
+    // v2: trees may hold hard links (link nodes and the hidden inode directory). No table
+    // changes; the bump makes builds that cannot read links refuse such a vault as
+    // `unsupported_format` instead of misreading it.
+    "",
+];
 
 /// A vault file opened for reading and writing.
 pub struct SqliteStore {
