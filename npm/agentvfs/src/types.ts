@@ -171,6 +171,8 @@ export interface NodeInfo {
   size: number;
   /** Permission bits, e.g. 493 for 0o755. */
   mode: number;
+  /** Number of names: more than 1 for a hard-linked file. */
+  nlink: number;
   /** `ls -l` style, e.g. `-rwxr-xr-x`. */
   mode_string: string;
   uid: number;

@@ -107,6 +107,7 @@ class NodeInfo:
     type: str
     size: int
     mode: int
+    nlink: int
     mode_string: str
     uid: int
     gid: int
