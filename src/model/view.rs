@@ -371,20 +371,28 @@ impl<'a> View<'a> {
         let (node, overlaid) = self.lookup(path)?.ok_or_else(|| Error::PathNotFound {
             path: path.display(),
         })?;
-        self.walk_node(path, &node, overlaid, f)
+        self.walk_node(path, &node, overlaid, false, f)
     }
 
+    /// Visit `node` at `path` and everything below it; `raw` lists stored entries as
+    /// `children_raw` does (hard-link names unresolved, the inode directory included).
     fn walk_node(
         &self,
         path: &VPath,
         node: &Node,
         overlaid: bool,
+        raw: bool,
         f: &mut dyn FnMut(&VPath, &Node) -> Result<()>,
     ) -> Result<()> {
         f(path, node)?;
         if node.is_dir() {
-            for c in self.children(path, node, overlaid)? {
-                self.walk_node(&path.join(&c.name), &c.node, c.overlaid, f)?;
+            let children = if raw {
+                self.children_raw(path, node, overlaid)?
+            } else {
+                self.children(path, node, overlaid)?
+            };
+            for c in children {
+                self.walk_node(&path.join(&c.name), &c.node, c.overlaid, raw, f)?;
             }
         }
         Ok(())
@@ -396,23 +404,8 @@ impl<'a> View<'a> {
         path: &VPath,
         f: &mut dyn FnMut(&VPath, &Node) -> Result<()>,
     ) -> Result<()> {
-        fn walk(
-            v: &View<'_>,
-            path: &VPath,
-            node: &Node,
-            overlaid: bool,
-            f: &mut dyn FnMut(&VPath, &Node) -> Result<()>,
-        ) -> Result<()> {
-            f(path, node)?;
-            if node.is_dir() {
-                for c in v.children_raw(path, node, overlaid)? {
-                    walk(v, &path.join(&c.name), &c.node, c.overlaid, f)?;
-                }
-            }
-            Ok(())
-        }
         match self.lookup_raw(path)? {
-            Some((node, overlaid)) => walk(self, path, &node, overlaid, f),
+            Some((node, overlaid)) => self.walk_node(path, &node, overlaid, true, f),
             None => Ok(()),
         }
     }
