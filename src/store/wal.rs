@@ -189,15 +189,7 @@ mod tests {
         let _: i64 = other
             .query_row("SELECT count(*) FROM objects", [], |r| r.get(0))
             .expect("read");
-        let chunk = vec![7u8; 64 * 1024];
-        for i in 0u32..400 {
-            let mut data = chunk.clone();
-            data[..4].copy_from_slice(&i.to_le_bytes());
-            let id = ObjectId::of(&data);
-            store
-                .write_with(&mut |tx| tx.put_object(&id, 1, &data))
-                .expect("write");
-        }
+        commit_chunks(&store, 400, 7);
         drop(store);
         // Up to one threshold's worth (8 MiB) may legitimately stay in the log.
         let vault_bytes = std::fs::metadata(&path).expect("stat").len();
@@ -206,12 +198,6 @@ mod tests {
             "only {vault_bytes} bytes of 25 MiB were copied back into the vault file"
         );
     }
-}
-
-#[cfg(test)]
-mod growth_tests {
-    use crate::model::id::ObjectId;
-    use crate::store::{SqliteStore, Store};
 
     /// A writer that never pauses must not starve the checkpoints: the log is reused from
     /// its start once copied back, so its file stays far below what was written.
@@ -220,15 +206,7 @@ mod growth_tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("v.avfs");
         let store = SqliteStore::create(&path).expect("create");
-        let chunk = vec![3u8; 64 * 1024];
-        for i in 0u32..2400 {
-            let mut data = chunk.clone();
-            data[..4].copy_from_slice(&i.to_le_bytes());
-            let id = ObjectId::of(&data);
-            store
-                .write_with(&mut |tx| tx.put_object(&id, 1, &data))
-                .expect("write");
-        }
+        commit_chunks(&store, 2400, 3);
         let wal = std::fs::metadata(dir.path().join("v.avfs-wal"))
             .expect("stat log")
             .len();
@@ -236,5 +214,18 @@ mod growth_tests {
         // a commit.
         assert!(wal < 72 * 1024 * 1024, "log grew to {wal} bytes");
         drop(store);
+    }
+
+    /// `n` commits of one distinct 64 KiB object each.
+    fn commit_chunks(store: &SqliteStore, n: u32, fill: u8) {
+        let chunk = vec![fill; 64 * 1024];
+        for i in 0..n {
+            let mut data = chunk.clone();
+            data[..4].copy_from_slice(&i.to_le_bytes());
+            let id = ObjectId::of(&data);
+            store
+                .write_with(&mut |tx| tx.put_object(&id, 1, &data))
+                .expect("write");
+        }
     }
 }
