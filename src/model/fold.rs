@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use super::id::ObjectId;
+use super::links::INODES_DIR;
 use super::node::{EncodedObject, Node, NodeKind, Tree, kind};
 use super::path::VPath;
 use super::view::{ObjectCache, decode};
@@ -92,6 +93,15 @@ impl Folder<'_, '_> {
                     entries.insert(name, n);
                 }
             }
+        }
+        if path.is_empty()
+            && let Some(Node {
+                kind: NodeKind::Dir { tree: None, .. },
+                ..
+            }) = entries.get(INODES_DIR)
+        {
+            // The last hard link went: states without links have no reserved directory.
+            entries.remove(INODES_DIR);
         }
         store_dir(self.w, node, entries)
     }
