@@ -306,6 +306,41 @@ fn scenario(root: &Path) -> Log {
         p("h1").exists()
     ));
 
+    // chmod of an open file nothing was written to yet (tar does this for empty files)
+    {
+        let f = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(p("chmod-open"))
+            .unwrap();
+        f.set_permissions(fs::Permissions::from_mode(0o644))
+            .unwrap();
+    }
+    note(format!(
+        "chmod while open {:o}",
+        fs::metadata(p("chmod-open")).unwrap().mode() & 0o7777
+    ));
+
+    // set-ID bits: a write by root keeps them, chown clears them (even for root)
+    fs::write(p("setid"), b"#!/bin/sh\n").unwrap();
+    fs::set_permissions(p("setid"), fs::Permissions::from_mode(0o6755)).unwrap();
+    OpenOptions::new()
+        .append(true)
+        .open(p("setid"))
+        .unwrap()
+        .write_all(b"true\n")
+        .unwrap();
+    note(format!(
+        "setid after write {:o}",
+        fs::metadata(p("setid")).unwrap().mode() & 0o7777
+    ));
+    std::os::unix::fs::chown(p("setid"), Some(0), Some(0)).unwrap();
+    note(format!(
+        "setid after chown {:o}",
+        fs::metadata(p("setid")).unwrap().mode() & 0o7777
+    ));
+
     // directory listing, sorted
     let mut names: Vec<String> = fs::read_dir(root)
         .unwrap()

@@ -8,16 +8,19 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{
     AccessFlags, Config, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
-    INodeNo, KernelConfig, LockOwner, MountOption, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
-    ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite,
-    ReplyXattr, Request, TimeOrNow, WriteFlags,
+    INodeNo, InitFlags, KernelConfig, LockOwner, MountOption, OpenFlags, RenameFlags, ReplyAttr,
+    ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs,
+    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
 use crate::service::mount::{Attr, AttrKind, MountSession, SetAttr};
 
-/// The daemon is the only writer of its workspace, so the kernel may cache entries and
-/// attributes; the session changes nothing behind the kernel's back.
-const TTL: Duration = Duration::from_secs(1);
+/// The daemon is the only writer of its workspace and every change reaches it through the
+/// kernel, which drops what a change makes stale (the entry, the parent's attributes, the
+/// inode's attributes after a write or a link count change). So entries, absent names and
+/// attributes may be cached for long: each expiry costs a LOOKUP or GETATTR round trip
+/// per file (git re-stats every file it just wrote).
+const TTL: Duration = Duration::from_secs(30);
 
 struct Fs(Arc<MountSession>);
 
@@ -78,7 +81,21 @@ fn name(n: &OsStr) -> Result<&str, Errno> {
 }
 
 impl Filesystem for Fs {
-    fn init(&mut self, _req: &Request, _config: &mut KernelConfig) -> std::io::Result<()> {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        // The session clears set-ID bits and file capabilities on write, truncate and chown
+        // (see `MountSession::write_data` and `SetAttr`), so the kernel need not ask for
+        // `security.capability` before every write: that GETXATTR round trip was a fifth
+        // of all requests in an untar. Kernels without it keep asking.
+        let _ = config.add_capabilities(InitFlags::FUSE_HANDLE_KILLPRIV_V2);
+        // Writes land in the page cache and reach the session in large batches, when the
+        // session says that is safe (see `MountSession::writeback_safe`).
+        if self.0.writeback_safe()
+            && config
+                .add_capabilities(InitFlags::FUSE_WRITEBACK_CACHE)
+                .is_ok()
+        {
+            self.0.set_writeback();
+        }
         Ok(())
     }
 
@@ -89,10 +106,16 @@ impl Filesystem for Fs {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEntry) {
-        entry_reply(
-            reply,
-            name(n).and_then(|n| self.0.lookup(parent.0, n).map_err(e)),
-        )
+        match name(n).and_then(|n| self.0.lookup(parent.0, n).map_err(e)) {
+            // A miss is an entry with inode 0: the kernel caches it as a negative dentry for
+            // the TTL, so the next stat/access/open of a missing name (git probes many)
+            // costs no round trip. Every change reaches the session through the kernel,
+            // which drops such an entry when the name is created.
+            Err(err) if err == Errno::ENOENT => {
+                reply.entry(&TTL, &attr(&Attr::negative()), Generation(0))
+            }
+            r => entry_reply(reply, r),
+        }
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
@@ -104,7 +127,7 @@ impl Filesystem for Fs {
 
     fn setattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         mode: Option<u32>,
         uid: Option<u32>,
@@ -127,6 +150,8 @@ impl Filesystem for Fs {
             size,
             atime: atime.map(ns),
             mtime: mtime.map(ns),
+            // CAP_FSETID, approximated: the kernel does not pass it on for a truncate.
+            keep_setid: req.uid() == 0,
         };
         match self.0.setattr(ino.0, s) {
             Ok(a) => reply.attr(&TTL, &attr(&a)),
@@ -247,13 +272,11 @@ impl Filesystem for Fs {
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         match self.0.open(ino.0, flags.0) {
-            Ok((fh, keep_cache)) => {
-                let f = if keep_cache {
-                    FopenFlags::FOPEN_KEEP_CACHE
-                } else {
-                    FopenFlags::empty()
-                };
-                reply.opened(FileHandle(fh), f)
+            Ok(o) => {
+                let mut f = FopenFlags::empty();
+                f.set(FopenFlags::FOPEN_KEEP_CACHE, o.keep_cache);
+                f.set(FopenFlags::FOPEN_NOFLUSH, !o.flush);
+                reply.opened(FileHandle(o.fh), f)
             }
             Err(err) => reply.error(e(err)),
         }
@@ -283,12 +306,13 @@ impl Filesystem for Fs {
         fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _write_flags: WriteFlags,
+        write_flags: WriteFlags,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        match self.0.write_data(ino.0, fh.0, offset, data) {
+        let kill = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
+        match self.0.write_data(ino.0, fh.0, offset, data, kill) {
             Ok(n) => reply.written(n),
             Err(err) => reply.error(e(err)),
         }

@@ -62,6 +62,24 @@ pub struct Attr {
     pub nlink: u32,
 }
 
+impl Attr {
+    /// The attributes of an absent name (inode 0), for a negative lookup reply.
+    pub fn negative() -> Attr {
+        Attr {
+            ino: 0,
+            kind: AttrKind::File,
+            size: 0,
+            perm: 0,
+            uid: 0,
+            gid: 0,
+            atime: 0,
+            mtime: 0,
+            ctime: 0,
+            nlink: 0,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AttrKind {
     File,
@@ -70,7 +88,7 @@ pub enum AttrKind {
     Fifo,
 }
 
-/// Times to set; `None` leaves one alone.
+/// Attributes to set; `None` leaves one alone.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SetAttr {
     pub mode: Option<u32>,
@@ -79,6 +97,20 @@ pub struct SetAttr {
     pub size: Option<u64>,
     pub atime: Option<i64>,
     pub mtime: Option<i64>,
+    /// The caller may keep set-ID bits across a size change (CAP_FSETID).
+    pub keep_setid: bool,
+}
+
+/// An open file handle and how the kernel should treat it.
+#[derive(Debug, Clone, Copy)]
+pub struct Opened {
+    pub fh: u64,
+    /// The kernel may keep the file's page cache: a read-only open of a file with no
+    /// buffered writes (nothing else changes it).
+    pub keep_cache: bool,
+    /// close() must reach the session (to commit buffered writes). A read-only handle has
+    /// nothing to commit, so its close costs no round trip.
+    pub flush: bool,
 }
 
 /// Space figures for statfs, from the quota when one is set.
@@ -137,6 +169,9 @@ pub struct MountSession {
     readonly: bool,
     /// Refuse changes for now (a read-only command in a long-lived session).
     writes_paused: AtomicBool,
+    /// The kernel caches writes (FUSE writeback cache): it sends them later, at the right
+    /// offsets, and keeps O_APPEND itself.
+    writeback: AtomicBool,
     quota: Quota,
     inodes: Mutex<Inodes>,
     handles: Mutex<HashMap<u64, Handle>>,
@@ -246,6 +281,7 @@ impl MountSession {
             ws,
             readonly: readonly || at.is_some(),
             writes_paused: AtomicBool::new(false),
+            writeback: AtomicBool::new(false),
             at,
             quota,
             inodes: Mutex::new(inodes),
@@ -304,6 +340,18 @@ impl MountSession {
 
     pub fn readonly(&self) -> bool {
         self.readonly
+    }
+
+    /// Whether the kernel may cache writes. Not under a size quota: a cached write()
+    /// succeeds at once and the quota error would only come at close or fsync, while
+    /// callers must see it at the write that crosses the limit.
+    pub fn writeback_safe(&self) -> bool {
+        !self.readonly && self.quota.max_size_mb.is_none() && self.quota.max_file_size_mb.is_none()
+    }
+
+    /// The kernel caches writes from now on (see `writeback_safe`).
+    pub fn set_writeback(&self) {
+        self.writeback.store(true, Ordering::SeqCst);
     }
 
     fn refuses_writes(&self) -> bool {
@@ -669,7 +717,7 @@ impl MountSession {
                 },
             )?;
         }
-        let (fh, _) = self.open(attr.ino, flags)?;
+        let fh = self.open(attr.ino, flags)?.fh;
         Ok((self.getattr(attr.ino)?, fh))
     }
 
@@ -685,7 +733,19 @@ impl MountSession {
     /// anything else, ENOTEMPTY unless empty).
     fn remove_entry(&self, op: &str, parent: u64, name: &str, dir: bool) -> MResult<()> {
         let path = self.child(parent, name)?;
-        self.edit(op, &[&path], |e| {
+        // A hard-linked file down to one other name: that name becomes a plain file again.
+        let survivor = {
+            let inodes = lock(&self.inodes);
+            inodes
+                .by_path
+                .get(&path)
+                .and_then(|ino| inodes.names.get(ino))
+                .filter(|names| names.len() == 2)
+                .and_then(|names| names.iter().find(|n| **n != path).cloned())
+        };
+        let mut paths = vec![&path];
+        paths.extend(survivor.as_ref());
+        self.edit(op, &paths, |e| {
             let (n, _) = e.view().lookup(&path)?.ok_or_else(|| Error::PathNotFound {
                 path: path.display(),
             })?;
@@ -696,7 +756,13 @@ impl MountSession {
                 (false, true) => Err(Error::NotADirectory {
                     path: path.display(),
                 }),
-                _ => e.remove(&path, false),
+                _ => {
+                    e.remove(&path, false)?;
+                    match &survivor {
+                        Some(s) => e.unshare_single(s),
+                        None => Ok(()),
+                    }
+                }
             }
         })?;
         let ino = lock(&self.inodes).by_path.get(&path).copied();
@@ -792,13 +858,14 @@ impl MountSession {
             let mut dirty = lock(&self.dirty);
             if let Some(d) = dirty.get_mut(&ino) {
                 // An inode with buffered writes changes in the buffer; committed on close.
-                apply_setattr(&mut d.node, &s, now);
                 if let Some(size) = s.size {
                     self.check_size(size)?;
                     d.data.resize(size as usize, 0);
                     set_size(&mut d.node, size);
-                    d.version += 1;
                 }
+                apply_setattr(&mut d.node, &s, now);
+                // A chmod alone is a change too: the next commit must carry it.
+                d.version += 1;
                 return Ok(attr_of(ino, &d.node));
             }
         }
@@ -836,9 +903,8 @@ impl MountSession {
         self.quota.check_file_size(size).map_err(|e| errno(&e))
     }
 
-    /// Open an inode; returns the handle and whether the kernel may keep its page cache
-    /// (read-only opens of files with no buffered writes: nothing else changes them).
-    pub fn open(&self, ino: u64, flags: i32) -> MResult<(u64, bool)> {
+    /// Open an inode.
+    pub fn open(&self, ino: u64, flags: i32) -> MResult<Opened> {
         let node = self.node(ino)?;
         let acc = flags & libc_flags::O_ACCMODE;
         let writable = acc == libc_flags::O_WRONLY || acc == libc_flags::O_RDWR;
@@ -878,8 +944,11 @@ impl MountSession {
                 snapshot: Some(node),
             },
         );
-        let keep_cache = !writable && !lock(&self.dirty).contains_key(&ino);
-        Ok((fh, keep_cache))
+        Ok(Opened {
+            fh,
+            keep_cache: !writable && !lock(&self.dirty).contains_key(&ino),
+            flush: writable,
+        })
     }
 
     pub fn read_data(&self, ino: u64, fh: u64, offset: u64, size: u32) -> MResult<Vec<u8>> {
@@ -909,8 +978,18 @@ impl MountSession {
         self.read(|v| v.read_node_range(&node, offset, size as u64))
     }
 
-    pub fn write_data(&self, ino: u64, fh: u64, offset: u64, data: &[u8]) -> MResult<u32> {
-        let append = lock(&self.handles).get(&fh).is_some_and(|h| h.append);
+    /// Write at `offset` (at the end for an O_APPEND handle). `kill_setid`: the writer
+    /// may not keep set-ID bits (the kernel says so per write).
+    pub fn write_data(
+        &self,
+        ino: u64,
+        fh: u64,
+        offset: u64,
+        data: &[u8],
+        kill_setid: bool,
+    ) -> MResult<u32> {
+        let append = !self.writeback.load(Ordering::Relaxed)
+            && lock(&self.handles).get(&fh).is_some_and(|h| h.append);
         let over_limit = {
             let mut dirty = lock(&self.dirty);
             let d = dirty.get_mut(&ino).ok_or(err(rustix::io::Errno::BADF))?;
@@ -933,6 +1012,7 @@ impl MountSession {
                 d.data.resize(end, 0);
             }
             d.data[start..end].copy_from_slice(data);
+            kill_privs(&mut d.node, !kill_setid);
             let now = now_ns();
             set_size(&mut d.node, d.data.len() as u64);
             d.node.attrs.mtime = now;
@@ -1147,6 +1227,7 @@ impl MountSession {
                 ino,
                 SetAttr {
                     size: Some(end),
+                    keep_setid: true,
                     ..Default::default()
                 },
             )?;
@@ -1180,7 +1261,34 @@ fn set_size(n: &mut Node, size: u64) {
     }
 }
 
+/// What a write, truncate or chown does to privileges, as the kernel does on a native file
+/// system (a FUSE file system's duty under FUSE_HANDLE_KILLPRIV_V2): file capabilities go,
+/// and unless `keep_setid` the set-user-ID bit goes, with the set-group-ID bit when the file
+/// is group-executable.
+fn kill_privs(n: &mut Node, keep_setid: bool) {
+    if !n.is_file() {
+        return;
+    }
+    if !n.xattrs.is_empty() {
+        n.xattrs.remove("security.capability");
+    }
+    if !keep_setid {
+        let group_exec = n.attrs.mode & 0o010 != 0;
+        n.attrs.mode &= !0o4000;
+        if group_exec {
+            n.attrs.mode &= !0o2000;
+        }
+    }
+}
+
 fn apply_setattr(n: &mut Node, s: &SetAttr, now: i64) {
+    if s.size.is_some() {
+        kill_privs(n, s.keep_setid);
+    }
+    if s.uid.is_some() || s.gid.is_some() {
+        // chown clears set-ID bits even for root (Linux since 2.2.13).
+        kill_privs(n, false);
+    }
     if let Some(m) = s.mode {
         n.attrs.mode = m & 0o7777;
     }
