@@ -2,7 +2,6 @@
 //! overlay entries, checkpoints, the op log, audit records, settings). It knows nothing about
 //! paths or processes; other engines implement the same trait without touching the layers above.
 
-mod mirror;
 mod sqlite;
 mod wal;
 

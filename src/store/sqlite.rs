@@ -3,7 +3,6 @@
 //! and one shared handle per vault file within a process. WAL checkpoints run off the commit
 //! path (see `wal.rs`).
 
-use std::cell::RefCell;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
@@ -11,7 +10,6 @@ use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, OpenFlags, OptionalExtension, Row, params};
 
-use super::mirror::Mirror;
 use super::wal::{WalCheckpointer, passive_checkpoint};
 use super::{
     AuditRecord, CheckpointRecord, OpRecord, Store, StoreRead, StoreWrite, StoredObject,
@@ -130,8 +128,6 @@ struct Writer {
     /// alone.
     batching: bool,
     open_since: Option<Instant>,
-    /// While batching: the overlay rows, mirrored for point lookups.
-    mirror: RefCell<Mirror>,
 }
 
 impl Writer {
@@ -140,15 +136,9 @@ impl Writer {
             && let Err(e) = self.conn.execute_batch("COMMIT")
         {
             let _ = self.conn.execute_batch("ROLLBACK");
-            self.mirror.get_mut().clear();
             return Err(e.into());
         }
         Ok(())
-    }
-
-    /// The open batch as a transaction, overlay mirror included.
-    fn batch_tx(&self) -> Tx<'_> {
-        Tx(&self.conn, Some(&self.mirror))
     }
 }
 
@@ -239,7 +229,6 @@ impl SqliteStore {
                 conn: writer,
                 batching: false,
                 open_since: None,
-                mirror: RefCell::default(),
             }),
             reader: Mutex::new(reader),
             wal,
@@ -357,31 +346,16 @@ fn migrate(conn: &Connection, path: &Path) -> Result<()> {
 impl Store for SqliteStore {
     fn read_with(&self, f: &mut dyn FnMut(&dyn StoreRead) -> Result<()>) -> Result<()> {
         {
-            // While batching, reads go through the writer so they see the open batch and
-            // use the overlay mirror; between batches in a read transaction of their own,
-            // which never waits for another process's writer. Otherwise the reader
-            // connection sees everything committed and leaves the writer free.
-            let mut w = lock(&self.writer);
-            if w.batching {
-                if w.open_since.is_some() {
-                    return f(&w.batch_tx());
-                }
-                let sql = |conn: &Connection, s: &str| -> Result<()> {
-                    conn.prepare_cached(s)?.execute([])?;
-                    Ok(())
-                };
-                sql(&w.conn, "BEGIN")?;
-                let result = data_version(&w.conn).and_then(|v| {
-                    w.mirror.get_mut().begin(v);
-                    f(&w.batch_tx())
-                });
-                let _ = sql(&w.conn, "COMMIT");
-                return result;
+            // While a batch is open, reads go through the writer so they see it; otherwise
+            // the reader connection sees everything committed and leaves the writer free.
+            let w = lock(&self.writer);
+            if w.batching && w.open_since.is_some() {
+                return f(&Tx(&w.conn));
             }
         }
         let conn = lock(&self.reader);
         conn.execute_batch("BEGIN")?;
-        let result = f(&Tx(&conn, None));
+        let result = f(&Tx(&conn));
         let _ = conn.execute_batch("COMMIT");
         result
     }
@@ -392,8 +366,6 @@ impl Store for SqliteStore {
             if w.open_since.is_none() {
                 w.conn.execute_batch("BEGIN IMMEDIATE")?;
                 w.open_since = Some(Instant::now());
-                let v = data_version(&w.conn)?;
-                w.mirror.get_mut().begin(v);
             }
             // Cached statements: parsing these on every write was a visible part of a
             // mount's per-request cost.
@@ -402,12 +374,9 @@ impl Store for SqliteStore {
                 Ok(())
             };
             sql(&w.conn, "SAVEPOINT avfs_write")?;
-            let result = f(&mut w.batch_tx());
+            let result = f(&mut Tx(&w.conn));
             if result.is_err() {
-                w.mirror.get_mut().undo();
                 sql(&w.conn, "ROLLBACK TO avfs_write")?;
-            } else {
-                w.mirror.get_mut().keep();
             }
             sql(&w.conn, "RELEASE avfs_write")?;
             if w.open_since.is_some_and(|t| t.elapsed() >= BATCH_WINDOW) {
@@ -416,7 +385,7 @@ impl Store for SqliteStore {
             return result;
         }
         w.conn.execute_batch("BEGIN IMMEDIATE")?;
-        match f(&mut Tx(&w.conn, None)) {
+        match f(&mut Tx(&w.conn)) {
             Ok(()) => {
                 if let Err(e) = w.conn.execute_batch("COMMIT") {
                     let _ = w.conn.execute_batch("ROLLBACK");
@@ -434,7 +403,6 @@ impl Store for SqliteStore {
     fn set_batching(&self, on: bool) -> Result<()> {
         let mut w = lock(&self.writer);
         w.commit_open()?;
-        w.mirror.get_mut().clear();
         w.batching = on;
         Ok(())
     }
@@ -476,15 +444,8 @@ impl Store for SqliteStore {
     }
 }
 
-/// Changes whenever another connection commits (see SQLite's `PRAGMA data_version`).
-fn data_version(conn: &Connection) -> Result<i64> {
-    Ok(conn
-        .prepare_cached("PRAGMA data_version")?
-        .query_row([], |r| r.get(0))?)
-}
-
-/// A connection inside a transaction, with the overlay mirror when batching.
-struct Tx<'c>(&'c Connection, Option<&'c RefCell<Mirror>>);
+/// A connection inside a transaction.
+struct Tx<'c>(&'c Connection);
 
 fn id_col(row: &Row<'_>, i: usize) -> rusqlite::Result<ObjectId> {
     let v: Vec<u8> = row.get(i)?;
@@ -606,13 +567,6 @@ impl StoreRead for Tx<'_> {
     }
 
     fn overlay_get(&self, ws: i64, path: &str) -> Result<Option<Option<Vec<u8>>>> {
-        if let Some(m) = self.1 {
-            if !m.borrow().loaded(ws) {
-                let rows = self.overlay_all(ws)?;
-                m.borrow_mut().load(ws, rows);
-            }
-            return Ok(m.borrow().get(ws, path).flatten());
-        }
         let mut stmt = self
             .0
             .prepare_cached("SELECT node FROM overlay WHERE ws = ?1 AND path = ?2")?;
@@ -787,9 +741,6 @@ impl StoreWrite for Tx<'_> {
 
     fn delete_workspace(&mut self, ws: i64) -> Result<()> {
         self.0.execute("DELETE FROM overlay WHERE ws = ?1", [ws])?;
-        if let Some(m) = self.1 {
-            m.borrow_mut().delete_workspace(ws);
-        }
         self.0
             .execute("DELETE FROM checkpoints WHERE ws = ?1", [ws])?;
         self.0.execute("DELETE FROM ops WHERE ws = ?1", [ws])?;
@@ -810,9 +761,6 @@ impl StoreWrite for Tx<'_> {
              ON CONFLICT(ws, path) DO UPDATE SET node = excluded.node",
         )?;
         stmt.execute(params![ws, path, parent, node])?;
-        if let Some(m) = self.1 {
-            m.borrow_mut().put(ws, path, node.map(<[u8]>::to_vec));
-        }
         Ok(())
     }
 
@@ -821,9 +769,6 @@ impl StoreWrite for Tx<'_> {
             .0
             .prepare_cached("DELETE FROM overlay WHERE ws = ?1 AND path = ?2")?;
         stmt.execute(params![ws, path])?;
-        if let Some(m) = self.1 {
-            m.borrow_mut().delete(ws, path);
-        }
         Ok(())
     }
 
@@ -833,18 +778,12 @@ impl StoreWrite for Tx<'_> {
             .0
             .prepare_cached("DELETE FROM overlay WHERE ws = ?1 AND path >= ?2 AND path < ?3")?;
         stmt.execute(params![ws, lo, hi])?;
-        if let Some(m) = self.1 {
-            m.borrow_mut().delete_range(ws, &lo, &hi);
-        }
         Ok(())
     }
 
     fn overlay_clear(&mut self, ws: i64) -> Result<()> {
         let mut stmt = self.0.prepare_cached("DELETE FROM overlay WHERE ws = ?1")?;
         stmt.execute([ws])?;
-        if let Some(m) = self.1 {
-            m.borrow_mut().delete_workspace(ws);
-        }
         Ok(())
     }
 
