@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
 # Mount vs native disk, same workloads, same run: prints seconds and mount/native ratios.
+# A third column runs each workload on the FUSE floor (examples/fuse_floor.rs: an in-memory
+# FUSE file system doing no other work, same mount options): what FUSE itself costs here.
 # Usage: scripts/bench_mount.sh [FILES]   (default 16000 files, ~300 MB of source-like data)
 # Needs root and /dev/fuse; builds the release binary first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 FILES=${1:-16000}
-cargo build --release -q
+cargo build --release -q --bin avfs --example fuse_floor
 AVFS=$PWD/target/release/avfs
+FLOOR=$PWD/target/release/examples/fuse_floor
 work=$(mktemp -d /var/tmp/avfs-bench.XXXXXX)
 export AVFS_HOME=$work/home
-trap 'umount -l "$work/mnt" 2>/dev/null || true; rm -rf "$work"' EXIT
-mkdir -p "$work/native" "$work/mnt" "$work/src"
+trap 'umount -l "$work/mnt" 2>/dev/null || true; umount -l "$work/floor" 2>/dev/null || true; rm -rf "$work"' EXIT
+mkdir -p "$work/native" "$work/mnt" "$work/floor" "$work/src"
 
 # A deterministic source-like tree: many small text files in nested dirs, a few binaries.
 python3 - "$work/src/tree" "$FILES" <<'PY'
@@ -32,6 +35,8 @@ tar cf "$work/src.tar" -C "$work/src" tree
 size=$(du -sm "$work/src.tar" | cut -f1)
 "$AVFS" vault create bench >/dev/null
 "$AVFS" mount bench "$work/mnt" >/dev/null
+"$FLOOR" "$work/floor" &
+for _ in $(seq 50); do mountpoint -q "$work/floor" && break; sleep 0.1; done
 
 t() {
   local s e
@@ -41,18 +46,32 @@ t() {
   fi
   e=$(date +%s.%N); echo "$e - $s" | bc
 }
-row() { printf '%-34s %8.3f %8.3f %7.2fx\n' "$1" "$2" "$3" "$(echo "$3 / $2" | bc -l)"; }
+# name native floor mount: seconds, then mount/native, floor/native and mount/floor.
+row() {
+  printf '%-28s %8.3f %8.3f %8.3f %8.2fx %8.2fx %8.2fx\n' "$1" "$2" "$3" "$4" \
+    "$(echo "$4 / $2" | bc -l)" "$(echo "$3 / $2" | bc -l)" "$(echo "$4 / $3" | bc -l)"
+}
+# One workload in all three places: row NAME SUBDIR COMMAND
+run() {
+  local n f m
+  n=$(t "$work/native/$2" "$3"); f=$(t "$work/floor/$2" "$3"); m=$(t "$work/mnt/$2" "$3")
+  row "$1" "$n" "$f" "$m"
+}
 
 printf 'tree: %s files, %s MB tar; machine: %s cores, kernel %s\n\n' "$FILES" "$size" "$(nproc)" "$(uname -r)"
-printf '%-34s %8s %8s %8s\n' workload native mount ratio
+printf '%-28s %8s %8s %8s %9s %9s %9s\n' workload native floor mount mount/nat floor/nat mount/flr
 sync
-n=$(t "$work/native" "tar xf $work/src.tar"); m=$(t "$work/mnt" "tar xf $work/src.tar"); row "untar" "$n" "$m"
-git_cmd='git init -q . && git add -A && git -c user.name=b -c user.email=b@b commit -qm bench'
-n=$(t "$work/native/tree" "$git_cmd"); m=$(t "$work/mnt/tree" "$git_cmd"); row "git init + add -A + commit" "$n" "$m"
-n=$(t "$work/native" "grep -r ident_499_missing . || true"); m=$(t "$work/mnt" "grep -r ident_499_missing . || true"); row "grep -r" "$n" "$m"
-cargo_cmd='cargo new -q --vcs none demo && cd demo && cargo build -q --offline'
-n=$(t "$work/native" "$cargo_cmd"); m=$(t "$work/mnt" "$cargo_cmd"); row "cargo new + build" "$n" "$m"
-n=$(t "$work/native" "dd if=/dev/zero of=big bs=1M count=100 conv=fsync"); m=$(t "$work/mnt" "dd if=/dev/zero of=big bs=1M count=100 conv=fsync"); row "write 100 MB (fsync)" "$n" "$m"
-n=$(t "$work/native" "cat big > /dev/null"); m=$(t "$work/mnt" "cat big > /dev/null"); row "read 100 MB" "$n" "$m"
-n=$(t "$work/native" "rm -rf tree demo big"); m=$(t "$work/mnt" "rm -rf tree demo big"); row "rm -rf" "$n" "$m"
+run "untar" "" "tar xf $work/src.tar"
+run "git init + add -A + commit" tree \
+  'git init -q . && git add -A && git -c user.name=b -c user.email=b@b commit -qm bench'
+run "grep -r" "" "grep -r ident_499_missing . || true"
+run "cargo new + build" "" 'cargo new -q --vcs none demo && cd demo && cargo build -q --offline'
+run "write 100 MB (fsync)" "" "dd if=/dev/zero of=big bs=1M count=100 conv=fsync"
+run "read 100 MB (cached)" "" "cat big > /dev/null"
+# Cold: every cache dropped first (the mount then reads from the vault file on disk).
+cold() { sync; echo 3 >/proc/sys/vm/drop_caches; t "$1" "cat big > /dev/null"; }
+n=$(cold "$work/native"); f=$(cold "$work/floor"); m=$(cold "$work/mnt")
+row "read 100 MB (cold)" "$n" "$f" "$m"
+run "rm -rf" "" "rm -rf tree demo big"
 "$AVFS" unmount "$work/mnt" >/dev/null
+umount "$work/floor"
