@@ -743,9 +743,9 @@ impl MountSession {
                 .filter(|names| names.len() == 2)
                 .and_then(|names| names.iter().find(|n| **n != path).cloned())
         };
-        let mut paths = vec![&path];
-        paths.extend(survivor.as_ref());
-        self.edit(op, &paths, |e| {
+        // The survivor is not among the edit's paths: nothing anyone sees changes there,
+        // and a linked name is never in the node cache.
+        self.edit(op, &[&path], |e| {
             let (n, _) = e.view().lookup(&path)?.ok_or_else(|| Error::PathNotFound {
                 path: path.display(),
             })?;
