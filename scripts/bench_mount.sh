@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Mount vs native disk, same workloads, same run: prints seconds and mount/native ratios.
-# A third column runs each workload on the FUSE floor (examples/fuse_floor.rs: an in-memory
-# FUSE file system doing no other work, same mount options): what FUSE itself costs here.
+# The mount runs twice: with the default transport (FUSE over io_uring where the kernel has
+# it) and over /dev/fuse (AVFS_FUSE_URING=0). Another column runs each workload on the FUSE
+# floor (examples/fuse_floor.rs: an in-memory FUSE file system doing no other work, same
+# mount options, over /dev/fuse): what FUSE itself costs here through /dev/fuse.
 # Usage: scripts/bench_mount.sh [FILES]   (default 16000 files, ~300 MB of source-like data)
 # Needs root and /dev/fuse; builds the release binary first.
 set -euo pipefail
@@ -12,8 +14,8 @@ AVFS=$PWD/target/release/avfs
 FLOOR=$PWD/target/release/examples/fuse_floor
 work=$(mktemp -d /var/tmp/avfs-bench.XXXXXX)
 export AVFS_HOME=$work/home
-trap 'umount -l "$work/mnt" 2>/dev/null || true; umount -l "$work/floor" 2>/dev/null || true; rm -rf "$work"' EXIT
-mkdir -p "$work/native" "$work/mnt" "$work/floor" "$work/src"
+trap 'for d in mnt dev floor; do umount -l "$work/$d" 2>/dev/null || true; done; rm -rf "$work"' EXIT
+mkdir -p "$work/native" "$work/mnt" "$work/dev" "$work/floor" "$work/src"
 
 # A deterministic source-like tree: many small text files in nested dirs, a few binaries.
 python3 - "$work/src/tree" "$FILES" <<'PY'
@@ -34,7 +36,10 @@ PY
 tar cf "$work/src.tar" -C "$work/src" tree
 size=$(du -sm "$work/src.tar" | cut -f1)
 "$AVFS" vault create bench >/dev/null
+"$AVFS" vault create bench-dev >/dev/null
 "$AVFS" mount bench "$work/mnt" >/dev/null
+AVFS_FUSE_URING=0 "$AVFS" mount bench-dev "$work/dev" >/dev/null
+transport=$("$AVFS" mounts --json | python3 -c 'import json,sys; print(" / ".join(m["transport"] for m in json.load(sys.stdin)["data"]))')
 "$FLOOR" "$work/floor" &
 for _ in $(seq 50); do mountpoint -q "$work/floor" && break; sleep 0.1; done
 
@@ -46,20 +51,22 @@ t() {
   fi
   e=$(date +%s.%N); echo "$e - $s" | bc
 }
-# name native floor mount: seconds, then mount/native, floor/native and mount/floor.
+# name native floor mount dev: seconds, then mount/native, dev/native and floor/native.
 row() {
-  printf '%-28s %8.3f %8.3f %8.3f %8.2fx %8.2fx %8.2fx\n' "$1" "$2" "$3" "$4" \
-    "$(echo "$4 / $2" | bc -l)" "$(echo "$3 / $2" | bc -l)" "$(echo "$4 / $3" | bc -l)"
+  printf '%-26s %7.3f %7.3f %7.3f %7.3f %8.2fx %8.2fx %8.2fx\n' "$1" "$2" "$3" "$4" "$5" \
+    "$(echo "$4 / $2" | bc -l)" "$(echo "$5 / $2" | bc -l)" "$(echo "$3 / $2" | bc -l)"
 }
-# One workload in all three places: row NAME SUBDIR COMMAND
+# One workload in all four places: row NAME SUBDIR COMMAND
 run() {
-  local n f m
-  n=$(t "$work/native/$2" "$3"); f=$(t "$work/floor/$2" "$3"); m=$(t "$work/mnt/$2" "$3")
-  row "$1" "$n" "$f" "$m"
+  local n f m d
+  n=$(t "$work/native/$2" "$3"); f=$(t "$work/floor/$2" "$3")
+  m=$(t "$work/mnt/$2" "$3"); d=$(t "$work/dev/$2" "$3")
+  row "$1" "$n" "$f" "$m" "$d"
 }
 
-printf 'tree: %s files, %s MB tar; machine: %s cores, kernel %s\n\n' "$FILES" "$size" "$(nproc)" "$(uname -r)"
-printf '%-28s %8s %8s %8s %9s %9s %9s\n' workload native floor mount mount/nat floor/nat mount/flr
+printf 'tree: %s files, %s MB tar; machine: %s cores, kernel %s\n' "$FILES" "$size" "$(nproc)" "$(uname -r)"
+printf 'transports: mount / dev: %s\n\n' "$transport"
+printf '%-26s %7s %7s %7s %7s %9s %9s %9s\n' workload native floor mount dev mount/nat dev/nat floor/nat
 sync
 run "untar" "" "tar xf $work/src.tar"
 run "git init + add -A + commit" tree \
@@ -70,8 +77,9 @@ run "write 100 MB (fsync)" "" "dd if=/dev/zero of=big bs=1M count=100 conv=fsync
 run "read 100 MB (cached)" "" "cat big > /dev/null"
 # Cold: every cache dropped first (the mount then reads from the vault file on disk).
 cold() { sync; echo 3 >/proc/sys/vm/drop_caches; t "$1" "cat big > /dev/null"; }
-n=$(cold "$work/native"); f=$(cold "$work/floor"); m=$(cold "$work/mnt")
-row "read 100 MB (cold)" "$n" "$f" "$m"
+n=$(cold "$work/native"); f=$(cold "$work/floor"); m=$(cold "$work/mnt"); d=$(cold "$work/dev")
+row "read 100 MB (cold)" "$n" "$f" "$m" "$d"
 run "rm -rf" "" "rm -rf tree demo big"
 "$AVFS" unmount "$work/mnt" >/dev/null
+"$AVFS" unmount "$work/dev" >/dev/null
 umount "$work/floor"

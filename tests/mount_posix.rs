@@ -352,16 +352,44 @@ fn scenario(root: &Path) -> Log {
     log
 }
 
-#[test]
-fn posix_semantics_match_native() {
+fn matches_native(m: &Mounted) {
     let native = tempfile::tempdir().unwrap();
     let expected = scenario(native.path());
-    let m = Mounted::new("posix");
     let actual = scenario(&m.dir);
     for (i, (e, a)) in expected.iter().zip(&actual).enumerate() {
         assert_eq!(e, a, "step {i} differs (native vs mount)");
     }
     assert_eq!(expected.len(), actual.len());
+}
+
+/// Through the default transport: FUSE over io_uring wherever the kernel allows it.
+#[test]
+fn posix_semantics_match_native() {
+    let m = Mounted::new("posix");
+    let want = if mount_support::uring_expected() {
+        "io_uring"
+    } else {
+        "dev-fuse"
+    };
+    assert_eq!(m.transport(), want);
+    let before = m.ring_waits();
+    matches_native(&m);
+    if want == "io_uring" {
+        let served = m.ring_waits() - before;
+        assert!(
+            served >= 100,
+            "the rings answered too few requests: {served}"
+        );
+    }
+}
+
+/// Through `/dev/fuse`, the transport used where io_uring is not available.
+#[test]
+fn posix_semantics_match_native_over_dev_fuse() {
+    let m = Mounted::dev_fuse("posix");
+    assert_eq!(m.transport(), "dev-fuse");
+    matches_native(&m);
+    assert_eq!(m.ring_waits(), 0, "no io_uring workers over /dev/fuse");
 }
 
 /// `ln` in the mount makes a real hard link in the vault: after unmounting, the CLI shows

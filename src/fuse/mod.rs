@@ -2,15 +2,17 @@
 //! replies. No rules live here: validation, buffering and errno choice are the session's.
 
 use std::ffi::OsStr;
+use std::os::fd::AsFd;
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{
     AccessFlags, Config, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
     INodeNo, InitFlags, KernelConfig, LockOwner, MountOption, OpenFlags, RenameFlags, ReplyAttr,
     ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs,
-    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    ReplyWrite, ReplyXattr, Request, Session, TimeOrNow, WriteFlags,
 };
 
 use crate::service::mount::{Attr, AttrKind, MountSession, SetAttr};
@@ -22,7 +24,39 @@ use crate::service::mount::{Attr, AttrKind, MountSession, SetAttr};
 /// per file (git re-stats every file it just wrote).
 const TTL: Duration = Duration::from_secs(30);
 
-struct Fs(Arc<MountSession>);
+mod ring;
+mod wire;
+
+struct Fs {
+    session: Arc<MountSession>,
+    /// Set by INIT when the kernel agreed to FUSE over io_uring: the ring workers must
+    /// then register before any request is answered.
+    uring: Arc<AtomicBool>,
+}
+
+/// A lookup: a miss is an entry with inode 0, which the kernel caches as a negative
+/// dentry for the TTL, so the next stat/access/open of a missing name (git probes many)
+/// costs no round trip. Every change reaches the session through the kernel, which drops
+/// such an entry when the name is created.
+fn lookup_entry(s: &MountSession, parent: u64, name: &str) -> Result<Attr, i32> {
+    match s.lookup(parent, name) {
+        Err(libc::ENOENT) => Ok(Attr::negative()),
+        r => r,
+    }
+}
+
+/// io_uring unless AVFS_FUSE_URING=0 asks for `/dev/fuse`.
+fn uring_wanted() -> bool {
+    std::env::var_os("AVFS_FUSE_URING").is_none_or(|v| v != "0")
+}
+
+fn now_ns() -> i64 {
+    ns(TimeOrNow::Now)
+}
+
+fn sync_vault(s: &MountSession) -> Result<(), i32> {
+    s.workspace().vault().sync().map_err(|_| libc::EIO)
+}
 
 fn time(ns: i64) -> SystemTime {
     if ns >= 0 {
@@ -89,37 +123,43 @@ impl Filesystem for Fs {
         let _ = config.add_capabilities(InitFlags::FUSE_HANDLE_KILLPRIV_V2);
         // Writes land in the page cache and reach the session in large batches, when the
         // session says that is safe (see `MountSession::writeback_safe`).
-        if self.0.writeback_safe()
+        if self.session.writeback_safe()
             && config
                 .add_capabilities(InitFlags::FUSE_WRITEBACK_CACHE)
                 .is_ok()
         {
-            self.0.set_writeback();
+            self.session.set_writeback();
+        }
+        // Requests on per-CPU io_uring queues when the kernel offers it (see `ring`).
+        // Ring payload buffers hold one request, so writes are capped to their size.
+        if config
+            .capabilities()
+            .contains(InitFlags::FUSE_OVER_IO_URING)
+            && uring_wanted()
+            && ring::available()
+            && config.set_max_write(ring::PAYLOAD_LEN as u32).is_ok()
+            && config
+                .add_capabilities(InitFlags::FUSE_OVER_IO_URING)
+                .is_ok()
+        {
+            self.uring.store(true, Ordering::SeqCst);
         }
         Ok(())
     }
 
     fn destroy(&mut self) {
-        if let Err(err) = self.0.finish() {
+        if let Err(err) = self.session.finish() {
             eprintln!("avfs mount: saving the session failed: {err}");
         }
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEntry) {
-        match name(n).and_then(|n| self.0.lookup(parent.0, n).map_err(e)) {
-            // A miss is an entry with inode 0: the kernel caches it as a negative dentry for
-            // the TTL, so the next stat/access/open of a missing name (git probes many)
-            // costs no round trip. Every change reaches the session through the kernel,
-            // which drops such an entry when the name is created.
-            Err(err) if err == Errno::ENOENT => {
-                reply.entry(&TTL, &attr(&Attr::negative()), Generation(0))
-            }
-            r => entry_reply(reply, r),
-        }
+        let r = name(n).and_then(|n| lookup_entry(&self.session, parent.0, n).map_err(e));
+        entry_reply(reply, r)
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        match self.0.getattr(ino.0) {
+        match self.session.getattr(ino.0) {
             Ok(a) => reply.attr(&TTL, &attr(&a)),
             Err(err) => reply.error(e(err)),
         }
@@ -153,14 +193,14 @@ impl Filesystem for Fs {
             // CAP_FSETID, approximated: the kernel does not pass it on for a truncate.
             keep_setid: req.uid() == 0,
         };
-        match self.0.setattr(ino.0, s) {
+        match self.session.setattr(ino.0, s) {
             Ok(a) => reply.attr(&TTL, &attr(&a)),
             Err(err) => reply.error(e(err)),
         }
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        match self.0.readlink(ino.0) {
+        match self.session.readlink(ino.0) {
             Ok(t) => reply.data(&t),
             Err(err) => reply.error(e(err)),
         }
@@ -177,7 +217,7 @@ impl Filesystem for Fs {
         reply: ReplyEntry,
     ) {
         let r = name(n).and_then(|n| {
-            self.0
+            self.session
                 .mknod(parent.0, n, mode & !umask, req.uid(), req.gid())
                 .map_err(e)
         });
@@ -194,7 +234,7 @@ impl Filesystem for Fs {
         reply: ReplyEntry,
     ) {
         let r = name(n).and_then(|n| {
-            self.0
+            self.session
                 .mkdir(parent.0, n, mode & !umask, req.uid(), req.gid())
                 .map_err(e)
         });
@@ -204,7 +244,7 @@ impl Filesystem for Fs {
     fn unlink(&self, _req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
         empty_reply(
             reply,
-            name(n).and_then(|n| self.0.unlink(parent.0, n).map_err(e)),
+            name(n).and_then(|n| self.session.unlink(parent.0, n).map_err(e)),
         )
     }
 
@@ -216,14 +256,14 @@ impl Filesystem for Fs {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        let r = name(newname).and_then(|n| self.0.link(ino.0, newparent.0, n).map_err(e));
+        let r = name(newname).and_then(|n| self.session.link(ino.0, newparent.0, n).map_err(e));
         entry_reply(reply, r)
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
         empty_reply(
             reply,
-            name(n).and_then(|n| self.0.rmdir(parent.0, n).map_err(e)),
+            name(n).and_then(|n| self.session.rmdir(parent.0, n).map_err(e)),
         )
     }
 
@@ -237,7 +277,7 @@ impl Filesystem for Fs {
     ) {
         let r = name(link).and_then(|n| {
             let t = target.to_str().ok_or(Errno::EINVAL)?;
-            self.0
+            self.session
                 .symlink(parent.0, n, t, req.uid(), req.gid())
                 .map_err(e)
         });
@@ -256,7 +296,7 @@ impl Filesystem for Fs {
     ) {
         let r = name(n).and_then(|n| {
             let nn = name(newname)?;
-            self.0
+            self.session
                 .rename(
                     parent.0,
                     n,
@@ -271,7 +311,7 @@ impl Filesystem for Fs {
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        match self.0.open(ino.0, flags.0) {
+        match self.session.open(ino.0, flags.0) {
             Ok(o) => {
                 let mut f = FopenFlags::empty();
                 f.set(FopenFlags::FOPEN_KEEP_CACHE, o.keep_cache);
@@ -293,7 +333,7 @@ impl Filesystem for Fs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        match self.0.read_data(ino.0, fh.0, offset, size) {
+        match self.session.read_data(ino.0, fh.0, offset, size) {
             Ok(d) => reply.data(&d),
             Err(err) => reply.error(e(err)),
         }
@@ -312,7 +352,7 @@ impl Filesystem for Fs {
         reply: ReplyWrite,
     ) {
         let kill = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
-        match self.0.write_data(ino.0, fh.0, offset, data, kill) {
+        match self.session.write_data(ino.0, fh.0, offset, data, kill) {
             Ok(n) => reply.written(n),
             Err(err) => reply.error(e(err)),
         }
@@ -326,7 +366,7 @@ impl Filesystem for Fs {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        match self.0.flush(ino.0) {
+        match self.session.flush(ino.0) {
             Ok(()) => reply.ok(),
             Err(err) => reply.error(e(err)),
         }
@@ -342,7 +382,7 @@ impl Filesystem for Fs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        match self.0.release(ino.0, fh.0) {
+        match self.session.release(ino.0, fh.0) {
             Ok(()) => reply.ok(),
             Err(err) => reply.error(e(err)),
         }
@@ -356,14 +396,14 @@ impl Filesystem for Fs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        match self.0.fsync(ino.0) {
+        match self.session.fsync(ino.0) {
             Ok(()) => reply.ok(),
             Err(err) => reply.error(e(err)),
         }
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        match self.0.opendir(ino.0) {
+        match self.session.opendir(ino.0) {
             Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
             Err(err) => reply.error(e(err)),
         }
@@ -377,7 +417,7 @@ impl Filesystem for Fs {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        match self.0.readdir(fh.0, offset) {
+        match self.session.readdir(fh.0, offset) {
             Ok(entries) => {
                 for (ino, next, kind, n) in entries {
                     if reply.add(INodeNo(ino), next, file_type(kind), n) {
@@ -398,7 +438,7 @@ impl Filesystem for Fs {
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
-        self.0.releasedir(fh.0);
+        self.session.releasedir(fh.0);
         reply.ok();
     }
 
@@ -410,14 +450,11 @@ impl Filesystem for Fs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        match self.0.workspace().vault().sync() {
-            Ok(()) => reply.ok(),
-            Err(_) => reply.error(Errno::EIO),
-        }
+        empty_reply(reply, sync_vault(&self.session).map_err(e))
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        let s = self.0.statfs();
+        let s = self.session.statfs();
         reply.statfs(
             s.blocks, s.bfree, s.bfree, s.files, s.ffree, s.bsize, 255, s.bsize,
         );
@@ -433,28 +470,28 @@ impl Filesystem for Fs {
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        match name(n).and_then(|n| self.0.setxattr(ino.0, n, value, flags).map_err(e)) {
+        match name(n).and_then(|n| self.session.setxattr(ino.0, n, value, flags).map_err(e)) {
             Ok(()) => reply.ok(),
             Err(err) => reply.error(err),
         }
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, n: &OsStr, size: u32, reply: ReplyXattr) {
-        match name(n).and_then(|n| self.0.getxattr(ino.0, n).map_err(e)) {
+        match name(n).and_then(|n| self.session.getxattr(ino.0, n).map_err(e)) {
             Ok(v) => xattr_reply(reply, &v, size),
             Err(err) => reply.error(err),
         }
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        match self.0.listxattr(ino.0) {
+        match self.session.listxattr(ino.0) {
             Ok(v) => xattr_reply(reply, &v, size),
             Err(err) => reply.error(e(err)),
         }
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, n: &OsStr, reply: ReplyEmpty) {
-        match name(n).and_then(|n| self.0.removexattr(ino.0, n).map_err(e)) {
+        match name(n).and_then(|n| self.session.removexattr(ino.0, n).map_err(e)) {
             Ok(()) => reply.ok(),
             Err(err) => reply.error(err),
         }
@@ -463,7 +500,7 @@ impl Filesystem for Fs {
     fn access(&self, _req: &Request, ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
         // Permission bits are checked by the kernel (default_permissions); this only
         // confirms the inode exists.
-        match self.0.getattr(ino.0) {
+        match self.session.getattr(ino.0) {
             Ok(_) => reply.ok(),
             Err(err) => reply.error(e(err)),
         }
@@ -480,7 +517,7 @@ impl Filesystem for Fs {
         reply: ReplyCreate,
     ) {
         let r = name(n).and_then(|n| {
-            self.0
+            self.session
                 .create(parent.0, n, mode & !umask, flags, req.uid(), req.gid())
                 .map_err(e)
         });
@@ -506,7 +543,7 @@ impl Filesystem for Fs {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        match self.0.fallocate(ino.0, offset, length, mode) {
+        match self.session.fallocate(ino.0, offset, length, mode) {
             Ok(()) => reply.ok(),
             Err(err) => reply.error(e(err)),
         }
@@ -555,22 +592,65 @@ fn config(readonly: bool) -> Config {
     c
 }
 
-/// Serve `session` at `dir` until it is unmounted. Blocks.
-pub fn serve(session: MountSession, dir: &Path) -> std::io::Result<()> {
-    let readonly = session.readonly();
-    fuser::mount(Fs(Arc::new(session)), dir, &config(readonly))
+/// How the kernel hands requests to the daemon.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    /// Per-CPU io_uring queues (Linux 6.14+ with the fuse module's `enable_uring` on).
+    IoUring,
+    /// Reads and writes on `/dev/fuse`.
+    DevFuse,
 }
 
-/// Serve `session` at `dir` on background threads; dropping the handle unmounts.
-pub fn spawn(session: MountSession, dir: &Path) -> std::io::Result<fuser::BackgroundSession> {
+impl Transport {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Transport::IoUring => "io_uring",
+            Transport::DevFuse => "dev-fuse",
+        }
+    }
+}
+
+/// A session served on background threads; dropping `background` unmounts.
+pub struct Mounted {
+    pub background: fuser::BackgroundSession,
+    pub transport: Transport,
+}
+
+/// Mount `session` at `dir`: INIT is answered before this returns, and when it agreed to
+/// io_uring the ring workers are started (they exit when the file system is unmounted).
+fn mount(session: Arc<MountSession>, dir: &Path) -> std::io::Result<(Session<Fs>, Transport)> {
+    let uring = Arc::new(AtomicBool::new(false));
+    let fs = Fs {
+        session: session.clone(),
+        uring: uring.clone(),
+    };
+    if uring_wanted() {
+        ring::enable();
+    }
+    let mounted = Session::new(fs, dir, &config(session.readonly()))?;
+    if !uring.load(Ordering::SeqCst) {
+        return Ok((mounted, Transport::DevFuse));
+    }
+    let dev = mounted.as_fd().try_clone_to_owned()?;
+    ring::start(dev, session)?;
+    Ok((mounted, Transport::IoUring))
+}
+
+/// Serve `session` at `dir` until it is unmounted. Blocks.
+pub fn serve(session: MountSession, dir: &Path) -> std::io::Result<()> {
+    mount(Arc::new(session), dir)?.0.run()
+}
+
+/// Serve `session` at `dir` on background threads.
+pub fn spawn(session: MountSession, dir: &Path) -> std::io::Result<Mounted> {
     spawn_shared(Arc::new(session), dir)
 }
 
 /// Mount a session the caller keeps a handle to (to record its changes between commands).
-pub fn spawn_shared(
-    session: Arc<MountSession>,
-    dir: &Path,
-) -> std::io::Result<fuser::BackgroundSession> {
-    let readonly = session.readonly();
-    fuser::spawn_mount(Fs(session), dir, &config(readonly))
+pub fn spawn_shared(session: Arc<MountSession>, dir: &Path) -> std::io::Result<Mounted> {
+    let (mounted, transport) = mount(session, dir)?;
+    Ok(Mounted {
+        background: mounted.spawn()?,
+        transport,
+    })
 }

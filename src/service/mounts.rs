@@ -21,6 +21,10 @@ pub struct MountRecord {
     pub pid: u32,
     /// Nanoseconds since the Unix epoch.
     pub since: i64,
+    /// How the kernel hands requests to the daemon: `io_uring` (per-CPU queues, Linux
+    /// 6.14+ with the fuse module's `enable_uring` on) or `dev-fuse`.
+    #[serde(default)]
+    pub transport: String,
     /// Filled in by `list`: the daemon runs and the kernel still has the mount.
     #[serde(default)]
     pub alive: bool,

@@ -448,7 +448,7 @@ impl ProxyRuntime<'_> {
         })?;
         let result = self.run_in(&dir, req, cwd, opts, confinement);
         // Unmounting ends the session, which commits and records the run in the op log.
-        let unmounted = mounted.umount_and_join();
+        let unmounted = mounted.background.umount_and_join();
         let _ = std::fs::remove_dir(&dir);
         let result = result?;
         unmounted.map_err(|e| Error::MountFailed {

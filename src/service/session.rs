@@ -329,11 +329,12 @@ impl Live {
         session.record_at_finish(false);
         let hidden = policy.secret_globs();
         let session = Arc::new(session);
-        let bg =
-            crate::fuse::spawn_shared(session.clone(), dir).map_err(|e| Error::MountFailed {
+        let bg = crate::fuse::spawn_shared(session.clone(), dir)
+            .map_err(|e| Error::MountFailed {
                 dir: dir.to_path_buf(),
                 reason: e.to_string(),
-            })?;
+            })?
+            .background;
         Ok(Live {
             session,
             bg,

@@ -19,6 +19,16 @@ pub fn require_fuse() -> bool {
     );
 }
 
+/// Whether mounts must use FUSE over io_uring: the kernel allows it (the fuse module's
+/// `enable_uring` is on, or avfs turns it on as root), or AVFS_REQUIRE_URING=1 says the
+/// run must test it.
+pub fn uring_expected() -> bool {
+    let root = rustix::process::geteuid().is_root();
+    std::env::var("AVFS_REQUIRE_URING").as_deref() == Ok("1")
+        || std::fs::read_to_string("/sys/module/fuse/parameters/enable_uring")
+            .is_ok_and(|v| v.trim() == "Y" || root)
+}
+
 pub struct Mounted {
     pub home: tempfile::TempDir,
     pub dir: PathBuf,
@@ -26,8 +36,13 @@ pub struct Mounted {
 }
 
 pub fn avfs_in(home: &Path, args: &[&str]) -> Output {
+    avfs_env(home, args, &[])
+}
+
+pub fn avfs_env(home: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_avfs"))
         .args(args)
+        .envs(env.iter().copied())
         .env("AVFS_HOME", home)
         .env("AVFS_ACTOR", "test")
         .env_remove("AVFS_VAULT")
@@ -54,12 +69,26 @@ impl Mounted {
         Self::mount_existing(home, name)
     }
 
+    /// A fresh vault served through `/dev/fuse` even where io_uring is available (the
+    /// fallback transport gets the same tests).
+    pub fn dev_fuse(name: &str) -> Mounted {
+        assert!(require_fuse() || std::env::var("AVFS_CI_ALLOW_NO_FUSE").is_ok());
+        let home = tempfile::tempdir().unwrap();
+        ok(avfs_in(home.path(), &["vault", "create", name]));
+        Self::mount_with(home, name, &[("AVFS_FUSE_URING", "0")])
+    }
+
     pub fn mount_existing(home: tempfile::TempDir, vault: &str) -> Mounted {
+        Self::mount_with(home, vault, &[])
+    }
+
+    fn mount_with(home: tempfile::TempDir, vault: &str, env: &[(&str, &str)]) -> Mounted {
         let dir = home.path().join("mnt");
         std::fs::create_dir_all(&dir).unwrap();
-        ok(avfs_in(
+        ok(avfs_env(
             home.path(),
             &["mount", vault, dir.to_str().unwrap()],
+            env,
         ));
         Mounted {
             home,
@@ -70,6 +99,44 @@ impl Mounted {
 
     pub fn avfs(&self, args: &[&str]) -> Output {
         avfs_in(self.home.path(), args)
+    }
+
+    fn record(&self) -> serde_json::Value {
+        let out = ok(self.avfs(&["mounts", "--json"]));
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        v["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["dir"] == self.dir.to_str().unwrap())
+            .expect("the mount is listed")
+            .clone()
+    }
+
+    /// The transport `avfs mounts` reports for this mount (`io_uring` or `dev-fuse`).
+    pub fn transport(&self) -> String {
+        self.record()["transport"].as_str().unwrap().to_string()
+    }
+
+    /// How many times the daemon's io_uring workers went to sleep waiting for a request:
+    /// at least once per request they answered, so it shows requests really came through
+    /// the rings (and not only that io_uring was negotiated).
+    pub fn ring_waits(&self) -> u64 {
+        let pid = self.record()["pid"].as_u64().unwrap();
+        let mut waits = 0;
+        for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+            let task = task.unwrap().path();
+            let comm = std::fs::read_to_string(task.join("comm")).unwrap_or_default();
+            if !comm.starts_with("avfs-ring") {
+                continue;
+            }
+            let status = std::fs::read_to_string(task.join("status")).unwrap_or_default();
+            waits += status
+                .lines()
+                .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+                .map_or(0, |n| n.trim().parse::<u64>().unwrap());
+        }
+        waits
     }
 
     /// Run a shell command with cwd in the mount.

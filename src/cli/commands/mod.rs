@@ -114,6 +114,11 @@ pub enum Command {
     /// Write this fork's changes (since its base) into a host directory.
     Apply(history::ApplyArgs),
     /// Mount a vault or fork (or NAME@CHECKPOINT, read-only) as a real directory.
+    ///
+    /// Requests reach the daemon over FUSE over io_uring where the kernel has it (Linux
+    /// 6.14+): a queue per CPU, so no request waits for a wake-up on another CPU. Run as
+    /// root, avfs turns on the fuse module's `enable_uring` parameter for that. Set
+    /// AVFS_FUSE_URING=0 to use /dev/fuse instead; `avfs mounts` shows which one a mount uses.
     Mount(mount::MountArgs),
     /// Unmount a directory (also cleans up a mount left by a killed daemon).
     Unmount(mount::UnmountArgs),

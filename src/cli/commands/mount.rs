@@ -118,6 +118,7 @@ pub fn cmd_mount(ctx: &Ctx, a: MountArgs) -> Result<Reply> {
         readonly: a.readonly || at.is_some(),
         pid: std::process::id(),
         since: agentvfs::model::now_ns(),
+        transport: String::new(),
         alive: true,
     };
     if a.foreground {
@@ -136,7 +137,7 @@ pub fn cmd_mount(ctx: &Ctx, a: MountArgs) -> Result<Reply> {
 }
 
 #[cfg(feature = "fuse")]
-fn serve(ctx: &Ctx, spec: &str, at: Option<String>, rec: MountRecord) -> Result<()> {
+fn serve(ctx: &Ctx, spec: &str, at: Option<String>, mut rec: MountRecord) -> Result<()> {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -153,10 +154,12 @@ fn serve(ctx: &Ctx, spec: &str, at: Option<String>, rec: MountRecord) -> Result<
         signal_hook::flag::register(sig, stop.clone())
             .map_err(|e| Error::io("installing signal handler", "", e))?;
     }
-    let bg = agentvfs::fuse::spawn(session, &rec.dir).map_err(|e| Error::MountFailed {
+    let mounted = agentvfs::fuse::spawn(session, &rec.dir).map_err(|e| Error::MountFailed {
         dir: rec.dir.clone(),
         reason: e.to_string(),
     })?;
+    rec.transport = mounted.transport.as_str().into();
+    let bg = mounted.background;
     let reg = ctx.service.registry();
     mounts::save(reg, &rec)?;
     while !bg.guard.is_finished() && !stop.load(Ordering::Relaxed) {
@@ -251,6 +254,7 @@ pub fn cmd_mounts(ctx: &Ctx) -> Result<Reply> {
         "VAULT".into(),
         "PID".into(),
         "SINCE".into(),
+        "TRANSPORT".into(),
         "STATE".into(),
     ]];
     for m in &list {
@@ -259,6 +263,7 @@ pub fn cmd_mounts(ctx: &Ctx) -> Result<Reply> {
             m.vault.clone(),
             m.pid.to_string(),
             time(m.since),
+            m.transport.clone(),
             if m.alive {
                 "mounted".into()
             } else {
