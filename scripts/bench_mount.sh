@@ -39,7 +39,10 @@ size=$(du -sm "$work/src.tar" | cut -f1)
 "$AVFS" vault create bench-dev >/dev/null
 "$AVFS" mount bench "$work/mnt" >/dev/null
 AVFS_FUSE_URING=0 "$AVFS" mount bench-dev "$work/dev" >/dev/null
-transport=$("$AVFS" mounts --json | python3 -c 'import json,sys; print(" / ".join(m["transport"] for m in json.load(sys.stdin)["data"]))')
+transport=$("$AVFS" mounts --json | python3 -c '
+import json, sys
+by_dir = {m["dir"]: m["transport"] for m in json.load(sys.stdin)["data"]}
+print(by_dir[sys.argv[1] + "/mnt"], "/", by_dir[sys.argv[1] + "/dev"])' "$work")
 "$FLOOR" "$work/floor" &
 for _ in $(seq 50); do mountpoint -q "$work/floor" && break; sleep 0.1; done
 

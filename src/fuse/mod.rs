@@ -130,8 +130,9 @@ impl Filesystem for Fs {
         {
             self.session.set_writeback();
         }
-        // Requests on per-CPU io_uring queues when the kernel offers it (see `ring`).
-        // Ring payload buffers hold one request, so writes are capped to their size.
+        // Requests on per-CPU io_uring queues when the kernel offers it (see `ring`). A
+        // ring entry's payload buffer holds any one request, so writes and readahead
+        // (which sets the largest read) are capped to its size.
         if config
             .capabilities()
             .contains(InitFlags::FUSE_OVER_IO_URING)
@@ -142,6 +143,8 @@ impl Filesystem for Fs {
                 .add_capabilities(InitFlags::FUSE_OVER_IO_URING)
                 .is_ok()
         {
+            // Fails only when the kernel's own limit is lower, which then applies.
+            let _ = config.set_max_readahead(ring::PAYLOAD_LEN as u32);
             self.uring.store(true, Ordering::SeqCst);
         }
         Ok(())

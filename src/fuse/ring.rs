@@ -143,7 +143,12 @@ fn pin(cpu: usize) {
 
 fn serve(dev: RawFd, qid: u16, session: &MountSession) -> io::Result<()> {
     pin(qid as usize);
-    let mut ring = IoUring::<squeue::Entry128, cqueue::Entry>::builder().build(4)?;
+    // The worker does nothing but wait for completions: the kernel need not interrupt it
+    // to run their task work.
+    let mut ring = IoUring::<squeue::Entry128, cqueue::Entry>::builder()
+        .setup_coop_taskrun()
+        .setup_taskrun_flag()
+        .build(4)?;
     let mut slot = Slot::new();
     let push = |ring: &mut IoUring<squeue::Entry128>, sqe: squeue::Entry128| {
         // SAFETY: the slot's buffers outlive every command that names them: the loop
