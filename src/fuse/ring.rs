@@ -213,12 +213,17 @@ fn answer(s: &MountSession, slot: &mut Slot) -> u64 {
     let h = InHeader::parse(&slot.header[..wire::IN_HEADER_LEN]);
     let ent = OpIn(&slot.header[ENT_AT..]);
     let (commit_id, len) = (ent.u64(8), (ent.u32(16) as usize).min(PAYLOAD_LEN));
-    let reply = dispatch(
-        s,
-        &h,
-        OpIn(&slot.header[OP_IN_AT..ENT_AT]),
-        Payload(&slot.payload[..len]),
-    );
+    // A panic must not take the worker down: its entry would never be committed and
+    // every request queued behind it would hang. The caller gets EIO instead.
+    let reply = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        dispatch(
+            s,
+            &h,
+            OpIn(&slot.header[OP_IN_AT..ENT_AT]),
+            Payload(&slot.payload[..len]),
+        )
+    }))
+    .unwrap_or(Err(libc::EIO));
     let mut out = Out::new(&mut slot.payload);
     let error = match reply {
         Ok(r) => {
