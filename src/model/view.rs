@@ -91,6 +91,11 @@ pub struct View<'a> {
     pub(crate) base: ObjectId,
 }
 
+/// A node's bytes, to compare nodes in debug assertions.
+fn postcard_of(n: &Node) -> Vec<u8> {
+    postcard::to_stdvec(n).unwrap_or_default()
+}
+
 impl<'a> View<'a> {
     pub(crate) fn tree(&self, id: &ObjectId) -> Result<Arc<Tree>> {
         self.cache.tree(self.r, id)
@@ -139,6 +144,54 @@ impl<'a> View<'a> {
     /// What is stored at `path`: hard-linked names are not resolved and the reserved
     /// directory is not hidden. For the model's own bookkeeping.
     pub(crate) fn lookup_raw(&self, path: &VPath) -> Result<Option<(Node, bool)>> {
+        let found = self.lookup_overlaid(path)?;
+        if let Some(found) = found {
+            debug_assert_eq!(
+                found.as_ref().map(|(n, o)| (postcard_of(n), *o)),
+                self.lookup_walk(path)?
+                    .as_ref()
+                    .map(|(n, o)| (postcard_of(n), *o)),
+                "overlay shortcut for {path:?}"
+            );
+            return Ok(found);
+        }
+        self.lookup_walk(path)
+    }
+
+    /// `lookup_raw` without walking, when the overlay has the answer. Overlay rows are
+    /// only written below overlaid directories (`Edit::ensure_dir`) and go with their
+    /// directory, so a row for the path itself is the answer, and a row for its parent
+    /// alone means the path is in the parent's base tree if anywhere. Two or three point
+    /// queries instead of one per path component. `None`: walk.
+    fn lookup_overlaid(&self, path: &VPath) -> Result<Option<Option<(Node, bool)>>> {
+        let Some(parent) = path.parent() else {
+            return Ok(None);
+        };
+        match self.overlay_node(path)? {
+            Some(Some(n)) => return Ok(Some(Some((n, true)))),
+            Some(None) => return Ok(Some(None)),
+            None => {}
+        }
+        match self.overlay_node(&parent)? {
+            Some(Some(Node {
+                kind: NodeKind::Dir {
+                    tree: Some(tree), ..
+                },
+                ..
+            })) => Ok(Some(
+                self.tree(&tree)?
+                    .get(path.name())
+                    .map(|n| (n.clone(), false)),
+            )),
+            Some(Some(Node {
+                kind: NodeKind::Dir { tree: None, .. },
+                ..
+            })) => Ok(Some(None)),
+            _ => Ok(None),
+        }
+    }
+
+    fn lookup_walk(&self, path: &VPath) -> Result<Option<(Node, bool)>> {
         let (mut node, mut overlaid) = self.root()?;
         let mut cur = VPath::root();
         for comp in path.components() {

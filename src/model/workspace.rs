@@ -590,6 +590,19 @@ impl<'a> Edit<'a> {
     /// Make `dir` and its ancestors overlay entries (copied from the base where needed)
     /// and return the directory's node.
     pub(super) fn ensure_dir(&mut self, dir: &VPath) -> Result<Node> {
+        // Already overlaid: so are its ancestors (rows are only written below overlaid
+        // directories), and there is nothing to copy.
+        if let Some(Some(node)) = self.view().overlay_node(dir)?
+            && node.is_dir()
+        {
+            debug_assert!(
+                dir.ancestors().iter().all(
+                    |a| matches!(self.view().overlay_node(a), Ok(Some(Some(n))) if n.is_dir())
+                ),
+                "an overlaid directory below a non-overlaid one: {dir:?}"
+            );
+            return Ok(node);
+        }
         let mut chain = dir.ancestors();
         chain.push(dir.clone());
         let mut parent: Option<Node> = None;
