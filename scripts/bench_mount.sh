@@ -5,10 +5,15 @@
 # floor (examples/fuse_floor.rs: an in-memory FUSE file system doing no other work, same
 # mount options, over /dev/fuse): what FUSE itself costs here through /dev/fuse.
 # Usage: scripts/bench_mount.sh [FILES]   (default 16000 files, ~300 MB of source-like data)
+# PIN_DAEMON=CPUS and PIN_WORKLOAD=CPUS (taskset lists, e.g. 0) pin the file system daemons
+# and the workloads, to see what cross-CPU wake-ups cost. io_uring workers pin themselves
+# to their queue's CPU whatever PIN_DAEMON says.
 # Needs root and /dev/fuse; builds the release binary first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 FILES=${1:-16000}
+pin_daemon=(); [ -n "${PIN_DAEMON:-}" ] && pin_daemon=(taskset -c "$PIN_DAEMON")
+pin_workload=(); [ -n "${PIN_WORKLOAD:-}" ] && pin_workload=(taskset -c "$PIN_WORKLOAD")
 cargo build --release -q --bin avfs --example fuse_floor
 AVFS=$PWD/target/release/avfs
 FLOOR=$PWD/target/release/examples/fuse_floor
@@ -37,19 +42,19 @@ tar cf "$work/src.tar" -C "$work/src" tree
 size=$(du -sm "$work/src.tar" | cut -f1)
 "$AVFS" vault create bench >/dev/null
 "$AVFS" vault create bench-dev >/dev/null
-"$AVFS" mount bench "$work/mnt" >/dev/null
-AVFS_FUSE_URING=0 "$AVFS" mount bench-dev "$work/dev" >/dev/null
+"${pin_daemon[@]}" "$AVFS" mount bench "$work/mnt" >/dev/null
+AVFS_FUSE_URING=0 "${pin_daemon[@]}" "$AVFS" mount bench-dev "$work/dev" >/dev/null
 transport=$("$AVFS" mounts --json | python3 -c '
 import json, sys
 by_dir = {m["dir"]: m["transport"] for m in json.load(sys.stdin)["data"]}
 print(by_dir[sys.argv[1] + "/mnt"], "/", by_dir[sys.argv[1] + "/dev"])' "$work")
-"$FLOOR" "$work/floor" &
+"${pin_daemon[@]}" "$FLOOR" "$work/floor" &
 for _ in $(seq 50); do mountpoint -q "$work/floor" && break; sleep 0.1; done
 
 t() {
   local s e
   s=$(date +%s.%N)
-  if ! (cd "$1" && bash -c "$2") >"$work/last.log" 2>&1; then
+  if ! (cd "$1" && "${pin_workload[@]}" bash -c "$2") >"$work/last.log" 2>&1; then
     echo "workload failed in $1: $2" >&2; cat "$work/last.log" >&2; exit 1
   fi
   e=$(date +%s.%N); echo "$e - $s" | bc
@@ -68,7 +73,8 @@ run() {
 }
 
 printf 'tree: %s files, %s MB tar; machine: %s cores, kernel %s\n' "$FILES" "$size" "$(nproc)" "$(uname -r)"
-printf 'transports: mount / dev: %s\n\n' "$transport"
+printf 'transports: mount / dev: %s; daemons on CPUs %s, workloads on %s\n\n' "$transport" \
+  "${PIN_DAEMON:-any}" "${PIN_WORKLOAD:-any}"
 printf '%-26s %7s %7s %7s %7s %9s %9s %9s\n' workload native floor mount dev mount/nat dev/nat floor/nat
 sync
 run "untar" "" "tar xf $work/src.tar"
