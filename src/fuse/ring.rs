@@ -66,23 +66,32 @@ fn queues() -> usize {
 }
 
 /// Start the workers for a session whose INIT negotiated io_uring. `dev` is the session's
-/// `/dev/fuse` descriptor. The workers end when the file system is unmounted.
+/// `/dev/fuse` descriptor. Returns once every worker has registered its ring entry: until
+/// every queue has one the kernel holds all requests, so a worker that could not set up
+/// its ring must fail the mount rather than leave it hanging. The workers end when the
+/// file system is unmounted.
 pub fn start(dev: OwnedFd, session: Arc<MountSession>) -> io::Result<Vec<JoinHandle<()>>> {
     let dev = Arc::new(dev);
+    let (ready, registered) = std::sync::mpsc::channel();
     let mut workers = Vec::new();
     for qid in 0..queues() {
         for w in 0..WORKERS_PER_QUEUE {
-            let (dev, session) = (dev.clone(), session.clone());
+            let (dev, session, ready) = (dev.clone(), session.clone(), ready.clone());
             workers.push(
                 std::thread::Builder::new()
                     .name(format!("avfs-ring-{qid}.{w}"))
                     .spawn(move || {
-                        if let Err(err) = serve(dev.as_raw_fd(), qid as u16, &session) {
+                        if let Err(err) = serve(dev.as_raw_fd(), qid as u16, &session, ready) {
                             eprintln!("avfs mount: io_uring queue {qid}: {err}");
                         }
                     })?,
             );
         }
+    }
+    for _ in 0..workers.len() {
+        registered
+            .recv_timeout(Duration::from_secs(10))
+            .map_err(|_| io::Error::other("an io_uring worker did not start"))??;
     }
     Ok(workers)
 }
@@ -141,7 +150,15 @@ fn pin(cpu: usize) {
     let _ = rustix::thread::sched_setaffinity(None, &set);
 }
 
-fn serve(dev: RawFd, qid: u16, session: &MountSession) -> io::Result<()> {
+fn push(ring: &mut IoUring<squeue::Entry128>, sqe: squeue::Entry128) -> io::Result<()> {
+    // SAFETY: the slot's buffers outlive every command that names them: `serve` only
+    // returns once the kernel has completed the last one (or leaks the slot).
+    unsafe { ring.submission().push(&sqe.user_data(0)) }
+        .map_err(|_| io::Error::other("submission queue full"))
+}
+
+/// Set up this worker's ring and register its entry on queue `qid`.
+fn register(dev: RawFd, qid: u16) -> io::Result<(IoUring<squeue::Entry128>, Slot)> {
     pin(qid as usize);
     // The worker does nothing but wait for completions: the kernel need not interrupt it
     // to run their task work.
@@ -149,14 +166,31 @@ fn serve(dev: RawFd, qid: u16, session: &MountSession) -> io::Result<()> {
         .setup_coop_taskrun()
         .setup_taskrun_flag()
         .build(4)?;
-    let mut slot = Slot::new();
-    let push = |ring: &mut IoUring<squeue::Entry128>, sqe: squeue::Entry128| {
-        // SAFETY: the slot's buffers outlive every command that names them: the loop
-        // below only returns once the kernel has completed the last one.
-        unsafe { ring.submission().push(&sqe.user_data(0)) }
-            .map_err(|_| io::Error::other("submission queue full"))
-    };
+    let slot = Slot::new();
     push(&mut ring, command(dev, CMD_REGISTER, qid, 0, &slot))?;
+    if let Err(e) = ring.submit() {
+        std::mem::forget(slot);
+        return Err(e);
+    }
+    Ok((ring, slot))
+}
+
+fn serve(
+    dev: RawFd,
+    qid: u16,
+    session: &MountSession,
+    ready: std::sync::mpsc::Sender<io::Result<()>>,
+) -> io::Result<()> {
+    let (mut ring, mut slot) = match register(dev, qid) {
+        Ok(r) => {
+            let _ = ready.send(Ok(()));
+            r
+        }
+        Err(e) => {
+            let _ = ready.send(Err(io::Error::new(e.kind(), e.to_string())));
+            return Err(e);
+        }
+    };
     loop {
         match ring.submit_and_wait(1) {
             Ok(_) => {}
