@@ -15,7 +15,7 @@ use fuser::{
     ReplyWrite, ReplyXattr, Request, Session, TimeOrNow, WriteFlags,
 };
 
-use crate::service::mount::{Attr, AttrKind, MountSession, SetAttr};
+use crate::service::mount::{Attr, AttrKind, MountSession, Opened, SetAttr};
 
 /// The daemon is the only writer of its workspace and every change reaches it through the
 /// kernel, which drops what a change makes stale (the entry, the parent's attributes, the
@@ -315,12 +315,10 @@ impl Filesystem for Fs {
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         match self.session.open(ino.0, flags.0) {
-            Ok(o) => {
-                let mut f = FopenFlags::empty();
-                f.set(FopenFlags::FOPEN_KEEP_CACHE, o.keep_cache);
-                f.set(FopenFlags::FOPEN_NOFLUSH, !o.flush);
-                reply.opened(FileHandle(o.fh), f)
-            }
+            Ok(o) => reply.opened(
+                FileHandle(o.fh),
+                FopenFlags::from_bits_retain(fopen_bits(&o)),
+            ),
             Err(err) => reply.error(e(err)),
         }
     }
@@ -567,13 +565,36 @@ fn empty_reply(reply: ReplyEmpty, r: Result<(), Errno>) {
     }
 }
 
-fn xattr_reply(reply: ReplyXattr, value: &[u8], size: u32) {
+/// What a getxattr/listxattr asking for `size` bytes gets for a value of `len` bytes.
+enum XattrFit {
+    /// `size` 0 asks for the value's size.
+    Size(u32),
+    Value,
+}
+
+fn xattr_fit(len: usize, size: u32) -> Result<XattrFit, i32> {
     if size == 0 {
-        reply.size(value.len() as u32);
-    } else if (size as usize) < value.len() {
-        reply.error(Errno::ERANGE);
+        Ok(XattrFit::Size(len as u32))
+    } else if (size as usize) < len {
+        Err(libc::ERANGE)
     } else {
-        reply.data(value);
+        Ok(XattrFit::Value)
+    }
+}
+
+/// `fuse_open_out.open_flags` for an open file (see `Opened`).
+fn fopen_bits(o: &Opened) -> u32 {
+    let mut f = FopenFlags::empty();
+    f.set(FopenFlags::FOPEN_KEEP_CACHE, o.keep_cache);
+    f.set(FopenFlags::FOPEN_NOFLUSH, !o.flush);
+    f.bits()
+}
+
+fn xattr_reply(reply: ReplyXattr, value: &[u8], size: u32) {
+    match xattr_fit(value.len(), size) {
+        Ok(XattrFit::Size(n)) => reply.size(n),
+        Ok(XattrFit::Value) => reply.data(value),
+        Err(err) => reply.error(e(err)),
     }
 }
 

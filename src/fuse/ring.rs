@@ -12,13 +12,12 @@
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use io_uring::{IoUring, cqueue, opcode, squeue, types};
 
 use super::wire::{self, InHeader, OpIn, Out, Payload, fattr, op};
-use super::{TTL, lookup_entry};
+use super::{TTL, XattrFit, fopen_bits, lookup_entry, xattr_fit};
 use crate::service::mount::{Attr, AttrKind, FsStats, MountSession, SetAttr};
 
 const CMD_REGISTER: u32 = 1;
@@ -70,30 +69,29 @@ fn queues() -> usize {
 /// every queue has one the kernel holds all requests, so a worker that could not set up
 /// its ring must fail the mount rather than leave it hanging. The workers end when the
 /// file system is unmounted.
-pub fn start(dev: OwnedFd, session: Arc<MountSession>) -> io::Result<Vec<JoinHandle<()>>> {
+pub fn start(dev: OwnedFd, session: Arc<MountSession>) -> io::Result<()> {
     let dev = Arc::new(dev);
     let (ready, registered) = std::sync::mpsc::channel();
-    let mut workers = Vec::new();
+    let mut workers = 0;
     for qid in 0..queues() {
         for w in 0..WORKERS_PER_QUEUE {
             let (dev, session, ready) = (dev.clone(), session.clone(), ready.clone());
-            workers.push(
-                std::thread::Builder::new()
-                    .name(format!("avfs-ring-{qid}.{w}"))
-                    .spawn(move || {
-                        if let Err(err) = serve(dev.as_raw_fd(), qid as u16, &session, ready) {
-                            eprintln!("avfs mount: io_uring queue {qid}: {err}");
-                        }
-                    })?,
-            );
+            std::thread::Builder::new()
+                .name(format!("avfs-ring-{qid}.{w}"))
+                .spawn(move || {
+                    if let Err(err) = serve(dev.as_raw_fd(), qid as u16, &session, ready) {
+                        eprintln!("avfs mount: io_uring queue {qid}: {err}");
+                    }
+                })?;
+            workers += 1;
         }
     }
-    for _ in 0..workers.len() {
+    for _ in 0..workers {
         registered
             .recv_timeout(Duration::from_secs(10))
             .map_err(|_| io::Error::other("an io_uring worker did not start"))??;
     }
-    Ok(workers)
+    Ok(())
 }
 
 /// One request slot: the header and payload buffers the kernel copies a request into and
@@ -319,13 +317,10 @@ fn name1<'a>(p: &Payload<'a>) -> Result<(&'a str, Payload<'a>), i32> {
 
 /// An xattr value, or its size when the caller asked for the size (0).
 fn xattr(v: Vec<u8>, size: u32) -> Result<Reply, i32> {
-    if size == 0 {
-        Ok(Reply::XattrSize(v.len() as u32))
-    } else if (size as usize) < v.len() {
-        Err(libc::ERANGE)
-    } else {
-        Ok(Reply::Data(v))
-    }
+    Ok(match xattr_fit(v.len(), size)? {
+        XattrFit::Size(n) => Reply::XattrSize(n),
+        XattrFit::Value => Reply::Data(v),
+    })
 }
 
 fn dispatch(s: &MountSession, h: &InHeader, a: OpIn, p: Payload) -> Result<Reply, i32> {
@@ -388,16 +383,9 @@ fn dispatch(s: &MountSession, h: &InHeader, a: OpIn, p: Payload) -> Result<Reply
             .map(|()| Reply::Empty)
         }
         op::LINK => s.link(a.u64(0), ino, name1(&p)?.0).map(Reply::Entry),
-        op::OPEN => s.open(ino, a.u32(0) as i32).map(|o| {
-            let mut f = 0;
-            if o.keep_cache {
-                f |= wire::FOPEN_KEEP_CACHE;
-            }
-            if !o.flush {
-                f |= wire::FOPEN_NOFLUSH;
-            }
-            Reply::Open(o.fh, f)
-        }),
+        op::OPEN => s
+            .open(ino, a.u32(0) as i32)
+            .map(|o| Reply::Open(o.fh, fopen_bits(&o))),
         // fuse_read_in / fuse_write_in: fh, offset, size, flags...
         op::READ => s
             .read_data(ino, a.u64(0), a.u64(8), a.u32(16))

@@ -53,9 +53,6 @@ pub mod fattr {
 
 /// `fuse_write_in.write_flags`: the writer lacks CAP_FSETID, so set-ID bits go.
 pub const WRITE_KILL_SUIDGID: u32 = 1 << 2;
-/// `fuse_open_out.open_flags`.
-pub const FOPEN_KEEP_CACHE: u32 = 1 << 1;
-pub const FOPEN_NOFLUSH: u32 = 1 << 5;
 pub const RENAME_NOREPLACE: u32 = 1 << 0;
 pub const RENAME_EXCHANGE: u32 = 1 << 1;
 
