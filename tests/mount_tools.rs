@@ -8,7 +8,7 @@ use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::process::Command;
 
-use mount_support::{Mounted, avfs_in, ok};
+use mount_support::{Mounted, RequestTrace, avfs_in, ok};
 
 #[test]
 fn git_workflow_is_clean() {
@@ -340,4 +340,48 @@ fn quota_surfaces_as_edquot_and_leaves_the_vault_intact() {
     ok(avfs_in(h, &["unmount", dir.to_str().unwrap()]));
     assert_eq!(ok(avfs_in(h, &["cat", "small"])), "fits");
     ok(avfs_in(h, &["vault", "check"]));
+}
+
+#[test]
+fn close_costs_no_round_trip_under_the_writeback_cache() {
+    const FUSE_FLUSH: u32 = 25;
+    let m = Mounted::new("flush");
+    let Some(trace) = RequestTrace::start(&m.dir, FUSE_FLUSH) else {
+        assert!(
+            std::env::var("AVFS_REQUIRE_URING").as_deref() != Ok("1"),
+            "this kernel has no fuse:fuse_request_send tracepoint (Linux 6.15+)"
+        );
+        eprintln!("skipping: no FUSE tracepoints in this kernel");
+        return;
+    };
+    for i in 0..20 {
+        fs::write(m.dir.join(format!("f{i}")), format!("content {i}")).unwrap();
+    }
+    // The session answers the first FLUSH with ENOSYS and the kernel sends no more.
+    assert!(trace.count() <= 1, "{} FLUSH requests", trace.count());
+    drop(trace);
+    m.unmount();
+    for i in [0, 19] {
+        assert_eq!(
+            ok(m.avfs(&["cat", &format!("f{i}")])),
+            format!("content {i}")
+        );
+    }
+
+    // Under a size quota there is no writeback cache: close(2) commits, and reports the
+    // quota, so every close is a FLUSH.
+    let home = tempfile::tempdir().unwrap();
+    let h = home.path();
+    ok(avfs_in(h, &["vault", "create", "q"]));
+    ok(avfs_in(h, &["quota", "set", "--max-file-size-mb", "10"]));
+    let dir = h.join("mnt");
+    fs::create_dir(&dir).unwrap();
+    ok(avfs_in(h, &["mount", "q", dir.to_str().unwrap()]));
+    let trace = RequestTrace::start(&dir, FUSE_FLUSH).unwrap();
+    for i in 0..20 {
+        fs::write(dir.join(format!("f{i}")), b"x").unwrap();
+    }
+    let flushes = trace.count();
+    ok(avfs_in(h, &["unmount", dir.to_str().unwrap()]));
+    assert!(flushes >= 20, "{flushes} FLUSH requests for 20 closes");
 }

@@ -367,6 +367,11 @@ impl Filesystem for Fs {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
+        // ENOSYS: the kernel sends no more FLUSH requests on this connection; close(2)
+        // still returns write-back errors, which the kernel checks before it would ask.
+        if !self.session.needs_flush() {
+            return reply.error(Errno::ENOSYS);
+        }
         match self.session.flush(ino.0) {
             Ok(()) => reply.ok(),
             Err(err) => reply.error(e(err)),

@@ -399,6 +399,8 @@ fn dispatch(s: &MountSession, h: &InHeader, a: OpIn, p: Payload) -> Result<Reply
         op::STATFS => Ok(Reply::Statfs(s.statfs())),
         op::RELEASE => s.release(ino, a.u64(0)).map(|()| Reply::Empty),
         op::FSYNC => s.fsync(ino).map(|()| Reply::Empty),
+        // ENOSYS: the kernel sends no more FLUSH requests on this connection.
+        op::FLUSH if !s.needs_flush() => Err(libc::ENOSYS),
         op::FLUSH => s.flush(ino).map(|()| Reply::Empty),
         // fuse_setxattr_in: size, flags; then name, value.
         op::SETXATTR => {

@@ -1071,10 +1071,17 @@ impl MountSession {
     /// store (rename, link, fsync, a recorded command) commits it first. Without the
     /// writeback cache a size quota may be set, and its error belongs to close.
     pub fn flush(&self, ino: u64) -> MResult<()> {
-        if self.writeback.load(Ordering::Relaxed) {
+        if !self.needs_flush() {
             return Ok(());
         }
         self.commit(ino)
+    }
+
+    /// Whether close(2) has anything to do here (see `flush`). Once the writeback cache is
+    /// on, for the rest of the session it has not, and the FUSE adapter tells the kernel
+    /// to stop asking: a round trip saved on every close.
+    pub fn needs_flush(&self) -> bool {
+        !self.writeback.load(Ordering::Relaxed)
     }
 
     /// Commit and make durable.

@@ -171,3 +171,58 @@ impl Drop for Mounted {
         let _ = self.avfs(&["unmount", self.dir.to_str().unwrap()]);
     }
 }
+
+/// Counts the FUSE requests of one opcode that the kernel sends to one mount, through the
+/// kernel's `fuse:fuse_request_send` tracepoint (Linux 6.15+) in a trace instance of its
+/// own, so tests running at once do not see each other's requests. Root only.
+pub struct RequestTrace {
+    instance: PathBuf,
+}
+
+impl RequestTrace {
+    /// Start counting `opcode` requests (see `include/uapi/linux/fuse.h`) sent to the
+    /// mount at `dir`. None when the kernel has no FUSE tracepoints or tracefs is not
+    /// mounted; callers decide whether that may skip.
+    pub fn start(dir: &Path, opcode: u32) -> Option<RequestTrace> {
+        use std::os::unix::fs::MetadataExt;
+        let tracing = Path::new("/sys/kernel/tracing");
+        if !tracing.join("events/fuse/fuse_request_send").exists() {
+            return None;
+        }
+        // The tracepoint's `connection` is the mount's device number (kernel encoding).
+        let dev = std::fs::metadata(dir).unwrap().dev();
+        let (major, minor) = (libc::major(dev), libc::minor(dev));
+        let connection = (major << 20) | minor;
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let instance = tracing.join(format!("instances/avfs-test-{}-{n}", std::process::id()));
+        std::fs::create_dir(&instance).unwrap();
+        let event = instance.join("events/fuse/fuse_request_send");
+        std::fs::write(
+            event.join("filter"),
+            format!("connection == {connection} && opcode == {opcode}"),
+        )
+        .unwrap();
+        std::fs::write(event.join("enable"), "1").unwrap();
+        Some(RequestTrace { instance })
+    }
+
+    /// Requests counted so far.
+    pub fn count(&self) -> usize {
+        std::fs::read_to_string(self.instance.join("trace"))
+            .unwrap()
+            .lines()
+            .filter(|l| l.contains("fuse_request_send:"))
+            .count()
+    }
+}
+
+impl Drop for RequestTrace {
+    fn drop(&mut self) {
+        let _ = std::fs::write(
+            self.instance.join("events/fuse/fuse_request_send/enable"),
+            "0",
+        );
+        let _ = std::fs::remove_dir(&self.instance);
+    }
+}
