@@ -232,6 +232,8 @@ enum Reply {
     Entry(Attr),
     Attr(Attr),
     Data(Vec<u8>),
+    /// This many bytes of data are already at the start of the payload buffer.
+    Filled(usize),
     Open(u64, u32),
     Create(Attr, u64),
     Written(u32),
@@ -248,12 +250,15 @@ fn answer(s: &MountSession, slot: &mut Slot) -> u64 {
     // A panic must not take the worker down: its entry would never be committed and
     // every request queued behind it would hang. The caller gets EIO instead.
     let reply = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        dispatch(
-            s,
-            &h,
-            OpIn(&slot.header[OP_IN_AT..ENT_AT]),
-            Payload(&slot.payload[..len]),
-        )
+        let a = OpIn(&slot.header[OP_IN_AT..ENT_AT]);
+        if h.opcode == op::READ {
+            // fuse_read_in: fh, offset, size. The data goes straight into the payload.
+            let size = (a.u32(16) as usize).min(PAYLOAD_LEN);
+            return s
+                .read_data_into(h.nodeid, a.u64(0), a.u64(8), &mut slot.payload[..size])
+                .map(Reply::Filled);
+        }
+        dispatch(s, &h, a, Payload(&slot.payload[..len]))
     }))
     .unwrap_or(Err(libc::EIO));
     let mut out = Out::new(&mut slot.payload);
@@ -281,6 +286,7 @@ fn encode(out: &mut Out, r: Reply) {
         Reply::Entry(a) => out.entry(&a, ttl),
         Reply::Attr(a) => out.attr_out(&a, ttl),
         Reply::Data(d) => out.bytes(&d[..d.len().min(out.room())]),
+        Reply::Filled(n) => out.advance(n),
         Reply::Open(fh, flags) => out.open(fh, flags),
         Reply::Create(a, fh) => {
             out.entry(&a, ttl);
@@ -386,10 +392,7 @@ fn dispatch(s: &MountSession, h: &InHeader, a: OpIn, p: Payload) -> Result<Reply
         op::OPEN => s
             .open(ino, a.u32(0) as i32)
             .map(|o| Reply::Open(o.fh, fopen_bits(&o))),
-        // fuse_read_in / fuse_write_in: fh, offset, size, flags...
-        op::READ => s
-            .read_data(ino, a.u64(0), a.u64(8), a.u32(16))
-            .map(Reply::Data),
+        // fuse_write_in: fh, offset, size, flags... (READ is answered in `answer`.)
         op::WRITE => {
             let data = &p.0[..(a.u32(16) as usize).min(p.0.len())];
             let kill = a.u32(20) & wire::WRITE_KILL_SUIDGID != 0;

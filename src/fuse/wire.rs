@@ -139,6 +139,12 @@ impl<'a> Out<'a> {
         self.len += b.len();
     }
 
+    /// Count `n` bytes already written at the current position (e.g. read data).
+    pub fn advance(&mut self, n: usize) {
+        assert!(n <= self.room(), "reply longer than its buffer");
+        self.len += n;
+    }
+
     pub fn u32(&mut self, v: u32) {
         self.bytes(&v.to_le_bytes());
     }

@@ -19,6 +19,14 @@ use crate::store::StoreRead;
 pub(crate) struct ObjectCache {
     trees: Mutex<HashMap<ObjectId, Arc<Tree>>>,
     roots: Mutex<HashMap<ObjectId, Node>>,
+    chunk_lists: Mutex<HashMap<ObjectId, Arc<ChunkIndex>>>,
+}
+
+/// A large file's chunk list, with where each chunk starts: a read finds its first chunk by
+/// binary search instead of decoding the list again.
+pub(crate) struct ChunkIndex {
+    starts: Vec<u64>,
+    chunks: Vec<ChunkRef>,
 }
 
 const CACHE_LIMIT: usize = 8192;
@@ -35,6 +43,31 @@ impl ObjectCache {
         }
         trees.insert(*id, tree.clone());
         Ok(tree)
+    }
+
+    fn chunk_index(&self, r: &dyn StoreRead, id: &ObjectId) -> Result<Arc<ChunkIndex>> {
+        if let Some(c) = self
+            .chunk_lists
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(id)
+        {
+            return Ok(c.clone());
+        }
+        let chunks: Vec<ChunkRef> = decode(&load(r, id, kind::CHUNK_LIST)?)?;
+        let mut starts = Vec::with_capacity(chunks.len());
+        let mut pos = 0u64;
+        for c in &chunks {
+            starts.push(pos);
+            pos += u64::from(c.len);
+        }
+        let index = Arc::new(ChunkIndex { starts, chunks });
+        let mut lists = self.chunk_lists.lock().unwrap_or_else(|p| p.into_inner());
+        if lists.len() >= CACHE_LIMIT {
+            lists.clear();
+        }
+        lists.insert(*id, index.clone());
+        Ok(index)
     }
 
     pub(crate) fn root(&self, r: &dyn StoreRead, id: &ObjectId) -> Result<Node> {
@@ -71,6 +104,99 @@ pub(crate) fn load(r: &dyn StoreRead, id: &ObjectId, want: u8) -> Result<Vec<u8>
             reason: format!("object {} is missing", id.short()),
         }),
     }
+}
+
+fn missing(id: &ObjectId) -> Error {
+    Error::CorruptVault {
+        reason: format!("content {} is missing", id.short()),
+    }
+}
+
+/// Copy the content of file `node` from `offset` into `buf`, as much as fits before the end
+/// of the file; returns how many bytes. Content is addressed by id, so this needs no
+/// workspace state, and it reads only the chunks, and the parts of them, that the range
+/// covers, straight into `buf`. Holes, and bytes past the stored content (a file truncated
+/// up), read as zeros.
+pub(crate) fn read_content(
+    r: &dyn StoreRead,
+    cache: &ObjectCache,
+    node: &Node,
+    offset: u64,
+    buf: &mut [u8],
+) -> Result<usize> {
+    let NodeKind::File { size, content } = &node.kind else {
+        return Err(Error::invalid("not a regular file"));
+    };
+    let end = (*size).min(offset.saturating_add(buf.len() as u64));
+    if offset >= end {
+        return Ok(0);
+    }
+    let out = &mut buf[..(end - offset) as usize];
+    let filled = match content {
+        None => 0,
+        Some(id) => match r
+            .object_read_at(id, 0, &mut [])?
+            .ok_or_else(|| missing(id))?
+        {
+            (kind::CHUNK, _) => {
+                let (_, n) = r
+                    .object_read_at(id, offset, out)?
+                    .ok_or_else(|| missing(id))?;
+                n
+            }
+            (kind::CHUNK_LIST, _) => {
+                let index = cache.chunk_index(r, id)?;
+                read_chunks(r, &index, offset, out)?
+            }
+            (k, _) => {
+                return Err(Error::CorruptVault {
+                    reason: format!("file content {} has kind {k}", id.short()),
+                });
+            }
+        },
+    };
+    out[filled..].fill(0);
+    Ok(out.len())
+}
+
+/// Fill `out` from the chunks of `index`, starting at file offset `offset`; returns how many
+/// bytes the chunks cover (less than `out` only past the last one).
+fn read_chunks(
+    r: &dyn StoreRead,
+    index: &ChunkIndex,
+    offset: u64,
+    out: &mut [u8],
+) -> Result<usize> {
+    let mut i = index
+        .starts
+        .partition_point(|&s| s <= offset)
+        .saturating_sub(1);
+    let (mut pos, mut done) = (offset, 0);
+    while done < out.len() && i < index.chunks.len() {
+        let (start, chunk) = (index.starts[i], &index.chunks[i]);
+        i += 1;
+        let end = start + u64::from(chunk.len);
+        if end <= pos {
+            continue;
+        }
+        let take = ((end - pos) as usize).min(out.len() - done);
+        let dst = &mut out[done..done + take];
+        match &chunk.id {
+            None => dst.fill(0),
+            Some(cid) => match r.object_read_at(cid, pos - start, dst)? {
+                Some((kind::CHUNK, n)) => dst[n..].fill(0),
+                Some((k, _)) => {
+                    return Err(Error::CorruptVault {
+                        reason: format!("chunk {} has kind {k}", cid.short()),
+                    });
+                }
+                None => return Err(missing(cid)),
+            },
+        }
+        done += take;
+        pos += take as u64;
+    }
+    Ok(done)
 }
 
 /// A directory entry as listed.
@@ -323,56 +449,13 @@ impl<'a> View<'a> {
 
     /// Up to `len` bytes of a file node starting at `offset`.
     pub fn read_node_range(&self, node: &Node, offset: u64, len: u64) -> Result<Vec<u8>> {
-        let NodeKind::File { size, content } = node.kind.clone() else {
+        let NodeKind::File { size, .. } = &node.kind else {
             return Err(Error::invalid("not a regular file"));
         };
-        let end = size.min(offset.saturating_add(len));
-        if offset >= end {
-            return Ok(Vec::new());
-        }
-        let Some(id) = content.as_ref() else {
-            return Ok(vec![0; (end - offset) as usize]);
-        };
-        let obj = self.r.object(id)?.ok_or_else(|| Error::CorruptVault {
-            reason: format!("content {} is missing", id.short()),
-        })?;
-        let mut out = Vec::with_capacity((end - offset) as usize);
-        match obj.kind {
-            kind::CHUNK => {
-                let data = obj.data;
-                let (s, e) = (offset as usize, (end as usize).min(data.len()));
-                if s < e {
-                    out.extend_from_slice(&data[s..e]);
-                }
-            }
-            kind::CHUNK_LIST => {
-                let list: Vec<ChunkRef> = decode(&obj.data)?;
-                let mut pos = 0u64;
-                for c in list {
-                    let (cs, ce) = (pos, pos + c.len as u64);
-                    pos = ce;
-                    if ce <= offset || cs >= end {
-                        continue;
-                    }
-                    let (s, e) = (offset.max(cs) - cs, end.min(ce) - cs);
-                    match c.id {
-                        None => out.resize(out.len() + (e - s) as usize, 0),
-                        Some(cid) => {
-                            let data = load(self.r, &cid, kind::CHUNK)?;
-                            let e = (e as usize).min(data.len());
-                            out.extend_from_slice(&data[s as usize..e]);
-                        }
-                    }
-                }
-            }
-            k => {
-                return Err(Error::CorruptVault {
-                    reason: format!("file content {} has kind {k}", id.short()),
-                });
-            }
-        }
-        // A file whose size exceeds its stored content (truncate up) reads zeros past the end.
-        out.resize((end - offset) as usize, 0);
+        let end = (*size).min(offset.saturating_add(len));
+        let mut out = vec![0; end.saturating_sub(offset) as usize];
+        let n = read_content(self.r, self.cache, node, offset, &mut out)?;
+        out.truncate(n);
         Ok(out)
     }
 

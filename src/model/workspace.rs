@@ -119,6 +119,16 @@ impl Workspace {
         })
     }
 
+    /// Copy the content of file `node` from `offset` into `buf`; returns how many bytes
+    /// (short only at the end of the file). Content is addressed by id, so this reads no
+    /// workspace state: the same for the live state and for any checkpoint.
+    pub fn read_content(&self, node: &Node, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        let cache = &self.vault.cache;
+        self.vault
+            .store
+            .read(|r| super::view::read_content(r, cache, node, offset, buf))
+    }
+
     /// Read the state at a checkpoint (or the live state when `at` is `None`).
     pub fn read_at<R>(
         &self,

@@ -952,10 +952,19 @@ impl MountSession {
     }
 
     pub fn read_data(&self, ino: u64, fh: u64, offset: u64, size: u32) -> MResult<Vec<u8>> {
+        let mut buf = vec![0; size as usize];
+        let n = self.read_data_into(ino, fh, offset, &mut buf)?;
+        buf.truncate(n);
+        Ok(buf)
+    }
+
+    /// Read into `buf` from `offset`; returns how many bytes (short only at end of file).
+    pub fn read_data_into(&self, ino: u64, fh: u64, offset: u64, buf: &mut [u8]) -> MResult<usize> {
         if let Some(d) = lock(&self.dirty).get(&ino) {
             let start = (offset as usize).min(d.data.len());
-            let end = (start + size as usize).min(d.data.len());
-            return Ok(d.data[start..end].to_vec());
+            let end = (start + buf.len()).min(d.data.len());
+            buf[..end - start].copy_from_slice(&d.data[start..end]);
+            return Ok(end - start);
         }
         let node = match lock(&self.handles).get(&fh) {
             Some(h)
@@ -975,7 +984,9 @@ impl MountSession {
         if node.is_dir() {
             return Err(err(rustix::io::Errno::ISDIR));
         }
-        self.read(|v| v.read_node_range(&node, offset, size as u64))
+        self.ws
+            .read_content(&node, offset, buf)
+            .map_err(|e| errno(&e))
     }
 
     /// Write at `offset` (at the end for an O_APPEND handle). `kill_setid`: the writer

@@ -83,6 +83,15 @@ pub struct AuditRecord {
 /// Read access, inside a consistent snapshot.
 pub trait StoreRead {
     fn object(&self, id: &ObjectId) -> Result<Option<StoredObject>>;
+    /// Copy the bytes of object `id` from `offset` into `buf`, without loading the rest of
+    /// the object: `Some((kind, n))` with `n` short only at the object's end, `None` when
+    /// the object is missing.
+    fn object_read_at(
+        &self,
+        id: &ObjectId,
+        offset: u64,
+        buf: &mut [u8],
+    ) -> Result<Option<(u8, usize)>>;
     fn has_object(&self, id: &ObjectId) -> Result<bool>;
     /// Every object id with its kind, for gc and integrity checks.
     fn object_ids(&self) -> Result<Vec<(ObjectId, u8)>>;

@@ -526,6 +526,34 @@ impl StoreRead for Tx<'_> {
             .optional()?)
     }
 
+    fn object_read_at(
+        &self,
+        id: &ObjectId,
+        offset: u64,
+        buf: &mut [u8],
+    ) -> Result<Option<(u8, usize)>> {
+        let mut stmt = self
+            .0
+            .prepare_cached("SELECT rowid, kind, size FROM objects WHERE id = ?1")?;
+        let Some((rowid, kind, size)) = stmt
+            .query_row([&id.0[..]], |r| {
+                Ok((r.get::<_, i64>(0)?, r.get::<_, u8>(1)?, r.get::<_, u64>(2)?))
+            })
+            .optional()?
+        else {
+            return Ok(None);
+        };
+        if offset >= size || buf.is_empty() {
+            return Ok(Some((kind, 0)));
+        }
+        // Incremental blob I/O copies straight from the database pages into `buf`.
+        let blob = self
+            .0
+            .blob_open(rusqlite::MAIN_DB, "objects", "data", rowid, true)?;
+        let n = blob.read_at(buf, offset as usize)?;
+        Ok(Some((kind, n)))
+    }
+
     fn has_object(&self, id: &ObjectId) -> Result<bool> {
         let mut stmt = self
             .0
