@@ -374,14 +374,11 @@ fn close_costs_no_round_trip_under_the_writeback_cache() {
     let h = home.path();
     ok(avfs_in(h, &["vault", "create", "q"]));
     ok(avfs_in(h, &["quota", "set", "--max-file-size-mb", "10"]));
-    let dir = h.join("mnt");
-    fs::create_dir(&dir).unwrap();
-    ok(avfs_in(h, &["mount", "q", dir.to_str().unwrap()]));
-    let trace = RequestTrace::start(&dir, FUSE_FLUSH).unwrap();
+    let q = Mounted::mount_existing(home, "q");
+    let trace = RequestTrace::start(&q.dir, FUSE_FLUSH).unwrap();
     for i in 0..20 {
-        fs::write(dir.join(format!("f{i}")), b"x").unwrap();
+        fs::write(q.dir.join(format!("f{i}")), b"x").unwrap();
     }
     let flushes = trace.count();
-    ok(avfs_in(h, &["unmount", dir.to_str().unwrap()]));
     assert!(flushes >= 20, "{flushes} FLUSH requests for 20 closes");
 }
