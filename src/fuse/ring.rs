@@ -158,11 +158,12 @@ fn push(ring: &mut IoUring<squeue::Entry128>, sqe: squeue::Entry128) -> io::Resu
 /// Set up this worker's ring and register its entry on queue `qid`.
 fn register(dev: RawFd, qid: u16) -> io::Result<(IoUring<squeue::Entry128>, Slot)> {
     pin(qid as usize);
-    // The worker does nothing but wait for completions: the kernel need not interrupt it
-    // to run their task work.
+    // The worker does nothing but wait for completions, and only it submits: the kernel
+    // defers their task work until it waits (no interruption to run it), and runs it in
+    // that same wait.
     let mut ring = IoUring::<squeue::Entry128, cqueue::Entry>::builder()
-        .setup_coop_taskrun()
-        .setup_taskrun_flag()
+        .setup_single_issuer()
+        .setup_defer_taskrun()
         .build(4)?;
     let slot = Slot::new();
     push(&mut ring, command(dev, CMD_REGISTER, qid, 0, &slot))?;
