@@ -22,22 +22,7 @@ export AVFS_HOME=$work/home
 trap 'for d in mnt dev floor; do umount -l "$work/$d" 2>/dev/null || true; done; rm -rf "$work"' EXIT
 mkdir -p "$work/native" "$work/mnt" "$work/dev" "$work/floor" "$work/src"
 
-# A deterministic source-like tree: many small text files in nested dirs, a few binaries.
-python3 - "$work/src/tree" "$FILES" <<'PY'
-import os, random, sys
-root, n = sys.argv[1], int(sys.argv[2])
-random.seed(7)
-words = [f"ident_{i}" for i in range(500)]
-for i in range(n):
-    d = os.path.join(root, f"pkg{i % 40}", f"mod{(i // 40) % 25}")
-    os.makedirs(d, exist_ok=True)
-    if i % 400 == 0:
-        data = random.randbytes(512 * 1024)
-        open(os.path.join(d, f"blob{i}.bin"), "wb").write(data)
-    else:
-        lines = [" ".join(random.choices(words, k=8)) for _ in range(random.randint(5, 400))]
-        open(os.path.join(d, f"file{i}.rs"), "w").write("\n".join(lines) + "\n")
-PY
+python3 scripts/gen_source_tree.py "$work/src/tree" "$FILES"
 tar cf "$work/src.tar" -C "$work/src" tree
 size=$(du -sm "$work/src.tar" | cut -f1)
 "$AVFS" vault create bench >/dev/null
