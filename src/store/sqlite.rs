@@ -354,9 +354,9 @@ impl Store for SqliteStore {
             }
         }
         let conn = lock(&self.reader);
-        conn.execute_batch("BEGIN")?;
+        exec_cached(&conn, "BEGIN")?;
         let result = f(&Tx(&conn));
-        let _ = conn.execute_batch("COMMIT");
+        let _ = exec_cached(&conn, "COMMIT");
         result
     }
 
@@ -367,18 +367,12 @@ impl Store for SqliteStore {
                 w.conn.execute_batch("BEGIN IMMEDIATE")?;
                 w.open_since = Some(Instant::now());
             }
-            // Cached statements: parsing these on every write was a visible part of a
-            // mount's per-request cost.
-            let sql = |conn: &Connection, s: &str| -> Result<()> {
-                conn.prepare_cached(s)?.execute([])?;
-                Ok(())
-            };
-            sql(&w.conn, "SAVEPOINT avfs_write")?;
+            exec_cached(&w.conn, "SAVEPOINT avfs_write")?;
             let result = f(&mut Tx(&w.conn));
             if result.is_err() {
-                sql(&w.conn, "ROLLBACK TO avfs_write")?;
+                exec_cached(&w.conn, "ROLLBACK TO avfs_write")?;
             }
-            sql(&w.conn, "RELEASE avfs_write")?;
+            exec_cached(&w.conn, "RELEASE avfs_write")?;
             if w.open_since.is_some_and(|t| t.elapsed() >= BATCH_WINDOW) {
                 w.commit_open()?;
             }
@@ -444,6 +438,14 @@ impl Store for SqliteStore {
     }
 }
 
+/// Run a statement without parameters through the statement cache: parsing the
+/// transaction statements on every request was a visible part of a mount's per-request
+/// cost.
+fn exec_cached(conn: &Connection, sql: &str) -> Result<()> {
+    conn.prepare_cached(sql)?.execute([])?;
+    Ok(())
+}
+
 /// A connection inside a transaction.
 struct Tx<'c>(&'c Connection);
 
@@ -490,8 +492,12 @@ fn checkpoint_row(row: &Row<'_>) -> rusqlite::Result<CheckpointRecord> {
     })
 }
 
-const WS_COLS: &str =
-    "id, name, base, parent, fork_root, fork_checkpoint, created_at, files, bytes";
+macro_rules! ws_cols {
+    () => {
+        "id, name, base, parent, fork_root, fork_checkpoint, created_at, files, bytes"
+    };
+}
+const WS_COLS: &str = ws_cols!();
 const CP_COLS: &str = "id, ws, name, root, message, created_at, files, bytes";
 
 type OverlayRows = Vec<(String, Option<Vec<u8>>)>;
@@ -580,7 +586,13 @@ impl StoreRead for Tx<'_> {
     fn workspace(&self, name: &str) -> Result<Option<WorkspaceRecord>> {
         let mut stmt = self
             .0
-            .prepare_cached(&format!("SELECT {WS_COLS} FROM workspaces WHERE name = ?1"))?;
+            // A literal: this runs in every read and write, and a formatted string would be
+            // built and hashed each time to find the cached statement.
+            .prepare_cached(concat!(
+                "SELECT ",
+                ws_cols!(),
+                " FROM workspaces WHERE name = ?1"
+            ))?;
         Ok(stmt.query_row([name], workspace_row).optional()?)
     }
 
