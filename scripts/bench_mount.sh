@@ -75,7 +75,19 @@ run "read 100 MB (cached)" "" "cat big > /dev/null"
 cold() { sync; echo 3 >/proc/sys/vm/drop_caches; t "$1" "cat big > /dev/null"; }
 n=$(cold "$work/native"); f=$(cold "$work/floor"); m=$(cold "$work/mnt"); d=$(cold "$work/dev")
 row "read 100 MB (cold)" "$n" "$f" "$m" "$d"
-run "rm -rf" "" "rm -rf tree demo big"
+# A database's pattern: 4 KiB pages written into a large file of random bytes, fsync after
+# each. The file is written (untimed) first.
+head -c 100000000 /dev/urandom >"$work/pages"
+for d in native floor mnt dev; do cp "$work/pages" "$work/$d/pages"; done
+sync
+run "50 page writes + fsync" "" "python3 -c '
+import os
+fd = os.open(\"pages\", os.O_RDWR)
+for i in range(50):
+    os.pwrite(fd, bytes([i + 1]) * 4096, i * 1999993 % 100000000)
+    os.fsync(fd)
+'"
+run "rm -rf" "" "rm -rf tree demo big pages"
 "$AVFS" unmount "$work/mnt" >/dev/null
 "$AVFS" unmount "$work/dev" >/dev/null
 umount "$work/floor"

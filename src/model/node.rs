@@ -274,21 +274,54 @@ pub fn encode_content(bytes: &[u8]) -> Result<(Option<ObjectId>, Vec<EncodedObje
         return Ok((Some(obj.id), vec![obj]));
     }
     let mut objects = Vec::new();
-    let mut list = Vec::new();
-    for chunk in bytes.chunks(CHUNK_SIZE) {
-        if chunk.iter().all(|b| *b == 0) {
-            list.push(ChunkRef {
-                id: None,
-                len: chunk.len() as u32,
-            });
-        } else {
-            let obj = EncodedObject::new(kind::CHUNK, chunk.to_vec());
-            list.push(ChunkRef {
-                id: Some(obj.id),
-                len: chunk.len() as u32,
-            });
-            objects.push(obj);
-        }
+    let list: Vec<ChunkRef> = bytes
+        .chunks(CHUNK_SIZE)
+        .map(|chunk| encode_chunk(chunk, &mut objects))
+        .collect();
+    let head = EncodedObject::encode(kind::CHUNK_LIST, &list)?;
+    let id = head.id;
+    objects.push(head);
+    Ok((Some(id), objects))
+}
+
+/// One chunk of a chunked file as `encode_content` stores it: a hole when all zeros.
+fn encode_chunk(chunk: &[u8], objects: &mut Vec<EncodedObject>) -> ChunkRef {
+    let len = chunk.len() as u32;
+    if chunk.iter().all(|b| *b == 0) {
+        return ChunkRef { id: None, len };
+    }
+    let obj = EncodedObject::new(kind::CHUNK, chunk.to_vec());
+    let id = Some(obj.id);
+    objects.push(obj);
+    ChunkRef { id, len }
+}
+
+/// Content of `len` bytes (more than one chunk) that equals the chunked content `old`
+/// except in the chunks `changed` gives, by index, with their new bytes. The other chunks
+/// keep their objects, so the result is what `encode_content` makes of the whole content
+/// while only the changed chunks are hashed and stored. Every chunk whose bytes or length
+/// differ from `old` must be in `changed`.
+pub fn patch_content(
+    old: &[ChunkRef],
+    len: u64,
+    changed: &BTreeMap<usize, Vec<u8>>,
+) -> Result<(Option<ObjectId>, Vec<EncodedObject>)> {
+    debug_assert!(len > CHUNK_SIZE as u64, "a patch is for chunked content");
+    let count = len.div_ceil(CHUNK_SIZE as u64) as usize;
+    let mut objects = Vec::new();
+    let mut list = Vec::with_capacity(count);
+    for i in 0..count {
+        let want = (len - (i * CHUNK_SIZE) as u64).min(CHUNK_SIZE as u64) as u32;
+        let chunk = match (changed.get(&i), old.get(i)) {
+            (Some(bytes), _) if bytes.len() == want as usize => encode_chunk(bytes, &mut objects),
+            (None, Some(c)) if c.len == want => c.clone(),
+            _ => {
+                return Err(Error::invalid(format!(
+                    "content patch: chunk {i} changed but its {want} bytes were not given"
+                )));
+            }
+        };
+        list.push(chunk);
     }
     let head = EncodedObject::encode(kind::CHUNK_LIST, &list)?;
     let id = head.id;
@@ -321,4 +354,76 @@ pub fn references(kind: u8, data: &[u8]) -> Result<Vec<ObjectId>> {
             });
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Deterministic bytes with an all-zero chunk at index 1 (a hole).
+    fn content(len: usize, seed: u8) -> Vec<u8> {
+        let mut v: Vec<u8> = (0..len)
+            .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) | 1)
+            .collect();
+        let hole = CHUNK_SIZE..(2 * CHUNK_SIZE).min(len);
+        v[hole].fill(0);
+        v
+    }
+
+    fn list_of(bytes: &[u8]) -> Vec<ChunkRef> {
+        let (_, objects) = encode_content(bytes).unwrap();
+        let head = objects.last().unwrap();
+        postcard::from_bytes(&head.data).unwrap()
+    }
+
+    /// Patch `old` into `new`, giving the chunks `changed` names, and compare with encoding
+    /// `new` whole.
+    fn check(old: &[u8], new: &[u8], changed: impl IntoIterator<Item = usize>) {
+        let given: BTreeMap<usize, Vec<u8>> = changed
+            .into_iter()
+            .filter(|i| i * CHUNK_SIZE < new.len())
+            .map(|i| {
+                (
+                    i,
+                    new[i * CHUNK_SIZE..new.len().min((i + 1) * CHUNK_SIZE)].to_vec(),
+                )
+            })
+            .collect();
+        let (id, objects) = patch_content(&list_of(old), new.len() as u64, &given).unwrap();
+        let (want, _) = encode_content(new).unwrap();
+        assert_eq!(id, want);
+        // Only the given chunks (and the list) are stored again.
+        assert!(objects.len() <= given.len() + 1);
+    }
+
+    #[test]
+    fn a_patch_is_the_content_encoded_whole() {
+        let old = content(5 * CHUNK_SIZE + 123, 1);
+        // A page written in chunk 3.
+        let mut new = old.clone();
+        new[3 * CHUNK_SIZE + 10..3 * CHUNK_SIZE + 4106].fill(7);
+        check(&old, &new, [3]);
+        // The hole filled, and a chunk zeroed into a hole.
+        let mut new = old.clone();
+        new[CHUNK_SIZE + 5] = 9;
+        new[4 * CHUNK_SIZE..5 * CHUNK_SIZE].fill(0);
+        check(&old, &new, [1, 4]);
+        // Grown across chunks: the partial last chunk and the new ones.
+        let mut new = old.clone();
+        new.resize(8 * CHUNK_SIZE + 1, 3);
+        check(&old, &new, 5..9);
+        // Shrunk to a chunk boundary, and into the middle of a chunk.
+        check(&old, &old[..3 * CHUNK_SIZE], []);
+        check(&old, &old[..2 * CHUNK_SIZE + 77], [2]);
+    }
+
+    #[test]
+    fn a_patch_missing_a_changed_chunk_is_refused() {
+        let old = content(3 * CHUNK_SIZE + 10, 2);
+        let mut new = old.clone();
+        new.resize(4 * CHUNK_SIZE, 5);
+        // Chunk 3 grew from 10 bytes to a whole chunk but is not given.
+        let err = patch_content(&list_of(&old), new.len() as u64, &BTreeMap::new());
+        assert!(err.is_err());
+    }
 }

@@ -26,7 +26,7 @@ pub(crate) struct ObjectCache {
 /// binary search instead of decoding the list again.
 pub(crate) struct ChunkIndex {
     starts: Vec<u64>,
-    chunks: Vec<ChunkRef>,
+    pub(crate) chunks: Vec<ChunkRef>,
 }
 
 const CACHE_LIMIT: usize = 8192;
@@ -45,7 +45,7 @@ impl ObjectCache {
         Ok(tree)
     }
 
-    fn chunk_index(&self, r: &dyn StoreRead, id: &ObjectId) -> Result<Arc<ChunkIndex>> {
+    pub(crate) fn chunk_index(&self, r: &dyn StoreRead, id: &ObjectId) -> Result<Arc<ChunkIndex>> {
         if let Some(c) = self
             .chunk_lists
             .lock()

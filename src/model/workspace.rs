@@ -2,6 +2,7 @@
 //! through `Edit`, inside one store transaction that also checks quotas and appends the
 //! audit record, so the CLI, the mount and the proxy share one set of rules.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde::Serialize;
@@ -9,7 +10,7 @@ use serde::Serialize;
 use super::fold::fold_overlay;
 use super::id::ObjectId;
 use super::links;
-use super::node::{Node, NodeKind, encode_content};
+use super::node::{Node, NodeKind, encode_content, patch_content};
 use super::now_ns;
 use super::path::VPath;
 use super::quota::Quota;
@@ -677,6 +678,24 @@ impl<'a> Edit<'a> {
     pub fn store_content(&mut self, bytes: &[u8]) -> Result<Option<ObjectId>> {
         self.quota.check_file_size(bytes.len() as u64)?;
         let (id, objects) = encode_content(bytes)?;
+        for o in objects {
+            self.w.put_object(&o.id, o.kind, &o.data)?;
+        }
+        Ok(id)
+    }
+
+    /// Store content of `len` bytes that equals the stored chunked content `base` except in
+    /// the chunks `changed` gives (see `node::patch_content`): a small write into a large
+    /// file hashes and stores the chunks it touched, not the whole file.
+    pub fn store_content_patch(
+        &mut self,
+        base: &ObjectId,
+        len: u64,
+        changed: &BTreeMap<usize, Vec<u8>>,
+    ) -> Result<Option<ObjectId>> {
+        self.quota.check_file_size(len)?;
+        let old = self.cache.chunk_index(&*self.w, base)?;
+        let (id, objects) = patch_content(&old.chunks, len, changed)?;
         for o in objects {
             self.w.put_object(&o.id, o.kind, &o.data)?;
         }

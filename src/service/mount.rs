@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use crate::error::Error;
 use crate::model::id::ObjectId;
-use crate::model::node::{Attrs, Node, NodeKind};
+use crate::model::node::{Attrs, CHUNK_SIZE, Node, NodeKind};
 use crate::model::path::VPath;
 use crate::model::{Quota, View, Workspace, now_ns};
 
@@ -151,6 +151,13 @@ struct Dirty {
     data: Vec<u8>,
     node: Node,
     committed_len: usize,
+    /// The stored content `data` was read from or last committed as.
+    stored: Option<ObjectId>,
+    /// Chunks (by index) changed since then: a commit stores only these when it can.
+    touched: BTreeSet<usize>,
+    /// Held by a commit of this inode from its snapshot until it is stored, so commits of
+    /// one inode happen one after another and each patches the content the last stored.
+    committing: Arc<Mutex<()>>,
     /// Handles open on this inode; the buffer goes when the last one closes.
     opens: usize,
     /// Bumped by every change to the buffer; commit records the version it saved, so
@@ -158,6 +165,38 @@ struct Dirty {
     version: u64,
     committed_version: u64,
 }
+
+impl Dirty {
+    /// Bytes `from..to` changed.
+    fn touch(&mut self, from: usize, to: usize) {
+        if to > from {
+            self.touched
+                .extend(from / CHUNK_SIZE..=(to - 1) / CHUNK_SIZE);
+        }
+    }
+
+    /// Resize to `len`, zero-filled; the chunks whose bytes or length change are touched.
+    fn resize(&mut self, len: usize) {
+        let old = self.data.len();
+        self.data.resize(len, 0);
+        self.touch(old.min(len), old.max(len));
+    }
+}
+
+/// A buffered file's content as a commit stores it.
+enum Snapshot {
+    /// Everything (a small file, or no chunked content stored yet).
+    Full(Vec<u8>),
+    /// The chunks changed since `base` was stored, for a file of `len` bytes.
+    Patch {
+        base: ObjectId,
+        len: usize,
+        chunks: BTreeMap<usize, Vec<u8>>,
+    },
+}
+
+/// A content patch did not apply; the commit stores the whole buffer instead.
+struct Retry;
 
 /// A directory entry as listed at opendir: (inode, kind, name).
 type DirEntry = (u64, AttrKind, String);
@@ -860,7 +899,7 @@ impl MountSession {
                 // An inode with buffered writes changes in the buffer; committed on close.
                 if let Some(size) = s.size {
                     self.check_size(size)?;
-                    d.data.resize(size as usize, 0);
+                    d.resize(size as usize);
                     set_size(&mut d.node, size);
                 }
                 apply_setattr(&mut d.node, &s, now);
@@ -926,6 +965,9 @@ impl MountSession {
                         Dirty {
                             committed_len: data.len(),
                             data,
+                            stored: node.content_id(),
+                            touched: BTreeSet::new(),
+                            committing: Arc::default(),
                             node: node.clone(),
                             opens: 1,
                             version: 0,
@@ -1020,9 +1062,10 @@ impl MountSession {
                         return Err(err(rustix::io::Errno::DQUOT));
                     }
                 }
-                d.data.resize(end, 0);
+                d.resize(end);
             }
             d.data[start..end].copy_from_slice(data);
+            d.touch(start, end);
             kill_privs(&mut d.node, !kill_setid);
             let now = now_ns();
             set_size(&mut d.node, d.data.len() as u64);
@@ -1039,41 +1082,119 @@ impl MountSession {
 
     /// Write an inode's buffered content in one transaction.
     pub fn commit(&self, ino: u64) -> MResult<()> {
-        let (data, node, version) = {
-            let dirty = lock(&self.dirty);
-            match dirty.get(&ino) {
-                Some(d) if d.version != d.committed_version => {
-                    (d.data.clone(), d.node.clone(), d.version)
-                }
-                _ => return Ok(()),
-            }
+        let Some(gate) = lock(&self.dirty).get(&ino).map(|d| d.committing.clone()) else {
+            return Ok(());
         };
+        let _one_at_a_time = lock(&gate);
+        match self.commit_once(ino, true) {
+            Ok(done) => done,
+            // The patch did not apply, e.g. the stored content was shorter than the file
+            // (a size set past its stored bytes): store the whole buffer instead.
+            Err(Retry) => self
+                .commit_once(ino, false)
+                .unwrap_or(Err(err(rustix::io::Errno::IO))),
+        }
+    }
+
+    /// One commit attempt, patching the stored content when `patch` allows.
+    fn commit_once(&self, ino: u64, patch: bool) -> Result<MResult<()>, Retry> {
+        let (snapshot, touched, node, version, len, full) = {
+            let mut dirty = lock(&self.dirty);
+            let Some(d) = dirty
+                .get_mut(&ino)
+                .filter(|d| d.version != d.committed_version)
+            else {
+                return Ok(Ok(()));
+            };
+            let len = d.data.len();
+            let touched = std::mem::take(&mut d.touched);
+            // A large file stored in chunks: only the chunks changed since are copied out
+            // and stored, so a small write into a large file (a database page) costs that
+            // chunk, not the whole file.
+            let snapshot = match d.stored {
+                Some(base) if patch && d.committed_len > CHUNK_SIZE && len > CHUNK_SIZE => {
+                    Snapshot::Patch {
+                        base,
+                        len,
+                        chunks: touched
+                            .iter()
+                            .filter(|&&i| i * CHUNK_SIZE < len)
+                            .map(|&i| {
+                                let end = len.min((i + 1) * CHUNK_SIZE);
+                                (i, d.data[i * CHUNK_SIZE..end].to_vec())
+                            })
+                            .collect(),
+                    }
+                }
+                _ => Snapshot::Full(d.data.clone()),
+            };
+            // Debug builds check every patch against storing the whole content.
+            let full = cfg!(debug_assertions).then(|| d.data.clone());
+            (snapshot, touched, d.node.clone(), d.version, len, full)
+        };
+        let result = self.store_snapshot(ino, &snapshot, &node);
+        if let (Ok(Some(content)), Some(full)) = (&result, &full) {
+            let whole = crate::model::node::encode_content(full).map(|(id, _)| id);
+            debug_assert_eq!(Some(content), whole.as_ref().ok(), "content patch differs");
+        }
+        let mut dirty = lock(&self.dirty);
+        let Some(d) = dirty.get_mut(&ino) else {
+            return Ok(result.map(|_| ()));
+        };
+        match result {
+            Ok(Some(stored)) => {
+                d.stored = stored;
+                d.committed_len = len;
+                d.committed_version = version;
+                Ok(Ok(()))
+            }
+            other => {
+                // Not stored (or the file has no path any more): a later commit stores
+                // these chunks too.
+                d.touched.extend(touched);
+                match (other, &snapshot) {
+                    (Err(_), Snapshot::Patch { .. }) => Err(Retry),
+                    (other, _) => Ok(other.map(|_| ())),
+                }
+            }
+        }
+    }
+
+    /// Store a buffered file's content and attributes at its path. Returns the stored
+    /// content, or None when the file has no path any more (its content goes nowhere).
+    fn store_snapshot(
+        &self,
+        ino: u64,
+        snapshot: &Snapshot,
+        node: &Node,
+    ) -> MResult<Option<Option<ObjectId>>> {
         let path = match lock(&self.inodes).by_ino.get(&ino) {
             Some(Some(p)) => p.clone(),
             // Unlinked while open: its content goes nowhere.
-            _ => return Ok(()),
+            _ => return Ok(None),
         };
         self.edit("mount.write", &[&path], |e| {
-            let content = e.store_content(&data)?;
+            let (content, size) = match snapshot {
+                Snapshot::Full(data) => (e.store_content(data)?, data.len()),
+                Snapshot::Patch { base, len, chunks } => {
+                    (e.store_content_patch(base, *len as u64, chunks)?, *len)
+                }
+            };
             // Unlinked or replaced by another request since we looked: the content goes
             // nowhere, as for any write to an unlinked file.
             let mut n = match e.view().lookup(&path)? {
                 Some((cur, _)) if cur.is_file() => cur,
-                _ => return Ok(()),
+                _ => return Ok(Some(content)),
             };
             n.kind = NodeKind::File {
-                size: data.len() as u64,
+                size: size as u64,
                 content,
             };
             n.attrs = node.attrs.clone();
             n.xattrs = node.xattrs.clone();
-            e.put_node(&path, n)
-        })?;
-        if let Some(d) = lock(&self.dirty).get_mut(&ino) {
-            d.committed_len = data.len();
-            d.committed_version = version;
-        }
-        Ok(())
+            e.put_node(&path, n)?;
+            Ok(Some(content))
+        })
     }
 
     /// close(2) of a handle. Under the writeback cache the commit waits for the release
