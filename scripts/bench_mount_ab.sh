@@ -2,7 +2,8 @@
 # Two avfs builds on the same mount workloads, alternating, for before/after comparisons of
 # a change: each pair mounts a fresh vault with build A, then with build B, and times an
 # untar of a source-like tree and `git init && git add -A && git commit` of it, with the
-# mount daemon's CPU time over the git step (utime + stime from /proc).
+# mount daemon's CPU time over the git step (utime + stime from /proc), then 50 x (4 KiB
+# write + fsync) into a 100 MB file of random bytes (a database's pattern).
 # Usage: scripts/bench_mount_ab.sh BIN_A BIN_B [PAIRS] [FILES]   (default 5 pairs, 4000 files)
 # REQUESTS=1 also counts the FUSE requests of the git step per opcode, once per build,
 # through the kernel's fuse:fuse_request_send tracepoint (needs perf and Linux 6.15+).
@@ -17,7 +18,16 @@ python3 scripts/gen_source_tree.py "$work/src/tree" "$FILES"
 tar cf "$work/src.tar" -C "$work/src" tree
 GIT='git init -q . && git add -A && git -c user.name=b -c user.email=b@b -c gc.auto=0 -c maintenance.auto=false commit -qm bench'
 
-# run BIN: prints "untar_s git_s daemon_cpu_s" for one fresh mount.
+head -c 100000000 /dev/urandom >"$work/pages"
+PAGES='
+import os
+fd = os.open("pages", os.O_RDWR)
+for i in range(50):
+    os.pwrite(fd, bytes([i + 1]) * 4096, i * 1999993 % 100000000)
+    os.fsync(fd)
+'
+
+# run BIN: prints "untar_s git_s daemon_cpu_s pages_s" for one fresh mount.
 run() {
   local bin=$1 s m e c0 c1 pid
   rm -rf "$work/home" "$work/mnt"; mkdir -p "$work/mnt"
@@ -32,9 +42,14 @@ run() {
   (cd "$work/mnt/tree" && bash -c "$GIT") >/dev/null
   e=$(date +%s.%N)
   c1=$(awk '{print $14 + $15}' "/proc/$pid/stat")
+  cp "$work/pages" "$work/mnt/pages"
+  p0=$(date +%s.%N)
+  (cd "$work/mnt" && python3 -c "$PAGES")
+  p1=$(date +%s.%N)
   "$bin" unmount "$work/mnt" >/dev/null
   python3 -c "import sys; a=[float(x) for x in sys.argv[1:]]; \
-print(f'{a[1]-a[0]:.3f} {a[2]-a[1]:.3f} {(a[4]-a[3])/100:.2f}')" "$s" "$m" "$e" "$c0" "$c1"
+print(f'{a[1]-a[0]:.3f} {a[2]-a[1]:.3f} {(a[4]-a[3])/100:.2f} {a[6]-a[5]:.3f}')" \
+    "$s" "$m" "$e" "$c0" "$c1" "$p0" "$p1"
 }
 
 # requests BIN: FUSE requests per opcode during the git step.
@@ -52,11 +67,12 @@ requests() {
 }
 
 echo "tree: $FILES files; A = $A; B = $B"
-printf '%-5s %10s %10s %12s   %10s %10s %12s\n' pair "A untar" "A git" "A daemon" "B untar" "B git" "B daemon"
+printf '%-5s %8s %8s %9s %8s   %8s %8s %9s %8s\n' pair "A untar" "A git" "A daemon" "A pages" \
+  "B untar" "B git" "B daemon" "B pages"
 for i in $(seq "$PAIRS"); do
-  read -r au ag ac <<<"$(run "$A")"
-  read -r bu bg bc <<<"$(run "$B")"
-  printf '%-5s %10s %10s %12s   %10s %10s %12s\n' "$i" "$au" "$ag" "$ac" "$bu" "$bg" "$bc"
+  read -r au ag ac ap <<<"$(run "$A")"
+  read -r bu bg bc bp <<<"$(run "$B")"
+  printf '%-5s %8s %8s %9s %8s   %8s %8s %9s %8s\n' "$i" "$au" "$ag" "$ac" "$ap" "$bu" "$bg" "$bc" "$bp"
 done
 if [ "${REQUESTS:-0}" = 1 ]; then
   echo "A requests: $(requests "$A")"
