@@ -31,56 +31,56 @@ pub(crate) struct ChunkIndex {
 
 const CACHE_LIMIT: usize = 8192;
 
+/// The value cached under `id`, or `load`'s, kept (a full cache starts over).
+fn cached<T: Clone>(
+    map: &Mutex<HashMap<ObjectId, T>>,
+    id: &ObjectId,
+    load: impl FnOnce() -> Result<T>,
+) -> Result<T> {
+    if let Some(v) = map.lock().unwrap_or_else(|p| p.into_inner()).get(id) {
+        return Ok(v.clone());
+    }
+    let v = load()?;
+    let mut map = map.lock().unwrap_or_else(|p| p.into_inner());
+    if map.len() >= CACHE_LIMIT {
+        map.clear();
+    }
+    map.insert(*id, v.clone());
+    Ok(v)
+}
+
 impl ObjectCache {
     pub(crate) fn tree(&self, r: &dyn StoreRead, id: &ObjectId) -> Result<Arc<Tree>> {
-        if let Some(t) = self.trees.lock().unwrap_or_else(|p| p.into_inner()).get(id) {
-            return Ok(t.clone());
-        }
-        let tree: Arc<Tree> = Arc::new(decode(load(r, id, kind::TREE)?.as_slice())?);
-        let mut trees = self.trees.lock().unwrap_or_else(|p| p.into_inner());
-        if trees.len() >= CACHE_LIMIT {
-            trees.clear();
-        }
-        trees.insert(*id, tree.clone());
-        Ok(tree)
+        cached(&self.trees, id, || {
+            Ok(Arc::new(decode(load(r, id, kind::TREE)?.as_slice())?))
+        })
     }
 
     pub(crate) fn chunk_index(&self, r: &dyn StoreRead, id: &ObjectId) -> Result<Arc<ChunkIndex>> {
-        if let Some(c) = self
-            .chunk_lists
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(id)
-        {
-            return Ok(c.clone());
-        }
-        let chunks: Vec<ChunkRef> = decode(&load(r, id, kind::CHUNK_LIST)?)?;
-        let mut starts = Vec::with_capacity(chunks.len());
-        let mut pos = 0u64;
-        for c in &chunks {
-            starts.push(pos);
-            pos += u64::from(c.len);
-        }
-        let index = Arc::new(ChunkIndex { starts, chunks });
-        let mut lists = self.chunk_lists.lock().unwrap_or_else(|p| p.into_inner());
-        if lists.len() >= CACHE_LIMIT {
-            lists.clear();
-        }
-        lists.insert(*id, index.clone());
-        Ok(index)
+        cached(&self.chunk_lists, id, || {
+            let chunks: Vec<ChunkRef> = decode(&load(r, id, kind::CHUNK_LIST)?)?;
+            let starts = chunks
+                .iter()
+                .scan(0u64, |pos, c| {
+                    let start = *pos;
+                    *pos += u64::from(c.len);
+                    Some(start)
+                })
+                .collect();
+            Ok(Arc::new(ChunkIndex { starts, chunks }))
+        })
+    }
+
+    /// The chunk index of `id` if it is cached (no store access).
+    fn cached_chunk_index(&self, id: &ObjectId) -> Option<Arc<ChunkIndex>> {
+        let lists = self.chunk_lists.lock().unwrap_or_else(|p| p.into_inner());
+        lists.get(id).cloned()
     }
 
     pub(crate) fn root(&self, r: &dyn StoreRead, id: &ObjectId) -> Result<Node> {
-        if let Some(n) = self.roots.lock().unwrap_or_else(|p| p.into_inner()).get(id) {
-            return Ok(n.clone());
-        }
-        let node: Node = decode(load(r, id, kind::ROOT)?.as_slice())?;
-        let mut roots = self.roots.lock().unwrap_or_else(|p| p.into_inner());
-        if roots.len() >= CACHE_LIMIT {
-            roots.clear();
-        }
-        roots.insert(*id, node.clone());
-        Ok(node)
+        cached(&self.roots, id, || {
+            decode(load(r, id, kind::ROOT)?.as_slice())
+        })
     }
 }
 
@@ -134,25 +134,25 @@ pub(crate) fn read_content(
     let out = &mut buf[..(end - offset) as usize];
     let filled = match content {
         None => 0,
-        Some(id) => match r
-            .object_read_at(id, 0, &mut [])?
-            .ok_or_else(|| missing(id))?
-        {
-            (kind::CHUNK, _) => {
-                let (_, n) = r
-                    .object_read_at(id, offset, out)?
-                    .ok_or_else(|| missing(id))?;
-                n
-            }
-            (kind::CHUNK_LIST, _) => {
-                let index = cache.chunk_index(r, id)?;
-                read_chunks(r, &index, offset, out)?
-            }
-            (k, _) => {
-                return Err(Error::CorruptVault {
-                    reason: format!("file content {} has kind {k}", id.short()),
-                });
-            }
+        Some(id) => match cache.cached_chunk_index(id) {
+            Some(index) => read_chunks(r, &index, offset, out)?,
+            // One query either way: a single chunk's bytes land in `out`; a chunk list's
+            // bytes landed there too, and `read_chunks` then overwrites all of it.
+            None => match r
+                .object_read_at(id, offset, out)?
+                .ok_or_else(|| missing(id))?
+            {
+                (kind::CHUNK, n) => n,
+                (kind::CHUNK_LIST, _) => {
+                    let index = cache.chunk_index(r, id)?;
+                    read_chunks(r, &index, offset, out)?
+                }
+                (k, _) => {
+                    return Err(Error::CorruptVault {
+                        reason: format!("file content {} has kind {k}", id.short()),
+                    });
+                }
+            },
         },
     };
     out[filled..].fill(0);
