@@ -1152,8 +1152,12 @@ impl MountSession {
                 // Not stored (or the file has no path any more): a later commit stores
                 // these chunks too.
                 d.touched.extend(touched);
+                // A patch that did not apply (`patch_content` refuses it as invalid) is
+                // retried whole; any other error (a quota, the store) would only repeat.
                 match (other, &snapshot) {
-                    (Err(_), Snapshot::Patch { .. }) => Err(Retry),
+                    (Err(e), Snapshot::Patch { .. }) if e == err(rustix::io::Errno::INVAL) => {
+                        Err(Retry)
+                    }
                     (other, _) => Ok(other.map(|_| ())),
                 }
             }
