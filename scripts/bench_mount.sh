@@ -80,13 +80,7 @@ row "read 100 MB (cold)" "$n" "$f" "$m" "$d"
 head -c 100000000 /dev/urandom >"$work/pages"
 for d in native floor mnt dev; do cp "$work/pages" "$work/$d/pages"; done
 sync
-run "50 page writes + fsync" "" "python3 -c '
-import os
-fd = os.open(\"pages\", os.O_RDWR)
-for i in range(50):
-    os.pwrite(fd, bytes([i + 1]) * 4096, i * 1999993 % 100000000)
-    os.fsync(fd)
-'"
+run "50 page writes + fsync" "" "python3 $PWD/scripts/page_writes.py pages"
 run "rm -rf" "" "rm -rf tree demo big pages"
 "$AVFS" unmount "$work/mnt" >/dev/null
 "$AVFS" unmount "$work/dev" >/dev/null

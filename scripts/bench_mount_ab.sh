@@ -19,13 +19,6 @@ tar cf "$work/src.tar" -C "$work/src" tree
 GIT='git init -q . && git add -A && git -c user.name=b -c user.email=b@b -c gc.auto=0 -c maintenance.auto=false commit -qm bench'
 
 head -c 100000000 /dev/urandom >"$work/pages"
-PAGES='
-import os
-fd = os.open("pages", os.O_RDWR)
-for i in range(50):
-    os.pwrite(fd, bytes([i + 1]) * 4096, i * 1999993 % 100000000)
-    os.fsync(fd)
-'
 
 # run BIN: prints "untar_s git_s daemon_cpu_s pages_s" for one fresh mount.
 run() {
@@ -44,7 +37,7 @@ run() {
   c1=$(awk '{print $14 + $15}' "/proc/$pid/stat")
   cp "$work/pages" "$work/mnt/pages"
   p0=$(date +%s.%N)
-  (cd "$work/mnt" && python3 -c "$PAGES")
+  python3 scripts/page_writes.py "$work/mnt/pages"
   p1=$(date +%s.%N)
   "$bin" unmount "$work/mnt" >/dev/null
   python3 -c "import sys; a=[float(x) for x in sys.argv[1:]]; \
