@@ -1,6 +1,7 @@
 //! The workspace model: paths, nodes, trees and the overlay that makes forks and checkpoints
 //! cost O(changes); quotas and audit records. It uses the store and nothing above it.
 
+pub mod buffer;
 pub mod diff;
 mod fold;
 pub mod id;

@@ -284,6 +284,29 @@ pub fn encode_content(bytes: &[u8]) -> Result<(Option<ObjectId>, Vec<EncodedObje
     Ok((Some(id), objects))
 }
 
+/// The content id `encode_content` gives `len` bytes that `read(offset, buf)` fills, taken
+/// a chunk at a time so the whole content is never in memory at once.
+pub fn content_id_by_chunks(
+    len: u64,
+    mut read: impl FnMut(u64, &mut [u8]) -> Result<()>,
+) -> Result<Option<ObjectId>> {
+    if len <= CHUNK_SIZE as u64 {
+        let mut bytes = vec![0; len as usize];
+        read(0, &mut bytes)?;
+        return Ok(encode_content(&bytes)?.0);
+    }
+    let mut buf = vec![0; CHUNK_SIZE];
+    let mut list = Vec::new();
+    let mut objects = Vec::new();
+    for start in (0..len).step_by(CHUNK_SIZE) {
+        let n = (len - start).min(CHUNK_SIZE as u64) as usize;
+        read(start, &mut buf[..n])?;
+        list.push(encode_chunk(&buf[..n], &mut objects));
+        objects.clear();
+    }
+    Ok(Some(EncodedObject::encode(kind::CHUNK_LIST, &list)?.id))
+}
+
 /// One chunk of a chunked file as `encode_content` stores it: a hole when all zeros.
 fn encode_chunk(chunk: &[u8], objects: &mut Vec<EncodedObject>) -> ChunkRef {
     let len = chunk.len() as u32;
@@ -297,14 +320,15 @@ fn encode_chunk(chunk: &[u8], objects: &mut Vec<EncodedObject>) -> ChunkRef {
 }
 
 /// Content of `len` bytes (more than one chunk) that equals the chunked content `old`
-/// except in the chunks `changed` gives, by index, with their new bytes. The other chunks
-/// keep their objects, so the result is what `encode_content` makes of the whole content
-/// while only the changed chunks are hashed and stored. Every chunk whose bytes or length
-/// differ from `old` must be in `changed`.
+/// except in the chunks `changed` gives, by index, with their new bytes (`None`: all
+/// zeros). The other chunks keep their objects, so the result is what `encode_content`
+/// makes of the whole content while only the changed chunks are hashed and stored. Every
+/// chunk whose bytes or length differ from `old` must be in `changed`; with `old` empty,
+/// that is every chunk.
 pub fn patch_content(
     old: &[ChunkRef],
     len: u64,
-    changed: &BTreeMap<usize, Vec<u8>>,
+    changed: &BTreeMap<usize, Option<Vec<u8>>>,
 ) -> Result<(Option<ObjectId>, Vec<EncodedObject>)> {
     debug_assert!(len > CHUNK_SIZE as u64, "a patch is for chunked content");
     let count = len.div_ceil(CHUNK_SIZE as u64) as usize;
@@ -313,7 +337,13 @@ pub fn patch_content(
     for i in 0..count {
         let want = (len - (i * CHUNK_SIZE) as u64).min(CHUNK_SIZE as u64) as u32;
         let chunk = match (changed.get(&i), old.get(i)) {
-            (Some(bytes), _) if bytes.len() == want as usize => encode_chunk(bytes, &mut objects),
+            (Some(Some(bytes)), _) if bytes.len() == want as usize => {
+                encode_chunk(bytes, &mut objects)
+            }
+            (Some(None), _) => ChunkRef {
+                id: None,
+                len: want,
+            },
             (None, Some(c)) if c.len == want => c.clone(),
             _ => {
                 return Err(Error::invalid(format!(
@@ -365,12 +395,15 @@ mod tests {
         let mut v: Vec<u8> = (0..len)
             .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) | 1)
             .collect();
-        let hole = CHUNK_SIZE..(2 * CHUNK_SIZE).min(len);
+        let hole = CHUNK_SIZE.min(len)..(2 * CHUNK_SIZE).min(len);
         v[hole].fill(0);
         v
     }
 
     fn list_of(bytes: &[u8]) -> Vec<ChunkRef> {
+        if bytes.is_empty() {
+            return Vec::new();
+        }
         let (_, objects) = encode_content(bytes).unwrap();
         let head = objects.last().unwrap();
         postcard::from_bytes(&head.data).unwrap()
@@ -379,14 +412,12 @@ mod tests {
     /// Patch `old` into `new`, giving the chunks `changed` names, and compare with encoding
     /// `new` whole.
     fn check(old: &[u8], new: &[u8], changed: impl IntoIterator<Item = usize>) {
-        let given: BTreeMap<usize, Vec<u8>> = changed
+        let given: BTreeMap<usize, Option<Vec<u8>>> = changed
             .into_iter()
             .filter(|i| i * CHUNK_SIZE < new.len())
             .map(|i| {
-                (
-                    i,
-                    new[i * CHUNK_SIZE..new.len().min((i + 1) * CHUNK_SIZE)].to_vec(),
-                )
+                let bytes = &new[i * CHUNK_SIZE..new.len().min((i + 1) * CHUNK_SIZE)];
+                (i, bytes.iter().any(|b| *b != 0).then(|| bytes.to_vec()))
             })
             .collect();
         let (id, objects) = patch_content(&list_of(old), new.len() as u64, &given).unwrap();
@@ -415,6 +446,21 @@ mod tests {
         // Shrunk to a chunk boundary, and into the middle of a chunk.
         check(&old, &old[..3 * CHUNK_SIZE], []);
         check(&old, &old[..2 * CHUNK_SIZE + 77], [2]);
+        // Against no old content: every chunk given, zero chunks as holes.
+        check(&[], &old, 0..6);
+    }
+
+    #[test]
+    fn the_id_by_chunks_is_the_id_of_the_whole() {
+        for len in [0, 10, CHUNK_SIZE, 3 * CHUNK_SIZE + 7] {
+            let bytes = content(len, 3);
+            let id = content_id_by_chunks(len as u64, |at, out| {
+                out.copy_from_slice(&bytes[at as usize..at as usize + out.len()]);
+                Ok(())
+            })
+            .unwrap();
+            assert_eq!(id, encode_content(&bytes).unwrap().0, "{len} bytes");
+        }
     }
 
     #[test]

@@ -2,15 +2,15 @@
 //! through `Edit`, inside one store transaction that also checks quotas and appends the
 //! audit record, so the CLI, the mount and the proxy share one set of rules.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde::Serialize;
 
+use super::buffer::{Changes, ContentBuffer};
 use super::fold::fold_overlay;
 use super::id::ObjectId;
 use super::links;
-use super::node::{Node, NodeKind, encode_content, patch_content};
+use super::node::{CHUNK_SIZE, Node, NodeKind, encode_content, patch_content};
 use super::now_ns;
 use super::path::VPath;
 use super::quota::Quota;
@@ -684,22 +684,49 @@ impl<'a> Edit<'a> {
         Ok(id)
     }
 
-    /// Store content of `len` bytes that equals the stored chunked content `base` except in
-    /// the chunks `changed` gives (see `node::patch_content`): a small write into a large
-    /// file hashes and stores the chunks it touched, not the whole file.
-    pub fn store_content_patch(
-        &mut self,
-        base: &ObjectId,
-        len: u64,
-        changed: &BTreeMap<usize, Vec<u8>>,
-    ) -> Result<Option<ObjectId>> {
+    /// Store a buffer's changed content (see `ContentBuffer::changes`): against a chunked
+    /// base, only the chunks it names are hashed and stored, so a small write into a large
+    /// file costs the chunks it touched, not the whole file.
+    pub fn store_changes(&mut self, changes: &Changes) -> Result<Option<ObjectId>> {
+        let (len, base, chunks) = match changes {
+            Changes::Small(bytes) => return self.store_content(bytes),
+            Changes::Chunks { base, len, chunks } => (*len, base, chunks),
+        };
         self.quota.check_file_size(len)?;
-        let old = self.cache.chunk_index(&*self.w, base)?;
-        let (id, objects) = patch_content(&old.chunks, len, changed)?;
+        let old = match base {
+            Some(base) => Some(self.cache.chunk_index(&*self.w, base)?),
+            None => None,
+        };
+        let old = old.as_ref().map_or(&[][..], |o| &o.chunks[..]);
+        let (id, objects) = patch_content(old, len, chunks)?;
         for o in objects {
             self.w.put_object(&o.id, o.kind, &o.data)?;
         }
         Ok(id)
+    }
+
+    /// Store the content of file `node` cut, or zero-extended, to `size` bytes. Only the
+    /// chunk holding the new end is read, so truncating a large file costs one chunk.
+    pub fn resize_content(&mut self, node: &Node, size: u64) -> Result<Option<ObjectId>> {
+        self.quota.check_file_size(size)?;
+        let mut buf = ContentBuffer::new(node.size() as usize);
+        buf.resize(size as usize);
+        let base = node
+            .content_id()
+            .filter(|_| node.size() > CHUNK_SIZE as u64);
+        loop {
+            match buf.changes(base) {
+                Ok(changes) => return self.store_changes(&changes),
+                Err(need) => {
+                    let shape = buf.shape();
+                    for i in need {
+                        let (from, len) = buf.base_span(i);
+                        let bytes = self.view().read_node_range(node, from, len as u64)?;
+                        buf.insert_base(i, shape, bytes);
+                    }
+                }
+            }
+        }
     }
 
     /// Put `node` at `path`, replacing what is there. Parents must exist. Quotas are checked

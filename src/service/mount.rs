@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::error::Error;
+use crate::model::buffer::{Changes, ContentBuffer};
 use crate::model::id::ObjectId;
 use crate::model::node::{Attrs, CHUNK_SIZE, Node, NodeKind};
 use crate::model::path::VPath;
@@ -148,13 +149,15 @@ struct Handle {
 }
 
 struct Dirty {
-    data: Vec<u8>,
+    /// The content: chunks written since open in memory, the rest read from `base`.
+    buf: ContentBuffer,
+    /// A node whose content is the buffer's base: the file as opened, or as last stored
+    /// when nothing changed during that commit.
+    base: Node,
     node: Node,
     committed_len: usize,
-    /// The stored content `data` was read from or last committed as.
+    /// The stored content the last commit made (or the file had when opened).
     stored: Option<ObjectId>,
-    /// Chunks (by index) changed since then: a commit stores only these when it can.
-    touched: BTreeSet<usize>,
     /// Held by a commit of this inode from its snapshot until it is stored, so commits of
     /// one inode happen one after another and each patches the content the last stored.
     committing: Arc<Mutex<()>>,
@@ -164,35 +167,6 @@ struct Dirty {
     /// "anything new since?" is a comparison of two numbers, not of two buffers.
     version: u64,
     committed_version: u64,
-}
-
-impl Dirty {
-    /// Bytes `from..to` changed.
-    fn touch(&mut self, from: usize, to: usize) {
-        if to > from {
-            self.touched
-                .extend(from / CHUNK_SIZE..=(to - 1) / CHUNK_SIZE);
-        }
-    }
-
-    /// Resize to `len`, zero-filled; the chunks whose bytes or length change are touched.
-    fn resize(&mut self, len: usize) {
-        let old = self.data.len();
-        self.data.resize(len, 0);
-        self.touch(old.min(len), old.max(len));
-    }
-}
-
-/// A buffered file's content as a commit stores it.
-enum Snapshot {
-    /// Everything (a small file, or no chunked content stored yet).
-    Full(Vec<u8>),
-    /// The chunks changed since `base` was stored, for a file of `len` bytes.
-    Patch {
-        base: ObjectId,
-        len: usize,
-        chunks: BTreeMap<usize, Vec<u8>>,
-    },
 }
 
 /// A content patch did not apply; the commit stores the whole buffer instead.
@@ -899,7 +873,7 @@ impl MountSession {
                 // An inode with buffered writes changes in the buffer; committed on close.
                 if let Some(size) = s.size {
                     self.check_size(size)?;
-                    d.resize(size as usize);
+                    d.buf.resize(size as usize);
                     set_size(&mut d.node, size);
                 }
                 apply_setattr(&mut d.node, &s, now);
@@ -922,9 +896,7 @@ impl MountSession {
                         path: path.display(),
                     });
                 }
-                let mut data = e.view().read_node(&n)?;
-                data.resize(size as usize, 0);
-                let content = e.store_content(&data)?;
+                let content = e.resize_content(&n, size)?;
                 let mut n = n;
                 n.kind = NodeKind::File { size, content };
                 n.attrs.mtime = now;
@@ -958,15 +930,16 @@ impl MountSession {
             let mut dirty = lock(&self.dirty);
             match dirty.get_mut(&ino) {
                 Some(d) => d.opens += 1,
+                // Nothing is read now: the buffer reads the stored content where a
+                // read or a partial write needs it, so opening a large file is O(1).
                 None => {
-                    let data = self.read(|v| v.read_node(&node))?;
                     dirty.insert(
                         ino,
                         Dirty {
-                            committed_len: data.len(),
-                            data,
+                            buf: ContentBuffer::new(node.size() as usize),
+                            base: node.clone(),
+                            committed_len: node.size() as usize,
                             stored: node.content_id(),
-                            touched: BTreeSet::new(),
                             committing: Arc::default(),
                             node: node.clone(),
                             opens: 1,
@@ -1002,11 +975,23 @@ impl MountSession {
 
     /// Read into `buf` from `offset`; returns how many bytes (short only at end of file).
     pub fn read_data_into(&self, ino: u64, fh: u64, offset: u64, buf: &mut [u8]) -> MResult<usize> {
-        if let Some(d) = lock(&self.dirty).get(&ino) {
-            let start = (offset as usize).min(d.data.len());
-            let end = (start + buf.len()).min(d.data.len());
-            buf[..end - start].copy_from_slice(&d.data[start..end]);
-            return Ok(end - start);
+        let buffered = lock(&self.dirty).get(&ino).map(|d| {
+            let (n, from_base) = d.buf.read(offset as usize, buf);
+            let base = (!from_base.is_empty()).then(|| d.base.clone());
+            (n, from_base, base)
+        });
+        if let Some((n, from_base, base)) = buffered {
+            // Unchanged ranges come from the stored content, read with no lock held. It
+            // is immutable, so a write landing meanwhile only makes this read the older
+            // bytes, as a read racing a write may.
+            if let Some(base) = base {
+                for r in from_base {
+                    self.ws
+                        .read_content(&base, r.from, &mut buf[r.at..r.at + r.len])
+                        .map_err(|e| errno(&e))?;
+                }
+            }
+            return Ok(n);
         }
         let node = match lock(&self.handles).get(&fh) {
             Some(h)
@@ -1031,6 +1016,43 @@ impl MountSession {
             .map_err(|e| errno(&e))
     }
 
+    /// Run `f` on `ino`'s write buffer. `f` returns `Err` with the chunks it needs from the
+    /// buffer's base first: they are read with no lock held (each is a store read) and `f`
+    /// runs again, so the check and the change it guards happen in one locked step.
+    fn with_buffer<R>(
+        &self,
+        ino: u64,
+        mut f: impl FnMut(&mut Dirty) -> Result<MResult<R>, Vec<usize>>,
+    ) -> MResult<R> {
+        loop {
+            let (base, shape, spans) = {
+                let mut dirty = lock(&self.dirty);
+                let d = dirty.get_mut(&ino).ok_or(err(rustix::io::Errno::BADF))?;
+                match f(d) {
+                    Ok(done) => return done,
+                    Err(need) => {
+                        let spans: Vec<_> =
+                            need.into_iter().map(|i| (i, d.buf.base_span(i))).collect();
+                        (d.base.clone(), d.buf.shape(), spans)
+                    }
+                }
+            };
+            let mut loaded = Vec::with_capacity(spans.len());
+            for (i, (from, len)) in spans {
+                let mut bytes = vec![0; len];
+                self.ws
+                    .read_content(&base, from, &mut bytes)
+                    .map_err(|e| errno(&e))?;
+                loaded.push((i, bytes));
+            }
+            if let Some(d) = lock(&self.dirty).get_mut(&ino) {
+                for (i, bytes) in loaded {
+                    d.buf.insert_base(i, shape, bytes);
+                }
+            }
+        }
+    }
+
     /// Write at `offset` (at the end for an O_APPEND handle). `kill_setid`: the writer
     /// may not keep set-ID bits (the kernel says so per write).
     pub fn write_data(
@@ -1043,41 +1065,50 @@ impl MountSession {
     ) -> MResult<u32> {
         let append = !self.writeback.load(Ordering::Relaxed)
             && lock(&self.handles).get(&fh).is_some_and(|h| h.append);
-        let over_limit = {
-            let mut dirty = lock(&self.dirty);
-            let d = dirty.get_mut(&ino).ok_or(err(rustix::io::Errno::BADF))?;
-            let start = if append {
-                d.data.len()
-            } else {
-                offset as usize
-            };
-            let end = start + data.len();
-            if end > d.data.len() {
-                self.check_size(end as u64)?;
-                let grow = (end - d.data.len()) as u64;
-                if let Some(limit) = self.quota.max_size_mb {
-                    let total = self.ws.totals().map(|(_, bytes)| bytes).unwrap_or(0);
-                    let pending = (d.data.len() - d.committed_len.min(d.data.len())) as u64;
-                    if total + pending + grow > limit * 1024 * 1024 {
-                        return Err(err(rustix::io::Errno::DQUOT));
-                    }
-                }
-                d.resize(end);
+        let over_limit = self.with_buffer(ino, |d| {
+            let start = if append { d.buf.len() } else { offset as usize };
+            let need = d.buf.missing_for_write(start, data.len());
+            if !need.is_empty() {
+                return Err(need);
             }
-            d.data[start..end].copy_from_slice(data);
-            d.touch(start, end);
-            kill_privs(&mut d.node, !kill_setid);
-            let now = now_ns();
-            set_size(&mut d.node, d.data.len() as u64);
-            d.node.attrs.mtime = now;
-            d.node.attrs.ctime = now;
-            d.version += 1;
-            d.data.len().saturating_sub(d.committed_len) > DIRTY_LIMIT
-        };
+            Ok(self.write_buffered(d, start, data, kill_setid))
+        })?;
         if over_limit {
             self.commit(ino)?;
         }
         Ok(data.len() as u32)
+    }
+
+    /// The write itself, with every chunk it needs in memory. Returns whether the buffer
+    /// holds enough uncommitted chunks to commit now.
+    fn write_buffered(
+        &self,
+        d: &mut Dirty,
+        start: usize,
+        data: &[u8],
+        kill_setid: bool,
+    ) -> MResult<bool> {
+        let end = start + data.len();
+        let len = d.buf.len();
+        if end > len {
+            self.check_size(end as u64)?;
+            let grow = (end - len) as u64;
+            if let Some(limit) = self.quota.max_size_mb {
+                let total = self.ws.totals().map(|(_, bytes)| bytes).unwrap_or(0);
+                let pending = len.saturating_sub(d.committed_len) as u64;
+                if total + pending + grow > limit * 1024 * 1024 {
+                    return Err(err(rustix::io::Errno::DQUOT));
+                }
+            }
+        }
+        d.buf.write(start, data);
+        kill_privs(&mut d.node, !kill_setid);
+        let now = now_ns();
+        set_size(&mut d.node, d.buf.len() as u64);
+        d.node.attrs.mtime = now;
+        d.node.attrs.ctime = now;
+        d.version += 1;
+        Ok(d.buf.touched_count() * CHUNK_SIZE > DIRTY_LIMIT)
     }
 
     /// Write an inode's buffered content in one transaction.
@@ -1098,44 +1129,35 @@ impl MountSession {
 
     /// One commit attempt, patching the stored content when `patch` allows.
     fn commit_once(&self, ino: u64, patch: bool) -> Result<MResult<()>, Retry> {
-        let (snapshot, touched, node, version, len, full) = {
-            let mut dirty = lock(&self.dirty);
-            let Some(d) = dirty
-                .get_mut(&ino)
-                .filter(|d| d.version != d.committed_version)
-            else {
-                return Ok(Ok(()));
-            };
-            let len = d.data.len();
-            let touched = std::mem::take(&mut d.touched);
-            // A large file stored in chunks: only the chunks changed since are copied out
-            // and stored, so a small write into a large file (a database page) costs that
-            // chunk, not the whole file.
-            let snapshot = match d.stored {
-                Some(base) if patch && d.committed_len > CHUNK_SIZE && len > CHUNK_SIZE => {
-                    Snapshot::Patch {
-                        base,
-                        len,
-                        chunks: touched
-                            .iter()
-                            .filter(|&&i| i * CHUNK_SIZE < len)
-                            .map(|&i| {
-                                let end = len.min((i + 1) * CHUNK_SIZE);
-                                (i, d.data[i * CHUNK_SIZE..end].to_vec())
-                            })
-                            .collect(),
-                    }
-                }
-                _ => Snapshot::Full(d.data.clone()),
-            };
-            // Debug builds check every patch against storing the whole content.
-            let full = cfg!(debug_assertions).then(|| d.data.clone());
-            (snapshot, touched, d.node.clone(), d.version, len, full)
+        let prepared = self.with_buffer(ino, |d| {
+            if d.version == d.committed_version {
+                return Ok(Ok(None));
+            }
+            // Stored in chunks: only the chunks changed since are copied out and stored,
+            // so a small write into a large file (a database page) costs that chunk.
+            let base = d.stored.filter(|_| patch && d.committed_len > CHUNK_SIZE);
+            let changes = d.buf.changes(base)?;
+            let touched = d.buf.take_touched();
+            Ok(Ok(Some((changes, touched, d.node.clone(), d.version))))
+        });
+        let (changes, touched, node, version) = match prepared {
+            Ok(Some(p)) => p,
+            Ok(None) => return Ok(Ok(())),
+            // Closed meanwhile: nothing left to commit.
+            Err(e) if e == err(rustix::io::Errno::BADF) => return Ok(Ok(())),
+            Err(e) => return Ok(Err(e)),
         };
-        let result = self.store_snapshot(ino, &snapshot, &node);
-        if let (Ok(Some(content)), Some(full)) = (&result, &full) {
-            let whole = crate::model::node::encode_content(full).map(|(id, _)| id);
-            debug_assert_eq!(Some(content), whole.as_ref().ok(), "content patch differs");
+        let result = self.store_snapshot(ino, &changes, &node);
+        let len = node.size();
+        if cfg!(debug_assertions)
+            && let Ok(Some(content)) = &result
+        {
+            // Debug builds check every stored content id against encoding it whole.
+            let stored = node_with_content(&node, *content, len);
+            let whole = crate::model::node::content_id_by_chunks(len, |at, out| {
+                self.ws.read_content(&stored, at, out).map(|_| ())
+            });
+            debug_assert_eq!(Some(*content), whole.ok(), "content patch differs");
         }
         let mut dirty = lock(&self.dirty);
         let Some(d) = dirty.get_mut(&ino) else {
@@ -1144,18 +1166,26 @@ impl MountSession {
         match result {
             Ok(Some(stored)) => {
                 d.stored = stored;
-                d.committed_len = len;
+                d.committed_len = len as usize;
                 d.committed_version = version;
+                // Nothing changed while storing: what is stored is the buffer, so its
+                // chunks can leave memory and be read from the store when needed again.
+                if d.version == version {
+                    d.base = node_with_content(&node, stored, len);
+                    d.buf.rebase();
+                }
                 Ok(Ok(()))
             }
             other => {
                 // Not stored (or the file has no path any more): a later commit stores
                 // these chunks too.
-                d.touched.extend(touched);
+                d.buf.retouch(touched);
                 // A patch that did not apply (`patch_content` refuses it as invalid) is
                 // retried whole; any other error (a quota, the store) would only repeat.
-                match (other, &snapshot) {
-                    (Err(e), Snapshot::Patch { .. }) if e == err(rustix::io::Errno::INVAL) => {
+                match (other, &changes) {
+                    (Err(e), Changes::Chunks { base: Some(_), .. })
+                        if e == err(rustix::io::Errno::INVAL) =>
+                    {
                         Err(Retry)
                     }
                     (other, _) => Ok(other.map(|_| ())),
@@ -1169,7 +1199,7 @@ impl MountSession {
     fn store_snapshot(
         &self,
         ino: u64,
-        snapshot: &Snapshot,
+        changes: &Changes,
         node: &Node,
     ) -> MResult<Option<Option<ObjectId>>> {
         let path = match lock(&self.inodes).by_ino.get(&ino) {
@@ -1178,22 +1208,15 @@ impl MountSession {
             _ => return Ok(None),
         };
         self.edit("mount.write", &[&path], |e| {
-            let (content, size) = match snapshot {
-                Snapshot::Full(data) => (e.store_content(data)?, data.len()),
-                Snapshot::Patch { base, len, chunks } => {
-                    (e.store_content_patch(base, *len as u64, chunks)?, *len)
-                }
-            };
+            let content = e.store_changes(changes)?;
+            let size = node.size();
             // Unlinked or replaced by another request since we looked: the content goes
             // nowhere, as for any write to an unlinked file.
             let mut n = match e.view().lookup(&path)? {
                 Some((cur, _)) if cur.is_file() => cur,
                 _ => return Ok(Some(content)),
             };
-            n.kind = NodeKind::File {
-                size: size as u64,
-                content,
-            };
+            n.kind = NodeKind::File { size, content };
             n.attrs = node.attrs.clone();
             n.xattrs = node.xattrs.clone();
             e.put_node(&path, n)?;
@@ -1404,6 +1427,13 @@ impl MountSession {
         }
         self.ws.vault().sync()
     }
+}
+
+/// `node` with the given content of `size` bytes.
+fn node_with_content(node: &Node, content: Option<ObjectId>, size: u64) -> Node {
+    let mut n = node.clone();
+    n.kind = NodeKind::File { size, content };
+    n
 }
 
 fn set_size(n: &mut Node, size: u64) {
