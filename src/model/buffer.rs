@@ -49,6 +49,8 @@ pub struct ContentBuffer {
     shape: u64,
     /// Chunks whose bytes or length changed since the last `take_touched`.
     touched: BTreeSet<usize>,
+    /// The shortest the file was since the last `take_touched`.
+    low_water: usize,
 }
 
 /// What a chunk's bytes are.
@@ -65,6 +67,7 @@ impl ContentBuffer {
         ContentBuffer {
             len,
             base_len: len,
+            low_water: len,
             ..Default::default()
         }
     }
@@ -179,6 +182,7 @@ impl ContentBuffer {
     /// Set the length, zero-filling when it grows.
     pub fn resize(&mut self, len: usize) {
         let old = self.len;
+        self.low_water = self.low_water.min(len);
         if len < old {
             drop(self.chunks.split_off(&len.div_ceil(CHUNK_SIZE)));
             self.len = len;
@@ -249,6 +253,7 @@ impl ContentBuffer {
 
     /// Take the set of chunks changed since the last call (a commit stores them).
     pub fn take_touched(&mut self) -> BTreeSet<usize> {
+        self.low_water = self.len;
         std::mem::take(&mut self.touched)
     }
 
@@ -290,10 +295,14 @@ impl ContentBuffer {
         })
     }
 
-    /// The content was stored as it is now and becomes the base: drop what is in memory.
-    pub fn rebase(&mut self) {
-        self.chunks.clear();
-        self.base_len = self.len;
+    /// The content as it was at the last `take_touched`, `stored_len` bytes, was stored and
+    /// becomes the base. Chunks not touched since are the same there, so they leave memory;
+    /// what changed since stays. Bytes read from the old base and not put in yet are
+    /// refused (the shape changes), so a load in flight reads again.
+    pub fn rebase(&mut self, stored_len: usize) {
+        let touched = &self.touched;
+        self.chunks.retain(|i, _| touched.contains(i));
+        self.base_len = stored_len.min(self.low_water).min(self.len);
         self.shape += 1;
     }
 }
@@ -470,9 +479,34 @@ mod tests {
         // Without a base every chunk is named, and unloaded ones are asked for.
         assert_eq!(c.buf.changes(None), Err(vec![0, 2, 3]));
         c.buf.take_touched();
-        c.buf.rebase();
+        c.buf.rebase(c.buf.len());
+        c.base = c.want.clone();
         assert_eq!(c.buf.in_memory(), 0);
         assert_eq!(c.buf.changes(base).map(|_| ()), Ok(()));
+        c.assert_reads();
+    }
+
+    #[test]
+    fn a_rebase_keeps_what_changed_while_storing() {
+        let mut c = Check::new(6 * C);
+        c.write(C + 1, b"a");
+        c.write(3 * C, &vec![5; C]);
+        let touched = c.buf.take_touched();
+        assert_eq!(touched.into_iter().collect::<Vec<_>>(), vec![1, 3]);
+        let stored = c.want.clone();
+        // While that content is stored: a write into chunk 3, and a cut into chunk 4
+        // followed by growth.
+        c.write(3 * C + 9, b"b");
+        c.resize(4 * C + 10);
+        c.resize(6 * C);
+        c.buf.rebase(stored.len());
+        c.base = stored;
+        // Chunk 1 left memory; chunk 3 (written since) stays. Chunk 4 reads the new base up
+        // to the cut and zeros after it.
+        assert_eq!(c.buf.in_memory(), C);
+        c.assert_reads();
+        c.write(4 * C + 5, b"c");
+        c.assert_reads();
     }
 
     #[test]

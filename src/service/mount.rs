@@ -20,8 +20,10 @@ use crate::model::{Quota, View, Workspace, now_ns};
 pub type Errno = i32;
 pub type MResult<T> = std::result::Result<T, Errno>;
 
-/// Commit a write buffer once it holds this many bytes more than its last commit.
-const DIRTY_LIMIT: usize = 64 * 1024 * 1024;
+/// Commit a write buffer once the chunks changed since its last commit hold this many
+/// bytes. A commit lets them leave memory, so a long write holds about this much (twice,
+/// while a commit copies its chunks out) in the daemon, not the whole file.
+const DIRTY_LIMIT: usize = 16 * 1024 * 1024;
 
 pub const ROOT_INO: u64 = 1;
 
@@ -1168,12 +1170,10 @@ impl MountSession {
                 d.stored = stored;
                 d.committed_len = len as usize;
                 d.committed_version = version;
-                // Nothing changed while storing: what is stored is the buffer, so its
-                // chunks can leave memory and be read from the store when needed again.
-                if d.version == version {
-                    d.base = node_with_content(&node, stored, len);
-                    d.buf.rebase();
-                }
+                // What was stored becomes the base: the chunks not written since leave
+                // memory, so a long write holds at most about DIRTY_LIMIT of it.
+                d.base = node_with_content(&node, stored, len);
+                d.buf.rebase(len as usize);
                 Ok(Ok(()))
             }
             other => {
