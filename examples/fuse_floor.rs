@@ -1,449 +1,476 @@
 //! The FUSE floor: a file system that keeps everything in memory and does no other work,
-//! mounted with the same kernel options and caching as `avfs mount`. Whatever a workload
-//! costs here is the price of going through FUSE at all on this machine (a kernel round
-//! trip and two context switches per request), which no storage engine behind it can win
-//! back. `scripts/bench_mount.sh` runs its workloads here too and prints the ratio.
+//! served through avfs's own FUSE adapter (`agentvfs::fuse::serve_backend`): the same mount
+//! options, caching (entry and attribute TTLs, negative entries, writeback cache,
+//! KILLPRIV_V2) and transport (FUSE over io_uring where the kernel offers it, else
+//! `/dev/fuse`; `AVFS_FUSE_URING=0` forces `/dev/fuse`) as `avfs mount`. Whatever a workload
+//! costs here is the price of going through FUSE at all on this machine (kernel round trips
+//! and context switches), which no storage engine behind it can win back.
+//! `scripts/bench_mount.sh` runs its workloads here too and prints the ratio.
 //!
-//! Usage: `cargo run --release --example fuse_floor -- <dir>` (foreground; unmount with
-//! `umount <dir>`). Regular files, directories, symlinks and hard links; no xattrs.
+//! Usage: `cargo run --release --example fuse_floor -- <dir>` (foreground; says on stderr
+//! which transport it got once mounted; unmount with `umount <dir>`). Regular files, directories,
+//! symlinks, FIFOs, hard links and xattrs; no quotas, no durability.
 
-use std::collections::BTreeMap;
-use std::ffi::OsStr;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
-use std::sync::Mutex;
-use std::time::{Duration, SystemTime};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
-use fuser::{
-    Config, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
-    InitFlags, KernelConfig, LockOwner, MountOption, OpenFlags, RenameFlags, ReplyAttr,
-    ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyWrite,
-    ReplyXattr, Request, TimeOrNow, WriteFlags,
-};
+use agentvfs::fuse::{Backend, serve_backend};
+use agentvfs::service::mount::{Attr, AttrKind, FsStats, MResult, Opened, SetAttr};
 
-const TTL: Duration = Duration::from_secs(30);
+const ROOT: u64 = 1;
 
 struct Inode {
-    attr: FileAttr,
+    attr: Attr,
     data: Vec<u8>,
     entries: BTreeMap<String, u64>,
-    target: Vec<u8>,
+    xattrs: BTreeMap<String, Vec<u8>>,
 }
 
+/// Directory listings by handle, as listed at opendir: (inode, next offset, kind, name).
+type Listings = HashMap<u64, Vec<(u64, u64, AttrKind, String)>>;
+
+#[derive(Default)]
 struct Floor {
-    inodes: Mutex<BTreeMap<u64, Inode>>,
-    next: Mutex<u64>,
+    inodes: Mutex<HashMap<u64, Inode>>,
+    next_ino: AtomicU64,
+    next_fh: AtomicU64,
+    dirs: Mutex<Listings>,
+    writeback: AtomicBool,
 }
 
-fn new_attr(ino: u64, kind: FileType, perm: u16, req: &Request) -> FileAttr {
-    let now = SystemTime::now();
-    FileAttr {
-        ino: INodeNo(ino),
-        size: 0,
-        blocks: 0,
-        atime: now,
-        mtime: now,
-        ctime: now,
-        crtime: now,
-        kind,
-        perm,
-        nlink: if kind == FileType::Directory { 2 } else { 1 },
-        uid: req.uid(),
-        gid: req.gid(),
-        rdev: 0,
-        blksize: 4096,
-        flags: 0,
+fn now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i64)
+}
+
+fn new_inode(ino: u64, kind: AttrKind, mode: u32, uid: u32, gid: u32) -> Inode {
+    let t = now();
+    Inode {
+        attr: Attr {
+            ino,
+            kind,
+            size: 0,
+            perm: mode & 0o7777,
+            uid,
+            gid,
+            atime: t,
+            mtime: t,
+            ctime: t,
+            nlink: if kind == AttrKind::Dir { 2 } else { 1 },
+        },
+        data: Vec::new(),
+        entries: BTreeMap::new(),
+        xattrs: BTreeMap::new(),
     }
 }
 
-fn time(t: TimeOrNow) -> SystemTime {
-    match t {
-        TimeOrNow::SpecificTime(t) => t,
-        TimeOrNow::Now => SystemTime::now(),
+type Inodes<'a> = MutexGuard<'a, HashMap<u64, Inode>>;
+
+fn attr(inodes: &Inodes, ino: u64) -> MResult<Attr> {
+    inodes.get(&ino).map(|n| n.attr.clone()).ok_or(libc::ENOENT)
+}
+
+fn node<'a>(inodes: &'a mut Inodes, ino: u64) -> MResult<&'a mut Inode> {
+    inodes.get_mut(&ino).ok_or(libc::ENOENT)
+}
+
+fn child(inodes: &Inodes, parent: u64, name: &str) -> MResult<u64> {
+    inodes
+        .get(&parent)
+        .and_then(|d| d.entries.get(name))
+        .copied()
+        .ok_or(libc::ENOENT)
+}
+
+fn touch_dir(inodes: &mut Inodes, dir: u64) {
+    if let Some(d) = inodes.get_mut(&dir) {
+        let t = now();
+        d.attr.mtime = t;
+        d.attr.ctime = t;
+    }
+}
+
+/// One name of `ino` is gone: drop it with its last name.
+fn drop_link(inodes: &mut Inodes, ino: u64) {
+    if let Some(n) = inodes.get_mut(&ino) {
+        n.attr.nlink = n.attr.nlink.saturating_sub(1);
+        n.attr.ctime = now();
+        if n.attr.nlink == 0 || n.attr.kind == AttrKind::Dir {
+            inodes.remove(&ino);
+        }
     }
 }
 
 impl Floor {
-    fn add(&self, parent: u64, name: &OsStr, mut inode: Inode) -> Result<FileAttr, Errno> {
-        let name = name.to_string_lossy().into_owned();
-        let mut inodes = self.inodes.lock().unwrap();
-        let dir = inodes.get_mut(&parent).ok_or(Errno::ENOENT)?;
-        if dir.entries.contains_key(&name) {
-            return Err(Errno::EEXIST);
+    fn lock(&self) -> Inodes<'_> {
+        self.inodes.lock().unwrap()
+    }
+
+    fn add(
+        &self,
+        parent: u64,
+        name: &str,
+        kind: AttrKind,
+        mode: u32,
+        uid: u32,
+        gid: u32,
+    ) -> MResult<Attr> {
+        let mut inodes = self.lock();
+        let dir = node(&mut inodes, parent)?;
+        if dir.entries.contains_key(name) {
+            return Err(libc::EEXIST);
         }
-        let ino = {
-            let mut next = self.next.lock().unwrap();
-            *next += 1;
-            *next
-        };
-        dir.entries.insert(name, ino);
-        inode.attr.ino = INodeNo(ino);
-        let attr = inode.attr;
-        inodes.insert(ino, inode);
+        let ino = self.next_ino.fetch_add(1, Ordering::Relaxed);
+        dir.entries.insert(name.to_string(), ino);
+        if kind == AttrKind::Dir {
+            dir.attr.nlink += 1;
+        }
+        touch_dir(&mut inodes, parent);
+        let n = new_inode(ino, kind, mode, uid, gid);
+        let attr = n.attr.clone();
+        inodes.insert(ino, n);
         Ok(attr)
     }
 
-    fn remove(&self, parent: u64, name: &OsStr, dir: bool) -> Result<(), Errno> {
-        let name = name.to_string_lossy();
-        let mut inodes = self.inodes.lock().unwrap();
-        let ino = *inodes
-            .get(&parent)
-            .and_then(|d| d.entries.get(name.as_ref()))
-            .ok_or(Errno::ENOENT)?;
-        let node = inodes.get_mut(&ino).ok_or(Errno::ENOENT)?;
-        if dir && !node.entries.is_empty() {
-            return Err(Errno::ENOTEMPTY);
+    fn remove(&self, parent: u64, name: &str, dir: bool) -> MResult<()> {
+        let mut inodes = self.lock();
+        let ino = child(&inodes, parent, name)?;
+        let n = inodes.get(&ino).ok_or(libc::ENOENT)?;
+        match (dir, n.attr.kind == AttrKind::Dir) {
+            (true, false) => return Err(libc::ENOTDIR),
+            (false, true) => return Err(libc::EISDIR),
+            (true, true) if !n.entries.is_empty() => return Err(libc::ENOTEMPTY),
+            _ => {}
         }
-        node.attr.nlink -= 1;
-        if node.attr.nlink == 0 || dir {
-            inodes.remove(&ino);
+        let d = node(&mut inodes, parent)?;
+        d.entries.remove(name);
+        if dir {
+            d.attr.nlink -= 1;
         }
-        inodes
-            .get_mut(&parent)
-            .unwrap()
-            .entries
-            .remove(name.as_ref());
+        touch_dir(&mut inodes, parent);
+        drop_link(&mut inodes, ino);
         Ok(())
-    }
-
-    fn empty(kind: FileType, perm: u16, req: &Request) -> Inode {
-        Inode {
-            attr: new_attr(0, kind, perm, req),
-            data: Vec::new(),
-            entries: BTreeMap::new(),
-            target: Vec::new(),
-        }
     }
 }
 
-fn entry(reply: ReplyEntry, r: Result<FileAttr, Errno>) {
-    match r {
-        Ok(a) => reply.entry(&TTL, &a, Generation(0)),
-        Err(e) => reply.error(e),
+impl Backend for Floor {
+    fn readonly(&self) -> bool {
+        false
     }
-}
 
-impl Filesystem for Floor {
-    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        let _ = config.add_capabilities(InitFlags::FUSE_HANDLE_KILLPRIV_V2);
-        let _ = config.add_capabilities(InitFlags::FUSE_WRITEBACK_CACHE);
+    fn writeback_safe(&self) -> bool {
+        true
+    }
+
+    fn set_writeback(&self) {
+        self.writeback.store(true, Ordering::Relaxed);
+    }
+
+    fn finish(&self) -> agentvfs::Result<()> {
         Ok(())
     }
 
-    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        let inodes = self.inodes.lock().unwrap();
-        let found = inodes
-            .get(&parent.0)
-            .and_then(|d| d.entries.get(name.to_string_lossy().as_ref()))
-            .and_then(|i| inodes.get(i));
-        match found {
-            Some(n) => reply.entry(&TTL, &n.attr, Generation(0)),
-            None => {
-                let mut a = new_attr(0, FileType::RegularFile, 0, req);
-                a.ino = INodeNo(0);
-                reply.entry(&TTL, &a, Generation(0))
-            }
-        }
+    fn lookup(&self, parent: u64, name: &str) -> MResult<Attr> {
+        let inodes = self.lock();
+        attr(&inodes, child(&inodes, parent, name)?)
     }
 
-    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        match self.inodes.lock().unwrap().get(&ino.0) {
-            Some(n) => reply.attr(&TTL, &n.attr),
-            None => reply.error(Errno::ENOENT),
-        }
+    fn getattr(&self, ino: u64) -> MResult<Attr> {
+        attr(&self.lock(), ino)
     }
 
-    fn setattr(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        mode: Option<u32>,
-        uid: Option<u32>,
-        gid: Option<u32>,
-        size: Option<u64>,
-        atime: Option<TimeOrNow>,
-        mtime: Option<TimeOrNow>,
-        _ctime: Option<SystemTime>,
-        _fh: Option<FileHandle>,
-        _crtime: Option<SystemTime>,
-        _chgtime: Option<SystemTime>,
-        _bkuptime: Option<SystemTime>,
-        _flags: Option<fuser::BsdFileFlags>,
-        reply: ReplyAttr,
-    ) {
-        let mut inodes = self.inodes.lock().unwrap();
-        let Some(n) = inodes.get_mut(&ino.0) else {
-            return reply.error(Errno::ENOENT);
-        };
-        if let Some(m) = mode {
-            n.attr.perm = (m & 0o7777) as u16;
+    fn setattr(&self, ino: u64, s: SetAttr) -> MResult<Attr> {
+        let mut inodes = self.lock();
+        let n = node(&mut inodes, ino)?;
+        if let Some(m) = s.mode {
+            n.attr.perm = m & 0o7777;
         }
-        if let Some(u) = uid {
+        if let Some(u) = s.uid {
             n.attr.uid = u;
         }
-        if let Some(g) = gid {
+        if let Some(g) = s.gid {
             n.attr.gid = g;
         }
-        if let Some(s) = size {
-            n.data.resize(s as usize, 0);
-            n.attr.size = s;
+        if let Some(size) = s.size {
+            n.data.resize(size as usize, 0);
+            n.attr.size = size;
+            n.attr.mtime = now();
         }
-        if let Some(t) = atime {
-            n.attr.atime = time(t);
+        if let Some(t) = s.atime {
+            n.attr.atime = t;
         }
-        if let Some(t) = mtime {
-            n.attr.mtime = time(t);
+        if let Some(t) = s.mtime {
+            n.attr.mtime = t;
         }
-        reply.attr(&TTL, &n.attr)
+        n.attr.ctime = now();
+        Ok(n.attr.clone())
     }
 
-    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        match self.inodes.lock().unwrap().get(&ino.0) {
-            Some(n) => reply.data(&n.target),
-            None => reply.error(Errno::ENOENT),
+    fn readlink(&self, ino: u64) -> MResult<Vec<u8>> {
+        let inodes = self.lock();
+        let n = inodes.get(&ino).ok_or(libc::ENOENT)?;
+        match n.attr.kind {
+            AttrKind::Symlink => Ok(n.data.clone()),
+            _ => Err(libc::EINVAL),
         }
     }
 
-    fn mkdir(
+    fn mknod(&self, parent: u64, name: &str, mode: u32, uid: u32, gid: u32) -> MResult<Attr> {
+        let kind = match mode & libc::S_IFMT {
+            libc::S_IFIFO => AttrKind::Fifo,
+            0 | libc::S_IFREG => AttrKind::File,
+            _ => return Err(libc::EPERM),
+        };
+        self.add(parent, name, kind, mode, uid, gid)
+    }
+
+    fn mkdir(&self, parent: u64, name: &str, mode: u32, uid: u32, gid: u32) -> MResult<Attr> {
+        self.add(parent, name, AttrKind::Dir, mode, uid, gid)
+    }
+
+    fn symlink(&self, parent: u64, name: &str, target: &str, uid: u32, gid: u32) -> MResult<Attr> {
+        let attr = self.add(parent, name, AttrKind::Symlink, 0o777, uid, gid)?;
+        let mut inodes = self.lock();
+        let n = node(&mut inodes, attr.ino)?;
+        n.data = target.as_bytes().to_vec();
+        n.attr.size = n.data.len() as u64;
+        Ok(n.attr.clone())
+    }
+
+    fn create(
         &self,
-        req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
+        parent: u64,
+        name: &str,
         mode: u32,
-        umask: u32,
-        reply: ReplyEntry,
-    ) {
-        let perm = (mode & !umask & 0o7777) as u16;
-        entry(
-            reply,
-            self.add(parent.0, name, Self::empty(FileType::Directory, perm, req)),
-        )
+        flags: i32,
+        uid: u32,
+        gid: u32,
+    ) -> MResult<(Attr, u64)> {
+        let attr = match self.add(parent, name, AttrKind::File, mode, uid, gid) {
+            Err(libc::EEXIST) if flags & libc::O_EXCL == 0 => {
+                let ino = child(&self.lock(), parent, name)?;
+                self.open(ino, flags)?;
+                self.getattr(ino)?
+            }
+            r => r?,
+        };
+        Ok((attr, self.next_fh.fetch_add(1, Ordering::Relaxed)))
     }
 
-    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        match self.remove(parent.0, name, false) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
+    fn unlink(&self, parent: u64, name: &str) -> MResult<()> {
+        self.remove(parent, name, false)
+    }
+
+    fn rmdir(&self, parent: u64, name: &str) -> MResult<()> {
+        self.remove(parent, name, true)
+    }
+
+    fn link(&self, ino: u64, newparent: u64, newname: &str) -> MResult<Attr> {
+        let mut inodes = self.lock();
+        let dir = node(&mut inodes, newparent)?;
+        if dir.entries.contains_key(newname) {
+            return Err(libc::EEXIST);
         }
-    }
-
-    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        match self.remove(parent.0, name, true) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
-    }
-
-    fn symlink(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        link_name: &OsStr,
-        target: &Path,
-        reply: ReplyEntry,
-    ) {
-        let mut n = Self::empty(FileType::Symlink, 0o777, req);
-        n.target = target.as_os_str().as_encoded_bytes().to_vec();
-        n.attr.size = n.target.len() as u64;
-        entry(reply, self.add(parent.0, link_name, n))
+        dir.entries.insert(newname.to_string(), ino);
+        touch_dir(&mut inodes, newparent);
+        let n = node(&mut inodes, ino)?;
+        n.attr.nlink += 1;
+        n.attr.ctime = now();
+        Ok(n.attr.clone())
     }
 
     fn rename(
         &self,
-        _req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        newparent: INodeNo,
-        newname: &OsStr,
-        _flags: RenameFlags,
-        reply: ReplyEmpty,
-    ) {
-        let (name, newname) = (name.to_string_lossy(), newname.to_string_lossy());
-        let mut inodes = self.inodes.lock().unwrap();
-        let Some(ino) = inodes
-            .get_mut(&parent.0)
-            .and_then(|d| d.entries.remove(name.as_ref()))
-        else {
-            return reply.error(Errno::ENOENT);
-        };
-        let replaced = inodes
-            .get_mut(&newparent.0)
-            .and_then(|d| d.entries.insert(newname.into_owned(), ino));
-        if let Some(old) = replaced {
-            inodes.remove(&old);
+        parent: u64,
+        name: &str,
+        newparent: u64,
+        newname: &str,
+        noreplace: bool,
+        exchange: bool,
+    ) -> MResult<()> {
+        let mut inodes = self.lock();
+        let ino = child(&inodes, parent, name)?;
+        let target = child(&inodes, newparent, newname).ok();
+        if exchange {
+            let other = target.ok_or(libc::ENOENT)?;
+            node(&mut inodes, parent)?
+                .entries
+                .insert(name.to_string(), other);
+            node(&mut inodes, newparent)?
+                .entries
+                .insert(newname.to_string(), ino);
+            return Ok(());
         }
-        reply.ok()
+        if let Some(old) = target {
+            if noreplace {
+                return Err(libc::EEXIST);
+            }
+            let old_node = inodes.get(&old).ok_or(libc::ENOENT)?;
+            if old_node.attr.kind == AttrKind::Dir && !old_node.entries.is_empty() {
+                return Err(libc::ENOTEMPTY);
+            }
+        }
+        node(&mut inodes, parent)?.entries.remove(name);
+        node(&mut inodes, newparent)?
+            .entries
+            .insert(newname.to_string(), ino);
+        touch_dir(&mut inodes, parent);
+        touch_dir(&mut inodes, newparent);
+        if let Some(old) = target.filter(|&old| old != ino) {
+            drop_link(&mut inodes, old);
+        }
+        Ok(())
     }
 
-    fn link(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        newparent: INodeNo,
-        newname: &OsStr,
-        reply: ReplyEntry,
-    ) {
-        let mut inodes = self.inodes.lock().unwrap();
-        let Some(n) = inodes.get_mut(&ino.0) else {
-            return reply.error(Errno::ENOENT);
-        };
-        n.attr.nlink += 1;
-        let attr = n.attr;
-        let Some(dir) = inodes.get_mut(&newparent.0) else {
-            return reply.error(Errno::ENOENT);
-        };
-        dir.entries
-            .insert(newname.to_string_lossy().into_owned(), ino.0);
-        reply.entry(&TTL, &attr, Generation(0))
+    fn open(&self, ino: u64, flags: i32) -> MResult<Opened> {
+        if flags & libc::O_TRUNC != 0 {
+            let mut inodes = self.lock();
+            let n = node(&mut inodes, ino)?;
+            n.data.clear();
+            n.attr.size = 0;
+        }
+        let writable = flags & libc::O_ACCMODE != libc::O_RDONLY;
+        Ok(Opened {
+            fh: self.next_fh.fetch_add(1, Ordering::Relaxed),
+            keep_cache: !writable,
+            flush: writable,
+        })
     }
 
-    fn open(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        reply.opened(FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE)
-    }
-
-    fn read(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        _fh: FileHandle,
-        offset: u64,
-        size: u32,
-        _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
-        reply: ReplyData,
-    ) {
-        let inodes = self.inodes.lock().unwrap();
-        let Some(n) = inodes.get(&ino.0) else {
-            return reply.error(Errno::ENOENT);
-        };
+    fn read_data_into(&self, ino: u64, _fh: u64, offset: u64, buf: &mut [u8]) -> MResult<usize> {
+        let inodes = self.lock();
+        let n = inodes.get(&ino).ok_or(libc::ENOENT)?;
         let start = (offset as usize).min(n.data.len());
-        let end = (start + size as usize).min(n.data.len());
-        reply.data(&n.data[start..end])
+        let end = (start + buf.len()).min(n.data.len());
+        buf[..end - start].copy_from_slice(&n.data[start..end]);
+        Ok(end - start)
     }
 
-    fn write(
+    fn write_data(
         &self,
-        _req: &Request,
-        ino: INodeNo,
-        _fh: FileHandle,
+        ino: u64,
+        _fh: u64,
         offset: u64,
         data: &[u8],
-        _write_flags: WriteFlags,
-        _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
-        reply: ReplyWrite,
-    ) {
-        let mut inodes = self.inodes.lock().unwrap();
-        let Some(n) = inodes.get_mut(&ino.0) else {
-            return reply.error(Errno::ENOENT);
-        };
+        _kill_setid: bool,
+    ) -> MResult<u32> {
+        let mut inodes = self.lock();
+        let n = node(&mut inodes, ino)?;
         let end = offset as usize + data.len();
         if end > n.data.len() {
             n.data.resize(end, 0);
         }
         n.data[offset as usize..end].copy_from_slice(data);
         n.attr.size = n.data.len() as u64;
-        reply.written(data.len() as u32)
+        let t = now();
+        n.attr.mtime = t;
+        n.attr.ctime = t;
+        Ok(data.len() as u32)
     }
 
-    fn flush(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        _lock_owner: LockOwner,
-        reply: ReplyEmpty,
-    ) {
-        reply.ok()
+    fn needs_flush(&self) -> bool {
+        !self.writeback.load(Ordering::Relaxed)
     }
 
-    fn release(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
-        _flush: bool,
-        reply: ReplyEmpty,
-    ) {
-        reply.ok()
+    fn flush(&self, _ino: u64) -> MResult<()> {
+        Ok(())
     }
 
-    fn fsync(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        _datasync: bool,
-        reply: ReplyEmpty,
-    ) {
-        reply.ok()
+    fn fsync(&self, _ino: u64) -> MResult<()> {
+        Ok(())
     }
 
-    fn readdir(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        _fh: FileHandle,
-        offset: u64,
-        mut reply: ReplyDirectory,
-    ) {
-        let inodes = self.inodes.lock().unwrap();
-        let Some(d) = inodes.get(&ino.0) else {
-            return reply.error(Errno::ENOENT);
-        };
+    fn release(&self, _ino: u64, _fh: u64) -> MResult<()> {
+        Ok(())
+    }
+
+    fn opendir(&self, ino: u64) -> MResult<u64> {
+        let inodes = self.lock();
+        let d = inodes.get(&ino).ok_or(libc::ENOENT)?;
+        if d.attr.kind != AttrKind::Dir {
+            return Err(libc::ENOTDIR);
+        }
         let mut all = vec![
-            (ino.0, FileType::Directory, ".".to_string()),
-            (ino.0, FileType::Directory, "..".to_string()),
+            (ino, AttrKind::Dir, ".".to_string()),
+            (ino, AttrKind::Dir, "..".to_string()),
         ];
         for (name, i) in &d.entries {
             if let Some(n) = inodes.get(i) {
                 all.push((*i, n.attr.kind, name.clone()));
             }
         }
-        for (i, (child, kind, name)) in all.into_iter().enumerate().skip(offset as usize) {
-            if reply.add(INodeNo(child), i as u64 + 1, kind, name) {
-                break;
-            }
+        let listed = all
+            .into_iter()
+            .enumerate()
+            .map(|(i, (ino, kind, name))| (ino, i as u64 + 1, kind, name))
+            .collect();
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        self.dirs.lock().unwrap().insert(fh, listed);
+        Ok(fh)
+    }
+
+    fn readdir(&self, fh: u64, offset: u64) -> MResult<Vec<(u64, u64, AttrKind, String)>> {
+        let dirs = self.dirs.lock().unwrap();
+        let listed = dirs.get(&fh).ok_or(libc::EBADF)?;
+        Ok(listed.iter().skip(offset as usize).cloned().collect())
+    }
+
+    fn releasedir(&self, fh: u64) {
+        self.dirs.lock().unwrap().remove(&fh);
+    }
+
+    fn sync_all(&self) -> MResult<()> {
+        Ok(())
+    }
+
+    fn statfs(&self) -> FsStats {
+        FsStats {
+            blocks: 1 << 30,
+            bfree: 1 << 29,
+            files: 1 << 24,
+            ffree: 1 << 23,
+            bsize: 4096,
         }
-        reply.ok()
     }
 
-    fn getxattr(&self, _req: &Request, _ino: INodeNo, _n: &OsStr, _size: u32, reply: ReplyXattr) {
-        reply.error(Errno::ENODATA)
+    fn getxattr(&self, ino: u64, name: &str) -> MResult<Vec<u8>> {
+        let inodes = self.lock();
+        let n = inodes.get(&ino).ok_or(libc::ENOENT)?;
+        n.xattrs.get(name).cloned().ok_or(libc::ENODATA)
     }
 
-    fn listxattr(&self, _req: &Request, _ino: INodeNo, size: u32, reply: ReplyXattr) {
-        if size == 0 {
-            reply.size(0)
-        } else {
-            reply.data(&[])
+    fn listxattr(&self, ino: u64) -> MResult<Vec<u8>> {
+        let inodes = self.lock();
+        let n = inodes.get(&ino).ok_or(libc::ENOENT)?;
+        Ok(n.xattrs.keys().flat_map(|k| k.bytes().chain([0])).collect())
+    }
+
+    fn setxattr(&self, ino: u64, name: &str, value: &[u8], _flags: i32) -> MResult<()> {
+        let mut inodes = self.lock();
+        node(&mut inodes, ino)?
+            .xattrs
+            .insert(name.to_string(), value.to_vec());
+        Ok(())
+    }
+
+    fn removexattr(&self, ino: u64, name: &str) -> MResult<()> {
+        let mut inodes = self.lock();
+        let n = node(&mut inodes, ino)?;
+        n.xattrs.remove(name).map(|_| ()).ok_or(libc::ENODATA)
+    }
+
+    fn fallocate(&self, ino: u64, offset: u64, len: u64, _mode: i32) -> MResult<()> {
+        let mut inodes = self.lock();
+        let n = node(&mut inodes, ino)?;
+        let end = (offset + len) as usize;
+        if end > n.data.len() {
+            n.data.resize(end, 0);
+            n.attr.size = end as u64;
         }
-    }
-
-    fn access(&self, _req: &Request, _ino: INodeNo, _mask: fuser::AccessFlags, reply: ReplyEmpty) {
-        reply.ok()
-    }
-
-    fn create(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        mode: u32,
-        umask: u32,
-        _flags: i32,
-        reply: ReplyCreate,
-    ) {
-        let perm = (mode & !umask & 0o7777) as u16;
-        match self.add(
-            parent.0,
-            name,
-            Self::empty(FileType::RegularFile, perm, req),
-        ) {
-            Ok(a) => reply.created(&TTL, &a, Generation(0), FileHandle(0), FopenFlags::empty()),
-            Err(e) => reply.error(e),
-        }
+        Ok(())
     }
 }
 
@@ -451,44 +478,17 @@ fn main() -> std::io::Result<()> {
     let dir = std::env::args()
         .nth(1)
         .expect("usage: fuse_floor <mount dir>");
-    let req_root = FileAttr {
-        ino: INodeNo(1),
-        size: 0,
-        blocks: 0,
-        atime: SystemTime::now(),
-        mtime: SystemTime::now(),
-        ctime: SystemTime::now(),
-        crtime: SystemTime::now(),
-        kind: FileType::Directory,
-        perm: 0o755,
-        nlink: 2,
-        uid: 0,
-        gid: 0,
-        rdev: 0,
-        blksize: 4096,
-        flags: 0,
+    let floor = Floor {
+        next_ino: AtomicU64::new(ROOT + 1),
+        next_fh: AtomicU64::new(1),
+        ..Default::default()
     };
-    let mut inodes = BTreeMap::new();
-    inodes.insert(
-        1,
-        Inode {
-            attr: req_root,
-            data: Vec::new(),
-            entries: BTreeMap::new(),
-            target: Vec::new(),
-        },
-    );
-    let fs = Floor {
-        inodes: Mutex::new(inodes),
-        next: Mutex::new(1),
-    };
-    let mut c = Config::default();
-    c.mount_options = vec![
-        MountOption::FSName("fuse-floor".into()),
-        MountOption::DefaultPermissions,
-        MountOption::RW,
-    ];
-    c.acl = fuser::SessionACL::All;
-    c.n_threads = Some(2);
-    fuser::mount(fs, Path::new(&dir), &c)
+    let root = new_inode(ROOT, AttrKind::Dir, 0o755, 0, 0);
+    floor.lock().insert(ROOT, root);
+    serve_backend(
+        Arc::new(floor),
+        "fuse-floor",
+        Path::new(&dir),
+        |transport| eprintln!("fuse_floor: mounted at {dir} over {}", transport.as_str()),
+    )
 }

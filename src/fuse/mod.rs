@@ -1,5 +1,6 @@
-//! The FUSE adapter: translates kernel requests (via `fuser`) into `MountSession` calls and
-//! replies. No rules live here: validation, buffering and errno choice are the session's.
+//! The FUSE adapter: translates kernel requests (via `fuser`, or FUSE over io_uring) into
+//! calls on a `Backend`, which `MountSession` is, and replies. No rules live here:
+//! validation, buffering and errno choice are the session's.
 
 use std::ffi::OsStr;
 use std::os::fd::AsFd;
@@ -15,7 +16,7 @@ use fuser::{
     ReplyWrite, ReplyXattr, Request, Session, TimeOrNow, WriteFlags,
 };
 
-use crate::service::mount::{Attr, AttrKind, MountSession, Opened, SetAttr};
+use crate::service::mount::{Attr, AttrKind, FsStats, MResult, MountSession, Opened, SetAttr};
 
 /// The daemon is the only writer of its workspace and every change reaches it through the
 /// kernel, which drops what a change makes stale (the entry, the parent's attributes, the
@@ -27,8 +28,132 @@ const TTL: Duration = Duration::from_secs(30);
 mod ring;
 mod wire;
 
+/// What the adapter serves: the file system operations of both transports, errors as errno
+/// values. `MountSession` is the one `avfs mount` serves. `examples/fuse_floor.rs` serves an
+/// in-memory one that does no other work, through this same adapter, to measure what FUSE
+/// itself costs with the same options, caching and transport.
+pub trait Backend: Send + Sync + 'static {
+    fn readonly(&self) -> bool;
+    /// Whether the kernel may cache writes (see `MountSession::writeback_safe`).
+    fn writeback_safe(&self) -> bool;
+    /// The kernel agreed to cache writes.
+    fn set_writeback(&self);
+    /// The file system is unmounted: save what is pending.
+    fn finish(&self) -> crate::Result<()>;
+    fn lookup(&self, parent: u64, name: &str) -> MResult<Attr>;
+    fn getattr(&self, ino: u64) -> MResult<Attr>;
+    fn setattr(&self, ino: u64, s: SetAttr) -> MResult<Attr>;
+    fn readlink(&self, ino: u64) -> MResult<Vec<u8>>;
+    fn mknod(&self, parent: u64, name: &str, mode: u32, uid: u32, gid: u32) -> MResult<Attr>;
+    fn mkdir(&self, parent: u64, name: &str, mode: u32, uid: u32, gid: u32) -> MResult<Attr>;
+    fn symlink(&self, parent: u64, name: &str, target: &str, uid: u32, gid: u32) -> MResult<Attr>;
+    /// Create and open a file: its attributes and the open handle.
+    fn create(
+        &self,
+        parent: u64,
+        name: &str,
+        mode: u32,
+        flags: i32,
+        uid: u32,
+        gid: u32,
+    ) -> MResult<(Attr, u64)>;
+    fn unlink(&self, parent: u64, name: &str) -> MResult<()>;
+    fn rmdir(&self, parent: u64, name: &str) -> MResult<()>;
+    fn link(&self, ino: u64, newparent: u64, newname: &str) -> MResult<Attr>;
+    fn rename(
+        &self,
+        parent: u64,
+        name: &str,
+        newparent: u64,
+        newname: &str,
+        noreplace: bool,
+        exchange: bool,
+    ) -> MResult<()>;
+    fn open(&self, ino: u64, flags: i32) -> MResult<Opened>;
+    /// Read into `buf` from `offset`; how many bytes (short only at the end of the file).
+    fn read_data_into(&self, ino: u64, fh: u64, offset: u64, buf: &mut [u8]) -> MResult<usize>;
+    fn write_data(
+        &self,
+        ino: u64,
+        fh: u64,
+        offset: u64,
+        data: &[u8],
+        kill_setid: bool,
+    ) -> MResult<u32>;
+    /// Whether close(2) has anything to do; once not, FLUSH is answered ENOSYS.
+    fn needs_flush(&self) -> bool;
+    fn flush(&self, ino: u64) -> MResult<()>;
+    fn fsync(&self, ino: u64) -> MResult<()>;
+    fn release(&self, ino: u64, fh: u64) -> MResult<()>;
+    fn opendir(&self, ino: u64) -> MResult<u64>;
+    /// Entries from `offset`: (inode, next offset, kind, name).
+    fn readdir(&self, fh: u64, offset: u64) -> MResult<Vec<(u64, u64, AttrKind, String)>>;
+    fn releasedir(&self, fh: u64);
+    /// fsync of a directory: make everything durable.
+    fn sync_all(&self) -> MResult<()>;
+    fn statfs(&self) -> FsStats;
+    fn getxattr(&self, ino: u64, name: &str) -> MResult<Vec<u8>>;
+    fn listxattr(&self, ino: u64) -> MResult<Vec<u8>>;
+    fn setxattr(&self, ino: u64, name: &str, value: &[u8], flags: i32) -> MResult<()>;
+    fn removexattr(&self, ino: u64, name: &str) -> MResult<()>;
+    fn fallocate(&self, ino: u64, offset: u64, len: u64, mode: i32) -> MResult<()>;
+}
+
+/// `Backend` methods that are `MountSession` methods of the same signature.
+macro_rules! session_calls {
+    ($($name:ident($($arg:ident: $ty:ty),*) -> $ret:ty;)*) => {
+        $(fn $name(&self, $($arg: $ty),*) -> $ret {
+            MountSession::$name(self, $($arg),*)
+        })*
+    };
+}
+
+impl Backend for MountSession {
+    session_calls! {
+        readonly() -> bool;
+        writeback_safe() -> bool;
+        set_writeback() -> ();
+        finish() -> crate::Result<()>;
+        lookup(parent: u64, name: &str) -> MResult<Attr>;
+        getattr(ino: u64) -> MResult<Attr>;
+        setattr(ino: u64, s: SetAttr) -> MResult<Attr>;
+        readlink(ino: u64) -> MResult<Vec<u8>>;
+        mknod(parent: u64, name: &str, mode: u32, uid: u32, gid: u32) -> MResult<Attr>;
+        mkdir(parent: u64, name: &str, mode: u32, uid: u32, gid: u32) -> MResult<Attr>;
+        symlink(parent: u64, name: &str, target: &str, uid: u32, gid: u32) -> MResult<Attr>;
+        create(parent: u64, name: &str, mode: u32, flags: i32, uid: u32, gid: u32)
+            -> MResult<(Attr, u64)>;
+        unlink(parent: u64, name: &str) -> MResult<()>;
+        rmdir(parent: u64, name: &str) -> MResult<()>;
+        link(ino: u64, newparent: u64, newname: &str) -> MResult<Attr>;
+        rename(parent: u64, name: &str, newparent: u64, newname: &str, noreplace: bool,
+            exchange: bool) -> MResult<()>;
+        open(ino: u64, flags: i32) -> MResult<Opened>;
+        read_data_into(ino: u64, fh: u64, offset: u64, buf: &mut [u8]) -> MResult<usize>;
+        write_data(ino: u64, fh: u64, offset: u64, data: &[u8], kill_setid: bool)
+            -> MResult<u32>;
+        needs_flush() -> bool;
+        flush(ino: u64) -> MResult<()>;
+        fsync(ino: u64) -> MResult<()>;
+        release(ino: u64, fh: u64) -> MResult<()>;
+        opendir(ino: u64) -> MResult<u64>;
+        readdir(fh: u64, offset: u64) -> MResult<Vec<(u64, u64, AttrKind, String)>>;
+        releasedir(fh: u64) -> ();
+        statfs() -> FsStats;
+        getxattr(ino: u64, name: &str) -> MResult<Vec<u8>>;
+        listxattr(ino: u64) -> MResult<Vec<u8>>;
+        setxattr(ino: u64, name: &str, value: &[u8], flags: i32) -> MResult<()>;
+        removexattr(ino: u64, name: &str) -> MResult<()>;
+        fallocate(ino: u64, offset: u64, len: u64, mode: i32) -> MResult<()>;
+    }
+
+    fn sync_all(&self) -> MResult<()> {
+        self.workspace().vault().sync().map_err(|_| libc::EIO)
+    }
+}
+
 struct Fs {
-    session: Arc<MountSession>,
+    session: Arc<dyn Backend>,
     /// Set by INIT when the kernel agreed to FUSE over io_uring: the ring workers must
     /// then register before any request is answered.
     uring: Arc<AtomicBool>,
@@ -38,7 +163,7 @@ struct Fs {
 /// dentry for the TTL, so the next stat/access/open of a missing name (git probes many)
 /// costs no round trip. Every change reaches the session through the kernel, which drops
 /// such an entry when the name is created.
-fn lookup_entry(s: &MountSession, parent: u64, name: &str) -> Result<Attr, i32> {
+fn lookup_entry(s: &dyn Backend, parent: u64, name: &str) -> Result<Attr, i32> {
     match s.lookup(parent, name) {
         Err(libc::ENOENT) => Ok(Attr::negative()),
         r => r,
@@ -52,10 +177,6 @@ fn uring_wanted() -> bool {
 
 fn now_ns() -> i64 {
     ns(TimeOrNow::Now)
-}
-
-fn sync_vault(s: &MountSession) -> Result<(), i32> {
-    s.workspace().vault().sync().map_err(|_| libc::EIO)
 }
 
 fn time(ns: i64) -> SystemTime {
@@ -157,7 +278,7 @@ impl Filesystem for Fs {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEntry) {
-        let r = name(n).and_then(|n| lookup_entry(&self.session, parent.0, n).map_err(e));
+        let r = name(n).and_then(|n| lookup_entry(&*self.session, parent.0, n).map_err(e));
         entry_reply(reply, r)
     }
 
@@ -334,8 +455,9 @@ impl Filesystem for Fs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        match self.session.read_data(ino.0, fh.0, offset, size) {
-            Ok(d) => reply.data(&d),
+        let mut buf = vec![0; size as usize];
+        match self.session.read_data_into(ino.0, fh.0, offset, &mut buf) {
+            Ok(n) => reply.data(&buf[..n]),
             Err(err) => reply.error(e(err)),
         }
     }
@@ -456,7 +578,7 @@ impl Filesystem for Fs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        empty_reply(reply, sync_vault(&self.session).map_err(e))
+        empty_reply(reply, self.session.sync_all().map_err(e))
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
@@ -603,11 +725,11 @@ fn xattr_reply(reply: ReplyXattr, value: &[u8], size: u32) {
     }
 }
 
-fn config(readonly: bool) -> Config {
+fn config(name: &str, readonly: bool) -> Config {
     let mut c = Config::default();
     c.mount_options = vec![
-        MountOption::FSName("avfs".into()),
-        MountOption::Subtype("avfs".into()),
+        MountOption::FSName(name.into()),
+        MountOption::Subtype(name.into()),
         MountOption::DefaultPermissions,
         if readonly {
             MountOption::RO
@@ -645,29 +767,48 @@ pub struct Mounted {
     pub transport: Transport,
 }
 
-/// Mount `session` at `dir`: INIT is answered before this returns, and when it agreed to
-/// io_uring the ring workers are started (they exit when the file system is unmounted).
-fn mount(session: Arc<MountSession>, dir: &Path) -> std::io::Result<(Session<Fs>, Transport)> {
+/// Mount `backend` at `dir` as file system `name`: INIT is answered before this returns, and
+/// when it agreed to io_uring the ring workers are started (they exit when the file system
+/// is unmounted).
+fn mount(
+    backend: Arc<dyn Backend>,
+    name: &str,
+    dir: &Path,
+) -> std::io::Result<(Session<Fs>, Transport)> {
     let uring = Arc::new(AtomicBool::new(false));
     let fs = Fs {
-        session: session.clone(),
+        session: backend.clone(),
         uring: uring.clone(),
     };
     if uring_wanted() {
         ring::enable();
     }
-    let mounted = Session::new(fs, dir, &config(session.readonly()))?;
+    let mounted = Session::new(fs, dir, &config(name, backend.readonly()))?;
     if !uring.load(Ordering::SeqCst) {
         return Ok((mounted, Transport::DevFuse));
     }
     let dev = mounted.as_fd().try_clone_to_owned()?;
-    ring::start(dev, session)?;
+    ring::start(dev, backend)?;
     Ok((mounted, Transport::IoUring))
 }
 
 /// Serve `session` at `dir` until it is unmounted. Blocks.
 pub fn serve(session: MountSession, dir: &Path) -> std::io::Result<()> {
-    mount(Arc::new(session), dir)?.0.run()
+    serve_backend(Arc::new(session), "avfs", dir, |_| {})
+}
+
+/// Serve any backend as file system `name` at `dir`, exactly as `avfs mount` serves a
+/// session (options, caching, transport), until it is unmounted. Blocks; `mounted` is
+/// told the transport once the mount answers.
+pub fn serve_backend(
+    backend: Arc<dyn Backend>,
+    name: &str,
+    dir: &Path,
+    mounted: impl FnOnce(Transport),
+) -> std::io::Result<()> {
+    let (session, transport) = mount(backend, name, dir)?;
+    mounted(transport);
+    session.run()
 }
 
 /// Serve `session` at `dir` on background threads.
@@ -677,7 +818,7 @@ pub fn spawn(session: MountSession, dir: &Path) -> std::io::Result<Mounted> {
 
 /// Mount a session the caller keeps a handle to (to record its changes between commands).
 pub fn spawn_shared(session: Arc<MountSession>, dir: &Path) -> std::io::Result<Mounted> {
-    let (mounted, transport) = mount(session, dir)?;
+    let (mounted, transport) = mount(session, "avfs", dir)?;
     Ok(Mounted {
         background: mounted.spawn()?,
         transport,

@@ -17,8 +17,8 @@ use std::time::Duration;
 use io_uring::{IoUring, cqueue, opcode, squeue, types};
 
 use super::wire::{self, InHeader, OpIn, Out, Payload, fattr, op};
-use super::{TTL, XattrFit, fopen_bits, lookup_entry, xattr_fit};
-use crate::service::mount::{Attr, AttrKind, FsStats, MountSession, SetAttr};
+use super::{Backend, TTL, XattrFit, fopen_bits, lookup_entry, xattr_fit};
+use crate::service::mount::{Attr, AttrKind, FsStats, SetAttr};
 
 const CMD_REGISTER: u32 = 1;
 const CMD_COMMIT_AND_FETCH: u32 = 2;
@@ -69,7 +69,7 @@ fn queues() -> usize {
 /// every queue has one the kernel holds all requests, so a worker that could not set up
 /// its ring must fail the mount rather than leave it hanging. The workers end when the
 /// file system is unmounted.
-pub fn start(dev: OwnedFd, session: Arc<MountSession>) -> io::Result<()> {
+pub fn start(dev: OwnedFd, session: Arc<dyn Backend>) -> io::Result<()> {
     let dev = Arc::new(dev);
     let (ready, registered) = std::sync::mpsc::channel();
     let mut workers = 0;
@@ -79,7 +79,7 @@ pub fn start(dev: OwnedFd, session: Arc<MountSession>) -> io::Result<()> {
             std::thread::Builder::new()
                 .name(format!("avfs-ring-{qid}.{w}"))
                 .spawn(move || {
-                    if let Err(err) = serve(dev.as_raw_fd(), qid as u16, &session, ready) {
+                    if let Err(err) = serve(dev.as_raw_fd(), qid as u16, &*session, ready) {
                         eprintln!("avfs mount: io_uring queue {qid}: {err}");
                     }
                 })?;
@@ -177,7 +177,7 @@ fn register(dev: RawFd, qid: u16) -> io::Result<(IoUring<squeue::Entry128>, Slot
 fn serve(
     dev: RawFd,
     qid: u16,
-    session: &MountSession,
+    session: &dyn Backend,
     ready: std::sync::mpsc::Sender<io::Result<()>>,
 ) -> io::Result<()> {
     let (mut ring, mut slot) = match register(dev, qid) {
@@ -244,7 +244,7 @@ enum Reply {
 }
 
 /// Answer the request in `slot` in place; returns its commit id.
-fn answer(s: &MountSession, slot: &mut Slot) -> u64 {
+fn answer(s: &dyn Backend, slot: &mut Slot) -> u64 {
     let h = InHeader::parse(&slot.header[..wire::IN_HEADER_LEN]);
     let ent = OpIn(&slot.header[ENT_AT..]);
     let (commit_id, len) = (ent.u64(8), (ent.u32(16) as usize).min(PAYLOAD_LEN));
@@ -330,7 +330,7 @@ fn xattr(v: Vec<u8>, size: u32) -> Result<Reply, i32> {
     })
 }
 
-fn dispatch(s: &MountSession, h: &InHeader, a: OpIn, p: Payload) -> Result<Reply, i32> {
+fn dispatch(s: &dyn Backend, h: &InHeader, a: OpIn, p: Payload) -> Result<Reply, i32> {
     let ino = h.nodeid;
     match h.opcode {
         op::LOOKUP => lookup_entry(s, ino, name1(&p)?.0).map(Reply::Entry),
@@ -424,7 +424,7 @@ fn dispatch(s: &MountSession, h: &InHeader, a: OpIn, p: Payload) -> Result<Reply
             s.releasedir(a.u64(0));
             Ok(Reply::Empty)
         }
-        op::FSYNCDIR => super::sync_vault(s).map(|()| Reply::Empty),
+        op::FSYNCDIR => s.sync_all().map(|()| Reply::Empty),
         op::ACCESS => s.getattr(ino).map(|_| Reply::Empty),
         // fuse_create_in: flags, mode, umask, open_flags; then the name.
         op::CREATE => {
