@@ -401,51 +401,112 @@ proptest! {
 
     #[test]
     fn workspace_matches_reference_model(ops in prop::collection::vec(op_strategy(), 5..=30)) {
-        let dir = tempfile::tempdir().unwrap();
-        let vault = Vault::create(&dir.path().join("prop.avfs")).unwrap();
-        let ws = vault
-            .workspace("main", Actor { actor: "proptest".into(), source: "test".into() })
-            .unwrap();
-        let mut model = Model::new();
-        let mut checkpoints: BTreeMap<String, Model> = BTreeMap::new();
-        let mut done: Vec<String> = Vec::new();
-        for op in &ops {
-            let op = resolve(op, &model);
-            done.push(show(&op));
-            let expected = apply_model(&mut model, &mut checkpoints, &op);
-            let got = apply(&ws, &op);
-            prop_assert_eq!(got, expected, "result of the last of {:#?}", done);
-            let live = listing(&ws);
-            prop_assert_eq!(brief(&live), brief(&model), "tree after {:#?}", done);
-            prop_assert!(live == model, "contents differ after {:#?}", done);
-            let info = vault.info("main").unwrap();
-            prop_assert_eq!(
-                (info.workspace.files, info.workspace.bytes),
-                totals(&model),
-                "totals after {:#?}", done
-            );
-        }
-        // Every checkpoint still reads back as it was saved.
-        for (name, snapshot) in &checkpoints {
-            let files = ws
-                .read_at(Some(name), |v| {
-                    let mut out = Model::new();
-                    v.walk(&VPath::root(), &mut |p, n| {
-                        if !p.is_root() {
-                            let e = match &n.kind {
-                                NodeKind::Dir { .. } => Entry::Dir,
-                                _ => Entry::File(v.read_node(n)?),
-                            };
-                            out.insert(p.as_str().to_string(), e);
-                        }
-                        Ok(())
-                    })?;
-                    Ok(out)
-                })
-                .unwrap();
-            prop_assert!(&files == snapshot, "checkpoint {} changed", name);
-        }
-        let check = vault.check().unwrap();
-        prop_assert!(check.ok, "vault check: {:?}", check.problems);
+        matches_reference_model(&ops, false)?;
     }
+
+    /// The same under group commit, as a mount runs: writes share a transaction, and
+    /// an edit takes the workspace row and quota its predecessor left when no other write
+    /// came between.
+    #[test]
+    fn workspace_matches_reference_model_in_group_commit(
+        ops in prop::collection::vec(op_strategy(), 5..=30)
+    ) {
+        matches_reference_model(&ops, true)?;
+    }
+}
+
+fn matches_reference_model(ops: &[Op], batching: bool) -> Result<(), TestCaseError> {
+    let dir = tempfile::tempdir().unwrap();
+    let vault = Vault::create(&dir.path().join("prop.avfs")).unwrap();
+    vault.set_batching(batching).unwrap();
+    let ws = vault
+        .workspace(
+            "main",
+            Actor {
+                actor: "proptest".into(),
+                source: "test".into(),
+            },
+        )
+        .unwrap();
+    let mut model = Model::new();
+    let mut checkpoints: BTreeMap<String, Model> = BTreeMap::new();
+    let mut done: Vec<String> = Vec::new();
+    for op in ops {
+        let op = resolve(op, &model);
+        done.push(show(&op));
+        let expected = apply_model(&mut model, &mut checkpoints, &op);
+        let got = apply(&ws, &op);
+        prop_assert_eq!(got, expected, "result of the last of {:#?}", done);
+        let live = listing(&ws);
+        prop_assert_eq!(brief(&live), brief(&model), "tree after {:#?}", done);
+        prop_assert!(live == model, "contents differ after {:#?}", done);
+        let info = vault.info("main").unwrap();
+        prop_assert_eq!(
+            (info.workspace.files, info.workspace.bytes),
+            totals(&model),
+            "totals after {:#?}",
+            done
+        );
+    }
+    // Every checkpoint still reads back as it was saved.
+    for (name, snapshot) in &checkpoints {
+        let files = ws
+            .read_at(Some(name), |v| {
+                let mut out = Model::new();
+                v.walk(&VPath::root(), &mut |p, n| {
+                    if !p.is_root() {
+                        let e = match &n.kind {
+                            NodeKind::Dir { .. } => Entry::Dir,
+                            _ => Entry::File(v.read_node(n)?),
+                        };
+                        out.insert(p.as_str().to_string(), e);
+                    }
+                    Ok(())
+                })?;
+                Ok(out)
+            })
+            .unwrap();
+        prop_assert!(&files == snapshot, "checkpoint {} changed", name);
+    }
+    let check = vault.check().unwrap();
+    prop_assert!(check.ok, "vault check: {:?}", check.problems);
+    Ok(())
+}
+
+/// Under group commit, a quota set between two edits of one batch (a write of its own,
+/// not an edit) holds for the second edit: the edit must not reuse the quota the first
+/// one loaded.
+#[test]
+fn a_quota_set_inside_a_batch_holds_for_the_next_edit() {
+    let dir = tempfile::tempdir().unwrap();
+    let vault = Vault::create(&dir.path().join("quota.avfs")).unwrap();
+    vault.set_batching(true).unwrap();
+    let ws = vault
+        .workspace(
+            "main",
+            Actor {
+                actor: "test".into(),
+                source: "test".into(),
+            },
+        )
+        .unwrap();
+    let write = |name: &str| {
+        ws.edit("write", &[], |e| {
+            e.write_file(&vp(name), b"x", WriteOptions::default())
+        })
+    };
+    write("a").unwrap();
+    write("b").unwrap();
+    vault
+        .set_quota(&agentvfs::model::Quota {
+            max_files: Some(2),
+            ..Default::default()
+        })
+        .unwrap();
+    let refused = write("c");
+    assert!(
+        refused.is_err(),
+        "a third file past max_files=2 was written"
+    );
+    assert_eq!(vault.info("main").unwrap().workspace.files, 2);
 }

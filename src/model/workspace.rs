@@ -2,7 +2,7 @@
 //! through `Edit`, inside one store transaction that also checks quotas and appends the
 //! audit record, so the CLI, the mount and the proxy share one set of rules.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 
@@ -49,6 +49,16 @@ pub struct Workspace {
     pub(crate) vault: Arc<Vault>,
     name: String,
     actor: Actor,
+    /// The workspace row and quota as this handle's (or a clone's) last edit left them,
+    /// with the batch tag of that write (see `Store::batch_tag`): a busy mount's next edit,
+    /// or a read in between, takes them from here instead of querying them again.
+    batch_state: Arc<Mutex<Option<BatchState>>>,
+}
+
+struct BatchState {
+    tag: (u64, u64),
+    ws: WorkspaceRecord,
+    quota: Quota,
 }
 
 /// One version of a path across checkpoints (`avfs log`).
@@ -89,7 +99,12 @@ pub(crate) fn validate_name(name: &str, what: &str) -> Result<()> {
 
 impl Workspace {
     pub(crate) fn new(vault: Arc<Vault>, name: String, actor: Actor) -> Self {
-        Workspace { vault, name, actor }
+        Workspace {
+            vault,
+            name,
+            actor,
+            batch_state: Arc::default(),
+        }
     }
 
     pub fn name(&self) -> &str {
@@ -101,9 +116,27 @@ impl Workspace {
     }
 
     pub(crate) fn record(&self, r: &dyn StoreRead) -> Result<WorkspaceRecord> {
+        if let Some((ws, _)) = self.batch_state_at(self.vault.store.batch_tag()) {
+            return Ok(ws);
+        }
         r.workspace(&self.name)?.ok_or_else(|| Error::ForkNotFound {
             name: self.name.clone(),
         })
+    }
+
+    /// The row and quota saved by the write tagged `tag`, if that was this handle's last
+    /// edit; `None` outside a batch.
+    fn batch_state_at(&self, tag: Option<(u64, u64)>) -> Option<(WorkspaceRecord, Quota)> {
+        let tag = tag?;
+        let state = self.batch_state.lock().unwrap_or_else(|p| p.into_inner());
+        state
+            .as_ref()
+            .filter(|s| s.tag == tag)
+            .map(|s| (s.ws.clone(), s.quota.clone()))
+    }
+
+    fn save_batch_state(&self, state: Option<BatchState>) {
+        *self.batch_state.lock().unwrap_or_else(|p| p.into_inner()) = state;
     }
 
     /// Read the live state in one consistent snapshot.
@@ -223,8 +256,20 @@ impl Workspace {
         let paths: Vec<String> = paths.iter().map(|p| p.display()).collect();
         let cache = &self.vault.cache;
         let result = self.vault.store.write(|w| {
-            let ws = self.record(w)?;
-            let quota = Quota::load(w)?;
+            // In a batch, the previous write's state is current if that write was this
+            // handle's edit (no other write came between).
+            let tag = self.vault.store.batch_tag();
+            let before = tag.map(|(batch, n)| (batch, n - 1));
+            let (ws, quota) = match self.batch_state_at(before) {
+                Some(state) => state,
+                None => (
+                    w.workspace(&self.name)?
+                        .ok_or_else(|| Error::ForkNotFound {
+                            name: self.name.clone(),
+                        })?,
+                    Quota::load(w)?,
+                ),
+            };
             let now = now_ns();
             let mut edit = Edit {
                 w,
@@ -269,12 +314,16 @@ impl Workspace {
                 })?;
             }
             edit.flush_totals()?;
-            let Edit { w, .. } = edit;
+            let Edit { w, ws, quota, .. } = edit;
             if !matches!(logging, Logging::None) {
                 self.audit(w, operation, &paths, "ok", None)?;
             }
+            self.save_batch_state(tag.map(|tag| BatchState { tag, ws, quota }));
             Ok(out)
         });
+        if result.is_err() {
+            self.save_batch_state(None);
+        }
         if let Err(e) = &result {
             // Best effort: the failure itself is worth recording, but must not mask `e`.
             let _ = self.vault.store.write(|w| {

@@ -165,6 +165,13 @@ pub trait Store: Send + Sync {
     fn set_batching(&self, on: bool) -> Result<()>;
     /// Commit the open batch, if any.
     fn flush_batch(&self) -> Result<()>;
+    /// Called inside a `read_with`/`write_with` closure: while group commit holds a batch
+    /// open, (the batch, how many writes it has had) — no other process can write until it
+    /// commits, so state this process read or wrote at one tag is still current at the
+    /// same tag (for a read) or at the next write. `None` outside a batch.
+    fn batch_tag(&self) -> Option<(u64, u64)> {
+        None
+    }
     /// Reclaim free pages and truncate the write-ahead log.
     fn compact(&self) -> Result<()>;
     /// Make every committed transaction durable (survives power loss), for `fsync`.

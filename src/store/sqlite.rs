@@ -3,6 +3,7 @@
 //! and one shared handle per vault file within a process. WAL checkpoints run off the commit
 //! path (see `wal.rs`).
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
@@ -120,6 +121,24 @@ impl Drop for SqliteStore {
     }
 }
 
+thread_local! {
+    /// Set while this thread runs a closure inside an open batch (see `Store::batch_tag`).
+    static BATCH_TAG: Cell<Option<(u64, u64)>> = const { Cell::new(None) };
+}
+
+/// Run `f` with `BATCH_TAG` set to `tag` (cleared after, even if `f` panics).
+fn tagged<R>(tag: (u64, u64), f: impl FnOnce() -> R) -> R {
+    struct Clear;
+    impl Drop for Clear {
+        fn drop(&mut self) {
+            BATCH_TAG.with(|t| t.set(None));
+        }
+    }
+    BATCH_TAG.with(|t| t.set(Some(tag)));
+    let _clear = Clear;
+    f()
+}
+
 /// The writer connection and, in batching mode, the transaction it holds open.
 struct Writer {
     conn: Connection,
@@ -128,6 +147,9 @@ struct Writer {
     /// alone.
     batching: bool,
     open_since: Option<Instant>,
+    /// Batches begun so far, and writes in the open one (see `Store::batch_tag`).
+    batches: u64,
+    writes: u64,
 }
 
 impl Writer {
@@ -228,6 +250,8 @@ impl SqliteStore {
             writer: Mutex::new(Writer {
                 conn: writer,
                 batching: false,
+                batches: 0,
+                writes: 0,
                 open_since: None,
             }),
             reader: Mutex::new(reader),
@@ -350,7 +374,7 @@ impl Store for SqliteStore {
             // the reader connection sees everything committed and leaves the writer free.
             let w = lock(&self.writer);
             if w.batching && w.open_since.is_some() {
-                return f(&Tx(&w.conn));
+                return tagged((w.batches, w.writes), || f(&Tx(&w.conn)));
             }
         }
         let conn = lock(&self.reader);
@@ -366,9 +390,13 @@ impl Store for SqliteStore {
             if w.open_since.is_none() {
                 w.conn.execute_batch("BEGIN IMMEDIATE")?;
                 w.open_since = Some(Instant::now());
+                w.batches += 1;
+                w.writes = 0;
             }
+            w.writes += 1;
             exec_cached(&w.conn, "SAVEPOINT avfs_write")?;
-            let result = f(&mut Tx(&w.conn));
+            let tag = (w.batches, w.writes);
+            let result = tagged(tag, || f(&mut Tx(&w.conn)));
             if result.is_err() {
                 exec_cached(&w.conn, "ROLLBACK TO avfs_write")?;
             }
@@ -403,6 +431,10 @@ impl Store for SqliteStore {
 
     fn flush_batch(&self) -> Result<()> {
         lock(&self.writer).commit_open()
+    }
+
+    fn batch_tag(&self) -> Option<(u64, u64)> {
+        BATCH_TAG.with(Cell::get)
     }
 
     fn compact(&self) -> Result<()> {
