@@ -715,3 +715,45 @@ fn a_large_file_open_for_writing_holds_only_what_changed() {
     assert!(cat.status.success());
     assert!(cat.stdout == want, "content in the vault differs");
 }
+
+/// A file written, closed, then unlinked while a reader still has it open: the reader
+/// reads what the writer wrote (O_DIRECT, so from the daemon, not the page cache). The
+/// reader opened while the writer's buffer was live. The kernel sends the writer's
+/// RELEASE after close returns, so it races the unlink and the kernel's own SETATTR of
+/// the file's times: each size runs many times to meet both orders.
+#[test]
+fn an_unlinked_file_reads_what_was_written_before_the_unlink() {
+    use std::os::unix::fs::FileExt;
+    let m = Mounted::new("unlinked");
+    let path = m.dir.join("f");
+    let sizes = [(5usize, "small"), (700_000, "chunked")];
+    for (round, (size, label)) in sizes.iter().cycle().take(40).enumerate() {
+        let (size, label) = (*size, format!("{label} (round {round})"));
+        let data: Vec<u8> = (0..size).map(|i| (i % 251) as u8 + 1).collect();
+        let w = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .unwrap();
+        w.write_all_at(&data, 0).unwrap();
+        let r = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(&path)
+            .unwrap();
+        drop(w);
+        fs::remove_file(&path).unwrap();
+        let mut got = vec![0u8; size + 10];
+        let mut n = 0;
+        while n < got.len() {
+            let k = r.read_at(&mut got[n..], n as u64).unwrap();
+            if k == 0 {
+                break;
+            }
+            n += k;
+        }
+        assert_eq!(n, size, "{label}: length read back");
+        assert!(got[..n] == data[..], "{label}: content read back differs");
+    }
+}

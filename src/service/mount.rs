@@ -141,6 +141,53 @@ struct Inodes {
     next: u64,
 }
 
+#[derive(Default)]
+struct Handles {
+    by_fh: HashMap<u64, Handle>,
+    /// How many handles each inode has open.
+    per_ino: HashMap<u64, usize>,
+}
+
+impl Handles {
+    fn insert(&mut self, fh: u64, h: Handle) {
+        *self.per_ino.entry(h.ino).or_default() += 1;
+        self.by_fh.insert(fh, h);
+    }
+
+    fn remove(&mut self, fh: u64) -> Option<Handle> {
+        let h = self.by_fh.remove(&fh)?;
+        if let Some(n) = self.per_ino.get_mut(&h.ino) {
+            *n -= 1;
+            if *n == 0 {
+                self.per_ino.remove(&h.ino);
+            }
+        }
+        Some(h)
+    }
+
+    fn get(&self, fh: u64) -> Option<&Handle> {
+        self.by_fh.get(&fh)
+    }
+
+    fn any_open(&self, ino: u64) -> bool {
+        self.per_ino.contains_key(&ino)
+    }
+
+    /// The handles open on `ino` (a scan: for the rare unlinked-but-open cases).
+    fn on_inode(&mut self, ino: u64) -> impl Iterator<Item = &mut Handle> {
+        // Nothing to scan (the usual case: a file's last handle closing) costs nothing.
+        let scan = if self.any_open(ino) {
+            self.by_fh.len()
+        } else {
+            0
+        };
+        self.by_fh
+            .values_mut()
+            .take(scan)
+            .filter(move |h| h.ino == ino)
+    }
+}
+
 struct Handle {
     ino: u64,
     append: bool,
@@ -153,8 +200,8 @@ struct Handle {
 struct Dirty {
     /// The content: chunks written since open in memory, the rest read from `base`.
     buf: ContentBuffer,
-    /// A node whose content is the buffer's base: the file as opened, or as last stored
-    /// when nothing changed during that commit.
+    /// A node whose content is the buffer's base: the file as opened, then as each commit
+    /// stored it.
     base: Node,
     node: Node,
     committed_len: usize,
@@ -189,7 +236,7 @@ pub struct MountSession {
     writeback: AtomicBool,
     quota: Quota,
     inodes: Mutex<Inodes>,
-    handles: Mutex<HashMap<u64, Handle>>,
+    handles: Mutex<Handles>,
     dirty: Mutex<HashMap<u64, Dirty>>,
     dirs: Mutex<HashMap<u64, Vec<DirEntry>>>,
     next_fh: AtomicU64,
@@ -300,7 +347,7 @@ impl MountSession {
             at,
             quota,
             inodes: Mutex::new(inodes),
-            handles: Mutex::new(HashMap::new()),
+            handles: Mutex::default(),
             dirty: Mutex::new(HashMap::new()),
             dirs: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
@@ -591,9 +638,8 @@ impl MountSession {
             Some(None) => {
                 // Unlinked but open: serve the node it had when opened.
                 return lock(&self.handles)
-                    .values()
-                    .find(|h| h.ino == ino)
-                    .and_then(|h| h.snapshot.clone())
+                    .on_inode(ino)
+                    .find_map(|h| h.snapshot.clone())
                     .ok_or(err(rustix::io::Errno::NOENT));
             }
             None => return Err(err(rustix::io::Errno::NOENT)),
@@ -865,6 +911,12 @@ impl MountSession {
     }
 
     pub fn setattr(&self, ino: u64, s: SetAttr) -> MResult<Attr> {
+        self.set_attrs(ino, s, false)
+    }
+
+    /// setattr; with `grow_only` a size only ever extends the file (fallocate), decided in
+    /// the same step as the change so a write growing the file meanwhile is not cut back.
+    fn set_attrs(&self, ino: u64, mut s: SetAttr, grow_only: bool) -> MResult<Attr> {
         if self.refuses_writes() {
             return Err(err(rustix::io::Errno::ROFS));
         }
@@ -872,6 +924,9 @@ impl MountSession {
         {
             let mut dirty = lock(&self.dirty);
             if let Some(d) = dirty.get_mut(&ino) {
+                if grow_only && s.size.is_some_and(|size| size <= d.buf.len() as u64) {
+                    s.size = None;
+                }
                 // An inode with buffered writes changes in the buffer; committed on close.
                 if let Some(size) = s.size {
                     self.check_size(size)?;
@@ -884,15 +939,23 @@ impl MountSession {
                 return Ok(attr_of(ino, &d.node));
             }
         }
-        let path = self.path_of(ino)?;
         if let Some(size) = s.size {
             self.check_size(size)?;
         }
+        let path = match self.path_of(ino) {
+            Ok(path) => path,
+            // Unlinked but open: the kernel still sets its times (and a holder may chmod
+            // or truncate it through its descriptor). It lives only in its handles now.
+            Err(e) => return self.set_attrs_unlinked(ino, &s, now).ok_or(e),
+        };
         let node = self.edit("mount.setattr", &[&path], |e| {
             if let Some(size) = s.size {
                 let (n, _) = e.view().lookup(&path)?.ok_or_else(|| Error::PathNotFound {
                     path: path.display(),
                 })?;
+                if grow_only && n.size() >= size {
+                    return e.view().get(&path);
+                }
                 if n.is_dir() {
                     return Err(Error::IsADirectory {
                         path: path.display(),
@@ -910,6 +973,21 @@ impl MountSession {
             })
         })?;
         Ok(attr_of(ino, &node))
+    }
+
+    /// setattr of an unlinked file open through handles with no write buffer: the change
+    /// is made to the node they serve. `None` when no handle has it open.
+    fn set_attrs_unlinked(&self, ino: u64, s: &SetAttr, now: i64) -> Option<Attr> {
+        let mut handles = lock(&self.handles);
+        let mut attr = None;
+        for n in handles.on_inode(ino).filter_map(|h| h.snapshot.as_mut()) {
+            if let Some(size) = s.size {
+                set_size(n, size);
+            }
+            apply_setattr(n, s, now);
+            attr = Some(attr_of(ino, n));
+        }
+        attr
     }
 
     fn check_size(&self, size: u64) -> MResult<()> {
@@ -995,7 +1073,7 @@ impl MountSession {
             }
             return Ok(n);
         }
-        let node = match lock(&self.handles).get(&fh) {
+        let node = match lock(&self.handles).get(fh) {
             Some(h)
                 if lock(&self.inodes)
                     .by_ino
@@ -1066,7 +1144,7 @@ impl MountSession {
         kill_setid: bool,
     ) -> MResult<u32> {
         let append = !self.writeback.load(Ordering::Relaxed)
-            && lock(&self.handles).get(&fh).is_some_and(|h| h.append);
+            && lock(&self.handles).get(fh).is_some_and(|h| h.append);
         let over_limit = self.with_buffer(ino, |d| {
             let start = if append { d.buf.len() } else { offset as usize };
             let need = d.buf.missing_for_write(start, data.len());
@@ -1115,17 +1193,28 @@ impl MountSession {
 
     /// Write an inode's buffered content in one transaction.
     pub fn commit(&self, ino: u64) -> MResult<()> {
-        let Some(gate) = lock(&self.dirty).get(&ino).map(|d| d.committing.clone()) else {
-            return Ok(());
-        };
-        let _one_at_a_time = lock(&gate);
-        match self.commit_once(ino, true) {
-            Ok(done) => done,
-            // The patch did not apply, e.g. the stored content was shorter than the file
-            // (a size set past its stored bytes): store the whole buffer instead.
-            Err(Retry) => self
-                .commit_once(ino, false)
-                .unwrap_or(Err(err(rustix::io::Errno::IO))),
+        loop {
+            let Some(gate) = lock(&self.dirty).get(&ino).map(|d| d.committing.clone()) else {
+                return Ok(());
+            };
+            let _one_at_a_time = lock(&gate);
+            // The buffer this gate belongs to may have been closed and another opened
+            // meanwhile: a commit must hold the gate of the buffer it stores. Once held,
+            // that buffer stays, as `release` drops one only after a commit of its own.
+            if !lock(&self.dirty)
+                .get(&ino)
+                .is_some_and(|d| Arc::ptr_eq(&d.committing, &gate))
+            {
+                continue;
+            }
+            return match self.commit_once(ino, true) {
+                Ok(done) => done,
+                // The patch did not apply, e.g. the stored content was shorter than the
+                // file (a size set past its stored bytes): store the whole buffer instead.
+                Err(Retry) => self
+                    .commit_once(ino, false)
+                    .unwrap_or(Err(err(rustix::io::Errno::IO))),
+            };
         }
     }
 
@@ -1170,6 +1259,9 @@ impl MountSession {
                 d.stored = stored;
                 d.committed_len = len as usize;
                 d.committed_version = version;
+                if d.version == version {
+                    d.node = node_with_content(&d.node, stored, len);
+                }
                 // What was stored becomes the base: the chunks not written since leave
                 // memory, so a long write holds at most about DIRTY_LIMIT of it.
                 d.base = node_with_content(&node, stored, len);
@@ -1210,11 +1302,11 @@ impl MountSession {
         self.edit("mount.write", &[&path], |e| {
             let content = e.store_changes(changes)?;
             let size = node.size();
-            // Unlinked or replaced by another request since we looked: the content goes
-            // nowhere, as for any write to an unlinked file.
+            // Not a file at this path any more (unlinked, or in the middle of a rename):
+            // not stored; a later commit tries again at the path the inode has then.
             let mut n = match e.view().lookup(&path)? {
                 Some((cur, _)) if cur.is_file() => cur,
-                _ => return Ok(Some(content)),
+                _ => return Ok(None),
             };
             n.kind = NodeKind::File { size, content };
             n.attrs = node.attrs.clone();
@@ -1250,19 +1342,45 @@ impl MountSession {
     }
 
     pub fn release(&self, ino: u64, fh: u64) -> MResult<()> {
-        let result = self.commit(ino);
-        let writable = lock(&self.handles).remove(&fh).is_some_and(|h| h.writable);
-        let mut dirty = lock(&self.dirty);
-        if !writable {
+        let writable = lock(&self.handles).remove(fh).is_some_and(|h| h.writable);
+        let mut counted = !writable;
+        let mut attempts = 0;
+        loop {
+            let result = self.commit(ino);
+            attempts += 1;
+            let linked = matches!(lock(&self.inodes).by_ino.get(&ino), Some(Some(_)));
+            let readers = !linked && lock(&self.handles).any_open(ino);
+            let mut dirty = lock(&self.dirty);
+            let Some(d) = dirty.get_mut(&ino) else {
+                return result;
+            };
+            if !counted {
+                d.opens = d.opens.saturating_sub(1);
+                counted = true;
+            }
+            if d.opens > 0 {
+                return result;
+            }
+            // The last writer is gone. A change after that commit (a truncate or chmod by
+            // path) would go with the buffer: commit it too. (A path that is briefly not
+            // the file's, in the middle of a rename, passes after a retry.)
+            if linked && result.is_ok() && d.version != d.committed_version && attempts < 4 {
+                continue;
+            }
+            // Unlinked, with readers still open: its content is nowhere else, so they keep
+            // reading the buffer until the last of them closes.
+            if !linked && readers {
+                return result;
+            }
+            let node = d.node.clone();
+            dirty.remove(&ino);
+            drop(dirty);
+            // Handles still open keep the file as last stored, should it be unlinked.
+            for h in lock(&self.handles).on_inode(ino) {
+                h.snapshot = Some(node.clone());
+            }
             return result;
         }
-        if let Some(d) = dirty.get_mut(&ino) {
-            d.opens = d.opens.saturating_sub(1);
-            if d.opens == 0 {
-                dirty.remove(&ino);
-            }
-        }
-        result
     }
 
     pub fn opendir(&self, ino: u64) -> MResult<u64> {
@@ -1394,19 +1512,12 @@ impl MountSession {
         if mode != 0 {
             return Err(err(rustix::io::Errno::OPNOTSUPP));
         }
-        let end = offset + len;
-        let size = self.node(ino)?.size();
-        if end > size {
-            self.setattr(
-                ino,
-                SetAttr {
-                    size: Some(end),
-                    keep_setid: true,
-                    ..Default::default()
-                },
-            )?;
-        }
-        Ok(())
+        let grow = SetAttr {
+            size: Some(offset + len),
+            keep_setid: true,
+            ..Default::default()
+        };
+        self.set_attrs(ino, grow, true).map(|_| ())
     }
 
     /// Commit everything and record the whole mount session as one operation in the op log.
