@@ -593,15 +593,7 @@ fn a_large_file_changed_in_place_keeps_every_byte() {
         }
     }
     drop(f);
-    assert!(
-        fs::read(&path).unwrap() == want,
-        "content in the mount differs"
-    );
-
-    m.unmount();
-    let cat = m.avfs(&["cat", "db"]);
-    assert!(cat.status.success());
-    assert!(cat.stdout == want, "content in the vault differs");
+    assert_kept(&m, "db", &want);
     mount_support::ok(m.avfs(&["vault", "check"]));
     mount_support::ok(m.avfs(&["mount", &m.vault, m.dir.to_str().unwrap()]));
     assert!(
@@ -612,23 +604,25 @@ fn a_large_file_changed_in_place_keeps_every_byte() {
 
 /// Anonymous memory of the daemon serving `m`, in KiB.
 fn daemon_anon_kib(m: &Mounted) -> u64 {
-    let out = mount_support::ok(m.avfs(&["mounts", "--json"]));
-    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    let pid = v["data"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["dir"] == m.dir.to_str().unwrap())
-        .expect("the mount is listed")["pid"]
-        .as_u64()
-        .unwrap();
-    let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let status = fs::read_to_string(format!("/proc/{}/status", m.pid())).unwrap();
     status
         .lines()
         .find_map(|l| l.strip_prefix("RssAnon:"))
         .and_then(|v| v.trim().strip_suffix("kB"))
         .map(|v| v.trim().parse().unwrap())
         .expect("RssAnon in /proc/<pid>/status")
+}
+
+/// `name` holds `want` in the mount, and after unmounting, in the vault (`avfs cat`).
+fn assert_kept(m: &Mounted, name: &str, want: &[u8]) {
+    assert!(
+        fs::read(m.dir.join(name)).unwrap() == want,
+        "content in the mount differs"
+    );
+    m.unmount();
+    let cat = m.avfs(&["cat", name]);
+    assert!(cat.status.success());
+    assert!(cat.stdout == want, "content in the vault differs");
 }
 
 /// A large stored file opened for writing is not read into the daemon: it holds only the
@@ -706,14 +700,7 @@ fn a_large_file_open_for_writing_holds_only_what_changed() {
         LEN >> 20
     );
     drop((w, r));
-    assert!(
-        fs::read(&path).unwrap() == want,
-        "content in the mount differs"
-    );
-    m.unmount();
-    let cat = m.avfs(&["cat", "db"]);
-    assert!(cat.status.success());
-    assert!(cat.stdout == want, "content in the vault differs");
+    assert_kept(&m, "db", &want);
 }
 
 /// A file written, closed, then unlinked while a reader still has it open: the reader

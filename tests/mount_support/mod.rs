@@ -118,11 +118,16 @@ impl Mounted {
         self.record()["transport"].as_str().unwrap().to_string()
     }
 
+    /// The mount daemon's process id.
+    pub fn pid(&self) -> u64 {
+        self.record()["pid"].as_u64().unwrap()
+    }
+
     /// How many times the daemon's io_uring workers went to sleep waiting for a request:
     /// at least once per request they answered, so it shows requests really came through
     /// the rings (and not only that io_uring was negotiated).
     pub fn ring_waits(&self) -> u64 {
-        let pid = self.record()["pid"].as_u64().unwrap();
+        let pid = self.pid();
         let mut waits = 0;
         for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
             let task = task.unwrap().path();
