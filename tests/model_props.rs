@@ -4,6 +4,7 @@
 //! success or error kind for every operation.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use agentvfs::model::node::NodeKind;
 use agentvfs::model::path::VPath;
@@ -415,19 +416,21 @@ proptest! {
     }
 }
 
+/// A new vault in `dir`, with group commit on or off, and its main workspace.
+fn main_of_new_vault(dir: &std::path::Path, batching: bool) -> (Arc<Vault>, Workspace) {
+    let vault = Vault::create(&dir.join("test.avfs")).unwrap();
+    vault.set_batching(batching).unwrap();
+    let actor = Actor {
+        actor: "test".into(),
+        source: "test".into(),
+    };
+    let ws = vault.workspace("main", actor).unwrap();
+    (vault, ws)
+}
+
 fn matches_reference_model(ops: &[Op], batching: bool) -> Result<(), TestCaseError> {
     let dir = tempfile::tempdir().unwrap();
-    let vault = Vault::create(&dir.path().join("prop.avfs")).unwrap();
-    vault.set_batching(batching).unwrap();
-    let ws = vault
-        .workspace(
-            "main",
-            Actor {
-                actor: "proptest".into(),
-                source: "test".into(),
-            },
-        )
-        .unwrap();
+    let (vault, ws) = main_of_new_vault(dir.path(), batching);
     let mut model = Model::new();
     let mut checkpoints: BTreeMap<String, Model> = BTreeMap::new();
     let mut done: Vec<String> = Vec::new();
@@ -479,17 +482,7 @@ fn matches_reference_model(ops: &[Op], batching: bool) -> Result<(), TestCaseErr
 #[test]
 fn a_quota_set_inside_a_batch_holds_for_the_next_edit() {
     let dir = tempfile::tempdir().unwrap();
-    let vault = Vault::create(&dir.path().join("quota.avfs")).unwrap();
-    vault.set_batching(true).unwrap();
-    let ws = vault
-        .workspace(
-            "main",
-            Actor {
-                actor: "test".into(),
-                source: "test".into(),
-            },
-        )
-        .unwrap();
+    let (vault, ws) = main_of_new_vault(dir.path(), true);
     let write = |name: &str| {
         ws.edit("write", &[], |e| {
             e.write_file(&vp(name), b"x", WriteOptions::default())

@@ -262,13 +262,7 @@ impl Workspace {
             let before = tag.map(|(batch, n)| (batch, n - 1));
             let (ws, quota) = match self.batch_state_at(before) {
                 Some(state) => state,
-                None => (
-                    w.workspace(&self.name)?
-                        .ok_or_else(|| Error::ForkNotFound {
-                            name: self.name.clone(),
-                        })?,
-                    Quota::load(w)?,
-                ),
+                None => (self.record(w)?, Quota::load(w)?),
             };
             let now = now_ns();
             let mut edit = Edit {

@@ -201,12 +201,9 @@ struct Dirty {
     /// The content: chunks written since open in memory, the rest read from `base`.
     buf: ContentBuffer,
     /// A node whose content is the buffer's base: the file as opened, then as each commit
-    /// stored it.
+    /// stored it (so also what the last commit stored, and how long it was).
     base: Node,
     node: Node,
-    committed_len: usize,
-    /// The stored content the last commit made (or the file had when opened).
-    stored: Option<ObjectId>,
     /// Held by a commit of this inode from its snapshot until it is stored, so commits of
     /// one inode happen one after another and each patches the content the last stored.
     committing: Arc<Mutex<()>>,
@@ -1018,8 +1015,6 @@ impl MountSession {
                         Dirty {
                             buf: ContentBuffer::new(node.size() as usize),
                             base: node.clone(),
-                            committed_len: node.size() as usize,
-                            stored: node.content_id(),
                             committing: Arc::default(),
                             node: node.clone(),
                             opens: 1,
@@ -1044,13 +1039,6 @@ impl MountSession {
             keep_cache: !writable && !lock(&self.dirty).contains_key(&ino),
             flush: writable,
         })
-    }
-
-    pub fn read_data(&self, ino: u64, fh: u64, offset: u64, size: u32) -> MResult<Vec<u8>> {
-        let mut buf = vec![0; size as usize];
-        let n = self.read_data_into(ino, fh, offset, &mut buf)?;
-        buf.truncate(n);
-        Ok(buf)
     }
 
     /// Read into `buf` from `offset`; returns how many bytes (short only at end of file).
@@ -1175,7 +1163,7 @@ impl MountSession {
             let grow = (end - len) as u64;
             if let Some(limit) = self.quota.max_size_mb {
                 let total = self.ws.totals().map(|(_, bytes)| bytes).unwrap_or(0);
-                let pending = len.saturating_sub(d.committed_len) as u64;
+                let pending = (len as u64).saturating_sub(d.base.size());
                 if total + pending + grow > limit * 1024 * 1024 {
                     return Err(err(rustix::io::Errno::DQUOT));
                 }
@@ -1226,7 +1214,10 @@ impl MountSession {
             }
             // Stored in chunks: only the chunks changed since are copied out and stored,
             // so a small write into a large file (a database page) costs that chunk.
-            let base = d.stored.filter(|_| patch && d.committed_len > CHUNK_SIZE);
+            let base = d
+                .base
+                .content_id()
+                .filter(|_| patch && d.base.size() > CHUNK_SIZE as u64);
             let changes = d.buf.changes(base)?;
             let touched = d.buf.take_touched();
             Ok(Ok(Some((changes, touched, d.node.clone(), d.version))))
@@ -1256,8 +1247,6 @@ impl MountSession {
         };
         match result {
             Ok(Some(stored)) => {
-                d.stored = stored;
-                d.committed_len = len as usize;
                 d.committed_version = version;
                 if d.version == version {
                     d.node = node_with_content(&d.node, stored, len);
