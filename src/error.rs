@@ -55,6 +55,12 @@ pub enum Error {
     InvalidName { name: String, reason: String },
     #[error("invalid argument: {message}")]
     InvalidArgument { message: String },
+    #[error("invalid argument: {option} `{value}` is out of range; it takes {limit}")]
+    OutOfRange {
+        option: String,
+        value: String,
+        limit: String,
+    },
     #[error(
         "quota `{quota}` exceeded: limit {limit}, this change would make it {attempted}; raise it with `avfs quota set` or free space"
     )]
@@ -168,7 +174,7 @@ impl Error {
             Error::InvalidPath { .. } => "invalid_path",
             Error::HardLinkNotAllowed { .. } => "hard_link_not_allowed",
             Error::InvalidName { .. } => "invalid_name",
-            Error::InvalidArgument { .. } => "invalid_argument",
+            Error::InvalidArgument { .. } | Error::OutOfRange { .. } => "invalid_argument",
             Error::QuotaExceeded { .. } => "quota_exceeded",
             Error::CheckpointNotFound { .. } => "checkpoint_not_found",
             Error::NothingToUndo => "nothing_to_undo",
@@ -213,6 +219,11 @@ impl Error {
                 json!({ "path": path, "reason": reason })
             }
             Error::InvalidName { name, reason } => json!({ "name": name, "reason": reason }),
+            Error::OutOfRange {
+                option,
+                value,
+                limit,
+            } => json!({ "option": option, "value": value, "limit": limit }),
             Error::QuotaExceeded {
                 quota,
                 limit,
@@ -264,7 +275,8 @@ impl Error {
             | Error::InvalidPath { .. }
             | Error::HardLinkNotAllowed { .. }
             | Error::InvalidName { .. }
-            | Error::InvalidArgument { .. } => exit::INVALID,
+            | Error::InvalidArgument { .. }
+            | Error::OutOfRange { .. } => exit::INVALID,
             Error::QuotaExceeded { .. } => exit::QUOTA,
             Error::NotAVault { .. }
             | Error::UnsupportedFormat { .. }

@@ -29,7 +29,9 @@ fn main() {
                     .next()
                     .unwrap_or("")
                     .trim_start_matches("error: ");
-                let doc = output::error_doc("", "usage", first, serde_json::json!({ "help": msg }));
+                let name = command_path(&commands::command(), std::env::args().skip(1));
+                let doc =
+                    output::error_doc(&name, "usage", first, serde_json::json!({ "help": msg }));
                 println!("{doc}");
                 std::process::exit(exit::USAGE);
             }
@@ -43,4 +45,29 @@ fn main() {
     };
     let (name, result) = commands::run(&ctx, cli.command);
     std::process::exit(output::finish(cli.json, name, result));
+}
+
+/// The subcommand path the arguments name (`quota set`), as far as it can be recognised
+/// without a successful parse: words that name a subcommand, skipping options.
+fn command_path(cmd: &clap::Command, args: impl Iterator<Item = String>) -> String {
+    let mut names = Vec::new();
+    let mut cur = cmd.clone();
+    for arg in args {
+        if arg == "--" {
+            break;
+        }
+        if arg.starts_with('-') {
+            continue;
+        }
+        let Some(sub) = cur.find_subcommand(&arg).cloned() else {
+            continue;
+        };
+        names.push(sub.get_name().to_string());
+        cur = sub;
+    }
+    if names.is_empty() {
+        "avfs".to_string()
+    } else {
+        names.join(" ")
+    }
 }

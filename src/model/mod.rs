@@ -5,6 +5,7 @@ pub mod buffer;
 pub mod diff;
 mod fold;
 pub mod id;
+pub mod limits;
 mod links;
 pub mod merge;
 pub mod node;

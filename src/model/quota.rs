@@ -42,11 +42,27 @@ impl Quota {
         Ok(())
     }
 
+    /// Refuse limits whose byte value would not fit (see `limits::MAX_QUOTA_MIB`).
+    pub fn validate(&self) -> Result<()> {
+        use super::limits::{MAX_QUOTA_COUNT, MAX_QUOTA_MIB, out_of_range};
+        let checks = [
+            ("max_size_mb", self.max_size_mb, MAX_QUOTA_MIB),
+            ("max_files", self.max_files, MAX_QUOTA_COUNT),
+            ("max_file_size_mb", self.max_file_size_mb, MAX_QUOTA_MIB),
+        ];
+        for (name, value, max) in checks {
+            if let Some(v) = value.filter(|v| *v > max) {
+                return Err(out_of_range(name, &v.to_string(), format!("0 to {max}")));
+            }
+        }
+        Ok(())
+    }
+
     /// Check one file's size.
     pub fn check_file_size(&self, size: u64) -> Result<()> {
         check(
             "max_file_size_mb",
-            self.max_file_size_mb.map(|m| m * MB),
+            self.max_file_size_mb.map(|m| m.saturating_mul(MB)),
             size,
         )
     }
@@ -54,7 +70,11 @@ impl Quota {
     /// Check the workspace totals a change would produce.
     pub fn check_totals(&self, files: u64, bytes: u64) -> Result<()> {
         check("max_files", self.max_files, files)?;
-        check("max_size_mb", self.max_size_mb.map(|m| m * MB), bytes)
+        check(
+            "max_size_mb",
+            self.max_size_mb.map(|m| m.saturating_mul(MB)),
+            bytes,
+        )
     }
 }
 

@@ -348,6 +348,7 @@ impl Vault {
     }
 
     pub fn set_quota(&self, quota: &Quota) -> Result<()> {
+        quota.validate()?;
         self.store.write(|w| quota.save(w))
     }
 

@@ -1164,7 +1164,9 @@ impl MountSession {
             if let Some(limit) = self.quota.max_size_mb {
                 let total = self.ws.totals().map(|(_, bytes)| bytes).unwrap_or(0);
                 let pending = (len as u64).saturating_sub(d.base.size());
-                if total + pending + grow > limit * 1024 * 1024 {
+                if total.saturating_add(pending).saturating_add(grow)
+                    > limit.saturating_mul(1024 * 1024)
+                {
                     return Err(err(rustix::io::Errno::DQUOT));
                 }
             }
@@ -1419,7 +1421,7 @@ impl MountSession {
         let total_bytes = self
             .quota
             .max_size_mb
-            .map(|m| m * 1024 * 1024)
+            .map(|m| m.saturating_mul(1024 * 1024))
             .unwrap_or(1 << 44);
         let total_files = self.quota.max_files.unwrap_or(1 << 32);
         FsStats {

@@ -210,6 +210,18 @@ impl ProxyRuntime<'_> {
                 "nothing to run: pass `-- COMMAND ARGS…` or `--shell 'TEXT'`",
             ));
         }
+        crate::model::limits::check_timeout(
+            "timeout",
+            &humantime::format_duration(opts.timeout).to_string(),
+            opts.timeout,
+        )?;
+        if opts.output_cap > crate::model::limits::MAX_OUTPUT_CAP {
+            return Err(crate::model::limits::out_of_range(
+                "max_output",
+                &opts.output_cap.to_string(),
+                format!("0 to {} bytes", crate::model::limits::MAX_OUTPUT_CAP),
+            ));
+        }
         let cwd = VPath::parse(&opts.cwd)?;
         let cwd_node = self.ws.read(|v| v.get(&cwd))?;
         if !cwd_node.is_dir() {

@@ -246,7 +246,10 @@ pub fn run(spec: &RunSpec<'_>) -> Result<RunResult> {
             Some(fd) => {
                 let next = match term_sent {
                     Some(t) => (t + GRACE).saturating_duration_since(now),
-                    None => (start + spec.timeout).saturating_duration_since(now),
+                    // A deadline past what an Instant holds is no deadline at all.
+                    None => start
+                        .checked_add(spec.timeout)
+                        .map_or(Duration::MAX, |d| d.saturating_duration_since(now)),
                 };
                 wait_readable(fd, next.min(Duration::from_secs(1)));
             }

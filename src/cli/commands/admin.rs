@@ -3,9 +3,9 @@
 use clap::{Args, Subcommand};
 use serde::Serialize;
 
-use agentvfs::model::{GcReport, Quota, StatsReport, Vault, now_ns};
+use agentvfs::Result;
+use agentvfs::model::{GcReport, Quota, StatsReport, Vault, limits, now_ns};
 use agentvfs::store::AuditRecord;
-use agentvfs::{Error, Result};
 
 use super::Ctx;
 use crate::output::{Reply, size, table, time};
@@ -62,17 +62,6 @@ fn render_quota(q: &Quota) -> String {
     ])
 }
 
-fn parse_limit(flag: &str, v: &str) -> Result<Option<u64>> {
-    if v == "none" {
-        return Ok(None);
-    }
-    v.parse::<u64>().map(Some).map_err(|_| {
-        Error::invalid(format!(
-            "--{flag} takes a whole number or `none`, not `{v}`"
-        ))
-    })
-}
-
 pub fn run_quota(ctx: &Ctx, cmd: QuotaCmd) -> (&'static str, Result<Reply>) {
     match cmd {
         QuotaCmd::Show => (
@@ -89,34 +78,24 @@ fn quota_set(ctx: &Ctx, a: QuotaSetArgs) -> Result<Reply> {
     let v = vault(ctx)?;
     let mut q = v.quota()?;
     if let Some(s) = &a.max_size_mb {
-        q.max_size_mb = parse_limit("max-size-mb", s)?;
+        q.max_size_mb = limits::parse_limit("--max-size-mb", s, limits::MAX_QUOTA_MIB)?;
     }
     if let Some(s) = &a.max_files {
-        q.max_files = parse_limit("max-files", s)?;
+        q.max_files = limits::parse_limit("--max-files", s, limits::MAX_QUOTA_COUNT)?;
     }
     if let Some(s) = &a.max_file_size_mb {
-        q.max_file_size_mb = parse_limit("max-file-size-mb", s)?;
+        q.max_file_size_mb = limits::parse_limit("--max-file-size-mb", s, limits::MAX_QUOTA_MIB)?;
     }
     v.set_quota(&q)?;
     Ok(Reply::new(&q, render_quota(&q)))
 }
 
-fn parse_since(s: &str) -> Result<i64> {
-    if let Ok(d) = humantime::parse_duration(s) {
-        return Ok(now_ns() - d.as_nanos() as i64);
-    }
-    let t = humantime::parse_rfc3339_weak(s).map_err(|_| {
-        Error::invalid(format!(
-            "--since takes a duration like 10m or a timestamp, not `{s}`"
-        ))
-    })?;
-    Ok(t.duration_since(std::time::UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
-        .unwrap_or(0))
-}
-
 pub fn cmd_audit(ctx: &Ctx, a: AuditArgs) -> Result<Reply> {
-    let since = a.since.as_deref().map(parse_since).transpose()?;
+    let since = a
+        .since
+        .as_deref()
+        .map(|s| limits::parse_time_or_age("--since", s, now_ns()))
+        .transpose()?;
     let records: Vec<AuditRecord> = vault(ctx)?.audit(a.limit, since)?;
     let mut rows = vec![vec![
         "ID".into(),

@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use agentvfs::model::diff::{Change, StateRef};
 use agentvfs::model::merge::{MergeReport, MergeStrategy};
-use agentvfs::model::{GcReport, OpInfo, PruneReport, now_ns};
+use agentvfs::model::{GcReport, OpInfo, PruneReport, limits, now_ns};
 use agentvfs::service::apply::{self, ApplyReport};
 use agentvfs::service::history::{self, DiffSummary};
 use agentvfs::{Error, Result};
@@ -302,17 +302,11 @@ pub struct PruneOutput {
 
 pub fn cmd_prune(ctx: &Ctx, a: PruneArgs) -> Result<Reply> {
     let (_, ws) = ctx.open()?;
-    let cutoff = match &a.older_than {
-        Some(d) => {
-            let d = humantime::parse_duration(d).map_err(|_| {
-                Error::invalid(format!(
-                    "--older-than takes a duration like 7d or 12h, not `{d}`"
-                ))
-            })?;
-            Some(now_ns() - d.as_nanos() as i64)
-        }
-        None => None,
-    };
+    let cutoff = a
+        .older_than
+        .as_deref()
+        .map(|d| limits::parse_duration("--older-than", d).map(|d| limits::before_now(now_ns(), d)))
+        .transpose()?;
     let vault = ws.vault().clone();
     let before = vault.stats()?.disk_bytes;
     let pruned = ws.prune(a.keep_last, cutoff)?;

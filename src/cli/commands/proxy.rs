@@ -4,12 +4,12 @@ use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
 
-use agentvfs::model::OpInfo;
+use agentvfs::Result;
+use agentvfs::model::{OpInfo, limits};
 use agentvfs::service::confine::Confinement;
 use agentvfs::service::policy::CommandRequest;
 use agentvfs::service::proxy::{CheckpointMode, EXEC_OP, Envelope, ExecOptions, ProxyRuntime};
 use agentvfs::service::session;
-use agentvfs::{Error, Result};
 
 use super::Ctx;
 use crate::output::Reply;
@@ -107,12 +107,7 @@ fn render(e: &Envelope) -> String {
 }
 
 pub fn cmd_exec(ctx: &Ctx, a: ExecArgs) -> Result<Reply> {
-    let timeout = humantime::parse_duration(&a.timeout).map_err(|_| {
-        Error::invalid(format!(
-            "--timeout takes a duration like 30s or 5m, not `{}`",
-            a.timeout
-        ))
-    })?;
+    let timeout = limits::parse_timeout("--timeout", &a.timeout)?;
     let req = CommandRequest {
         argv: if a.argv.is_empty() {
             None
