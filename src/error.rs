@@ -83,6 +83,11 @@ pub enum Error {
     ApplyConflict {
         conflicts: Vec<crate::service::apply::HostConflict>,
     },
+    #[error("cannot revert operation #{id}: {} path(s) changed again since: {}; nothing was applied", .conflicts.len(), .conflicts.iter().map(|c| c.path.as_str()).collect::<Vec<_>>().join(", "))]
+    RevertConflict {
+        id: i64,
+        conflicts: Vec<crate::model::merge::Conflict>,
+    },
     #[error("cannot mount at `{dir}`: {reason}")]
     MountFailed { dir: PathBuf, reason: String },
     #[error(
@@ -179,6 +184,7 @@ impl Error {
             Error::CheckpointNotFound { .. } => "checkpoint_not_found",
             Error::NothingToUndo => "nothing_to_undo",
             Error::MergeConflict { .. } => "merge_conflict",
+            Error::RevertConflict { .. } => "revert_conflict",
             Error::MountFailed { .. } => "mount_failed",
             Error::FuseUnavailable => "fuse_unavailable",
             Error::ApplyConflict { .. } => "apply_conflict",
@@ -242,6 +248,7 @@ impl Error {
             }
             Error::Forwarded { details, .. } => details.clone(),
             Error::MergeConflict { conflicts } => json!({ "conflicts": conflicts }),
+            Error::RevertConflict { id, conflicts } => json!({ "id": id, "conflicts": conflicts }),
             Error::ApplyConflict { conflicts } => json!({ "conflicts": conflicts }),
             Error::NoVaultSelected
             | Error::NothingToUndo
@@ -267,6 +274,7 @@ impl Error {
             Error::NothingToUndo
             | Error::NothingToRedo
             | Error::MergeConflict { .. }
+            | Error::RevertConflict { .. }
             | Error::ApplyConflict { .. } => exit::CONFLICT,
             Error::AlreadyExists { .. } | Error::HostPathExists { .. } => exit::CONFLICT,
             Error::NotADirectory { .. }

@@ -23,6 +23,11 @@ impl ObjectId {
         hex::encode(self.0)
     }
 
+    /// Parse the 64 hex digits `to_hex` writes.
+    pub fn from_hex(text: &str) -> Option<Self> {
+        Self::from_slice(&hex::decode(text).ok()?)
+    }
+
     /// The first 12 hex digits, enough to tell ids apart in human output.
     pub fn short(&self) -> String {
         hex::encode(&self.0[..6])

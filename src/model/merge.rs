@@ -10,6 +10,7 @@ use serde::Serialize;
 
 use super::diff::{Change, diff_views};
 use super::fold::{fold_overlay, store_dir, store_root};
+use super::id::ObjectId;
 use super::links;
 use super::node::{Node, NodeKind, encode_content};
 use super::path::VPath;
@@ -235,6 +236,53 @@ fn pick(base: Option<u32>, ours: u32, theirs: u32) -> Option<u32> {
     }
 }
 
+/// The result of a three-way merge of roots.
+pub(crate) struct Merged {
+    pub root: ObjectId,
+    pub conflicts: Vec<Conflict>,
+    pub text_merged: Vec<String>,
+}
+
+/// Merge the change from `base_root` to `theirs_root` onto `ours_root`, storing the result.
+/// Conflicts are resolved by `strategy` (`Fail` keeps ours and reports them).
+pub(crate) fn merge_roots(
+    w: &mut dyn StoreWrite,
+    cache: &ObjectCache,
+    base_root: ObjectId,
+    ours_root: ObjectId,
+    theirs_root: ObjectId,
+    strategy: MergeStrategy,
+) -> Result<Merged> {
+    let (base, ours, theirs) = (
+        cache.root(&*w, &base_root)?,
+        cache.root(&*w, &ours_root)?,
+        cache.root(&*w, &theirs_root)?,
+    );
+    let mut m = Merger {
+        w: &mut *w,
+        cache,
+        strategy,
+        conflicts: Vec::new(),
+        text_merged: Vec::new(),
+    };
+    let merged = m
+        .merge(
+            &VPath::root(),
+            Some(&base),
+            Some(ours.clone()),
+            Some(theirs.clone()),
+        )?
+        .ok_or_else(|| Error::Storage("merge removed the root".into()))?;
+    let (conflicts, text_merged) = (m.conflicts, m.text_merged);
+    let conflicts = links::name_conflicts(&*w, cache, [ours_root, theirs_root], conflicts)?;
+    let merged = links::reconcile_merge(w, cache, merged, &base, &ours, &theirs)?;
+    Ok(Merged {
+        root: store_root(w, &merged)?,
+        conflicts,
+        text_merged,
+    })
+}
+
 impl Vault {
     /// Merge fork `fork` into workspace `into` (three-way, against the fork's base).
     /// With `MergeStrategy::Fail`, any conflict is an error and nothing is applied.
@@ -245,11 +293,7 @@ impl Vault {
         strategy: MergeStrategy,
         dry_run: bool,
     ) -> Result<MergeReport> {
-        let logging = if dry_run {
-            Logging::None
-        } else {
-            Logging::Op(None)
-        };
+        let logging = if dry_run { Logging::None } else { Logging::Op };
         let paths = [&VPath::root()];
         into.edit_inner("merge", &paths, logging, |e| {
             let f = e.w.workspace(fork)?.ok_or_else(|| Error::ForkNotFound {
@@ -262,31 +306,11 @@ impl Vault {
             let theirs_root = fold_overlay(e.w, e.cache, f.id, f.base)?;
             let ours_root = e.fold()?;
             let cache = e.cache;
-            let (base, ours, theirs) = (
-                cache.root(&*e.w, &base_root)?,
-                cache.root(&*e.w, &ours_root)?,
-                cache.root(&*e.w, &theirs_root)?,
-            );
-            let mut m = Merger {
-                w: &mut *e.w,
-                cache,
-                strategy,
-                conflicts: Vec::new(),
-                text_merged: Vec::new(),
-            };
-            let merged = m
-                .merge(
-                    &VPath::root(),
-                    Some(&base),
-                    Some(ours.clone()),
-                    Some(theirs.clone()),
-                )?
-                .ok_or_else(|| Error::Storage("merge removed the root".into()))?;
-            let (conflicts, text_merged) = (m.conflicts, m.text_merged);
-            let conflicts =
-                links::name_conflicts(&*e.w, cache, [ours_root, theirs_root], conflicts)?;
-            let merged = links::reconcile_merge(e.w, cache, merged, &base, &ours, &theirs)?;
-            let merged_root = store_root(e.w, &merged)?;
+            let Merged {
+                root: merged_root,
+                conflicts,
+                text_merged,
+            } = merge_roots(e.w, cache, base_root, ours_root, theirs_root, strategy)?;
             if !conflicts.is_empty() && strategy == MergeStrategy::Fail && !dry_run {
                 return Err(Error::MergeConflict { conflicts });
             }

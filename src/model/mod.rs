@@ -12,12 +12,14 @@ pub mod node;
 mod oplog;
 pub mod path;
 mod quota;
+mod unlogged;
 mod vault;
 mod view;
 mod workspace;
 
 pub use oplog::{OpInfo, PruneReport};
 pub use quota::Quota;
+pub use unlogged::BatchEnd;
 pub use vault::{
     CheckReport, CheckpointInfo, ForkInfo, GcReport, Problem, StatsReport, Vault, VaultInfo,
 };

@@ -6,6 +6,8 @@ use std::collections::{HashMap, HashSet};
 
 use serde::Serialize;
 
+use super::id::ObjectId;
+use super::merge::{MergeStrategy, merge_roots};
 use super::workspace::Workspace;
 use crate::error::{Error, Result};
 use crate::store::OpRecord;
@@ -66,11 +68,11 @@ fn undone_set(ops: &[OpRecord]) -> HashSet<i64> {
 }
 
 /// A fork merge base to restore when undoing (or redoing) a merge.
-fn side_effect(op: &OpRecord, key: &str) -> Option<(i64, crate::model::id::ObjectId)> {
+fn side_effect(op: &OpRecord, key: &str) -> Option<(i64, ObjectId)> {
     let extra: serde_json::Value = serde_json::from_str(op.extra.as_deref()?).ok()?;
     let fork = extra.get("fork")?.as_i64()?;
     let bytes = hex::decode(extra.get(key)?.as_str()?).ok()?;
-    crate::model::id::ObjectId::from_slice(&bytes).map(|id| (fork, id))
+    ObjectId::from_slice(&bytes).map(|id| (fork, id))
 }
 
 fn changed(op: &OpRecord) -> bool {
@@ -99,76 +101,81 @@ impl Workspace {
             .collect())
     }
 
-    /// Undo the most recent state change that is not already undone.
+    /// Undo the most recent state change that is not already undone. The choice and the
+    /// move are one transaction, so a change landing meanwhile is never undone in its
+    /// place, and if the target is no longer the newest change only its own change is
+    /// reverted (or a typed `revert_conflict` refuses).
     pub fn undo(&self) -> Result<OpInfo> {
-        let ops = self.ops_oldest_first()?;
-        let undone = undone_set(&ops);
-        let target = ops
-            .iter()
-            .rev()
-            .find(|o| o.kind != UNDO && o.kind != REDO && changed(o) && !undone.contains(&o.id))
-            .ok_or(Error::NothingToUndo)?;
-        let root = target.root_before.ok_or(Error::NothingToUndo)?;
-        self.move_to(
-            UNDO,
-            Some(target.id),
-            root,
-            side_effect(target, "fork_root_before"),
-            format!("undo #{} {}", target.id, target.kind),
-        )
+        self.move_to(UNDO, |ops| {
+            let undone = undone_set(ops);
+            let target = ops
+                .iter()
+                .rev()
+                .find(|o| o.kind != UNDO && o.kind != REDO && changed(o) && !undone.contains(&o.id))
+                .ok_or(Error::NothingToUndo)?;
+            Ok(Plan {
+                goal: revert_of(target).ok_or(Error::NothingToUndo)?,
+                target: Some(target.id),
+                fork_root: side_effect(target, "fork_root_before"),
+                description: format!("undo #{} {}", target.id, target.kind),
+            })
+        })
     }
 
     /// Redo the most recent undo, if nothing else changed the workspace since.
     pub fn redo(&self) -> Result<OpInfo> {
-        let ops = self.ops_oldest_first()?;
-        let undone = undone_set(&ops);
-        let mut found = None;
-        for op in ops.iter().rev() {
-            match op.kind.as_str() {
-                UNDO if !undone.contains(&op.id) => {
-                    found = Some(op);
-                    break;
+        self.move_to(REDO, |ops| {
+            let undone = undone_set(ops);
+            let mut found = None;
+            for op in ops.iter().rev() {
+                match op.kind.as_str() {
+                    UNDO if !undone.contains(&op.id) => {
+                        found = Some(op);
+                        break;
+                    }
+                    UNDO | REDO => continue,
+                    _ if changed(op) => break,
+                    _ => continue,
                 }
-                UNDO | REDO => continue,
-                _ if changed(op) => break,
-                _ => continue,
             }
-        }
-        let undo = found.ok_or(Error::NothingToRedo)?;
-        let root = undo.root_before.ok_or(Error::NothingToRedo)?;
-        let label = format!("redo #{} (undo #{})", undo.target.unwrap_or(0), undo.id);
-        let fix = undo
-            .target
-            .and_then(|t| ops.iter().find(|o| o.id == t))
-            .and_then(|o| side_effect(o, "fork_root_after"));
-        self.move_to(REDO, Some(undo.id), root, fix, label)
+            let undo = found.ok_or(Error::NothingToRedo)?;
+            let fork_root = undo
+                .target
+                .and_then(|t| ops.iter().find(|o| o.id == t))
+                .and_then(|o| side_effect(o, "fork_root_after"));
+            Ok(Plan {
+                goal: revert_of(undo).ok_or(Error::NothingToRedo)?,
+                target: Some(undo.id),
+                fork_root,
+                description: format!("redo #{} (undo #{})", undo.target.unwrap_or(0), undo.id),
+            })
+        })
     }
 
-    /// Return the workspace to the state before operation `id` (default: the latest
-    /// operation of kind `kind`), as a new `rollback` operation that can itself be undone.
+    /// Revert operation `id` (default: the latest operation of kind `kind`), as a new
+    /// `rollback` operation that can itself be undone. Changes made after it stay: when
+    /// the operation is not the newest, only its own change is reverted, three-way, and a
+    /// path changed again since is a typed `revert_conflict` with nothing applied.
     pub fn rollback(&self, kind: &str, id: Option<i64>) -> Result<OpInfo> {
-        let ops = self.ops_oldest_first()?;
-        let op = match id {
-            Some(id) => ops
-                .iter()
-                .find(|o| o.id == id && o.kind == kind)
-                .ok_or(Error::OperationNotFound { id })?,
-            None => ops
-                .iter()
-                .rev()
-                .find(|o| o.kind == kind)
-                .ok_or(Error::NothingToUndo)?,
-        };
-        let root = op
-            .root_before
-            .ok_or(Error::OperationNotFound { id: op.id })?;
-        self.move_to(
-            "rollback",
-            Some(op.id),
-            root,
-            None,
-            format!("rollback #{} {}", op.id, op.description),
-        )
+        self.move_to("rollback", |ops| {
+            let op = match id {
+                Some(id) => ops
+                    .iter()
+                    .find(|o| o.id == id && o.kind == kind)
+                    .ok_or(Error::OperationNotFound { id })?,
+                None => ops
+                    .iter()
+                    .rev()
+                    .find(|o| o.kind == kind)
+                    .ok_or(Error::NothingToUndo)?,
+            };
+            Ok(Plan {
+                goal: revert_of(op).ok_or(Error::OperationNotFound { id: op.id })?,
+                target: Some(op.id),
+                fork_root: None,
+                description: format!("rollback #{} {}", op.id, op.description),
+            })
+        })
     }
 
     /// The id of the newest op-log entry.
@@ -181,44 +188,90 @@ impl Workspace {
 
     /// Return the workspace to the state right after entry `id`.
     pub fn op_restore(&self, id: i64) -> Result<OpInfo> {
-        let ops = self.ops_oldest_first()?;
-        let op = ops
-            .iter()
-            .find(|o| o.id == id)
-            .ok_or(Error::OperationNotFound { id })?;
-        let root = op.root_after.ok_or(Error::OperationNotFound { id })?;
-        self.move_to(
-            "op.restore",
-            None,
-            root,
-            None,
-            format!("restore to after #{id}"),
-        )
+        self.move_to("op.restore", |ops| {
+            let op = ops
+                .iter()
+                .find(|o| o.id == id)
+                .ok_or(Error::OperationNotFound { id })?;
+            Ok(Plan {
+                goal: Goal::State(op.root_after.ok_or(Error::OperationNotFound { id })?),
+                target: None,
+                fork_root: None,
+                description: format!("restore to after #{id}"),
+            })
+        })
     }
 
+    /// Choose the move from the op log and make it, in one transaction.
     fn move_to(
         &self,
         kind: &str,
-        target: Option<i64>,
-        root: crate::model::id::ObjectId,
-        fork_root: Option<(i64, crate::model::id::ObjectId)>,
-        description: String,
+        plan: impl FnOnce(&[OpRecord]) -> Result<Plan>,
     ) -> Result<OpInfo> {
-        self.edit(kind, &[], |e| {
+        let ops = self.edit(kind, &[], |e| {
+            let mut ops = e.w.ops(Some(e.ws.id), usize::MAX >> 1)?;
+            ops.reverse();
+            let plan = plan(&ops)?;
+            // A logged edit starts on the folded live state: the base is the live root.
+            let current = e.ws.base;
+            let root = match plan.goal {
+                Goal::State(root) => root,
+                Goal::Revert { from, to } if from == current => to,
+                Goal::Revert { from, to } => {
+                    let merged = merge_roots(e.w, e.cache, from, current, to, MergeStrategy::Fail)?;
+                    if !merged.conflicts.is_empty() {
+                        return Err(Error::RevertConflict {
+                            id: plan.target.unwrap_or(0),
+                            conflicts: merged.conflicts,
+                        });
+                    }
+                    merged.root
+                }
+            };
             e.reset_to_root(root)?;
-            if let Some((fork, base)) = fork_root {
+            if let Some((fork, base)) = plan.fork_root {
                 e.w.set_fork_root(fork, &base)?;
             }
-            e.undo_target = target;
-            e.describe(description);
-            Ok(())
+            e.undo_target = plan.target;
+            e.describe(plan.description);
+            Ok(ops)
         })?;
-        let ops = self.ops_oldest_first()?;
+        // The new entry is the newest; the ones read above tell which are undone.
+        let mut ops = ops;
+        let mine = self.vault.store.read(|r| {
+            let ws = self.record(r)?;
+            let newest = r.ops(Some(ws.id), 1)?;
+            Ok(newest.into_iter().next())
+        })?;
+        let mine = mine.ok_or_else(|| Error::Storage("op log entry missing after write".into()))?;
+        ops.push(mine.clone());
         let undone = undone_set(&ops);
-        ops.last()
-            .map(|o| info(o, &undone))
-            .ok_or_else(|| Error::Storage("op log entry missing after write".into()))
+        Ok(info(&mine, &undone))
     }
+}
+
+/// Where a move back in history takes the workspace.
+enum Goal {
+    /// Take back the change from `from` to `to`'s reverse: the state `to` when nothing
+    /// changed since `from`, else a three-way revert onto the live state.
+    Revert { from: ObjectId, to: ObjectId },
+    /// Exactly this state.
+    State(ObjectId),
+}
+
+struct Plan {
+    goal: Goal,
+    target: Option<i64>,
+    fork_root: Option<(i64, ObjectId)>,
+    description: String,
+}
+
+/// The move that takes back `op`'s change.
+fn revert_of(op: &OpRecord) -> Option<Goal> {
+    Some(Goal::Revert {
+        from: op.root_after?,
+        to: op.root_before?,
+    })
 }
 
 /// What `prune` removed.

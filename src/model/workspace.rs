@@ -199,19 +199,7 @@ impl Workspace {
         paths: &[&VPath],
         f: impl FnOnce(&mut Edit<'_>) -> Result<R>,
     ) -> Result<R> {
-        self.edit_inner(operation, paths, Logging::Op(None), f)
-    }
-
-    /// Like `edit`, but the op-log entry's "before" state is `before` (taken by
-    /// `snapshot_root` earlier): for changes spread over several transactions, like import.
-    pub fn edit_since<R>(
-        &self,
-        before: ObjectId,
-        operation: &str,
-        paths: &[&VPath],
-        f: impl FnOnce(&mut Edit<'_>) -> Result<R>,
-    ) -> Result<R> {
-        self.edit_inner(operation, paths, Logging::Op(Some(before)), f)
+        self.edit_inner(operation, paths, Logging::Op, f)
     }
 
     /// Apply a change without an op-log entry and without folding the overlay: for batches
@@ -275,9 +263,8 @@ impl Workspace {
                 undo_target: None,
                 op_extra: None,
             };
-            let before = match logging {
-                Logging::Op(Some(before)) => Some(before),
-                Logging::Op(None) => {
+            let (before, batch_open) = match logging {
+                Logging::Op => {
                     // Rebase on the folded state at once (nothing observable changes), so
                     // folds inside `f` and after it pay only for what `f` changes.
                     let root = edit.fold()?;
@@ -285,9 +272,11 @@ impl Workspace {
                         edit.w.overlay_clear(edit.ws.id)?;
                         edit.ws.base = root;
                     }
-                    Some(root)
+                    // A batch writer's pending changes are history of their own, before
+                    // this change and before anything `f` reads from the op log.
+                    (Some(root), edit.settle_unlogged(root)?)
                 }
-                _ => None,
+                _ => (None, false),
             };
             let out = f(&mut edit)?;
             if let Some(before) = before {
@@ -306,6 +295,9 @@ impl Workspace {
                     target: edit.undo_target,
                     extra: edit.op_extra.take(),
                 })?;
+                if batch_open {
+                    edit.advance_unlogged(after)?;
+                }
             }
             edit.flush_totals()?;
             let Edit { w, ws, quota, .. } = edit;
@@ -536,8 +528,8 @@ impl Workspace {
 
 /// How a change is recorded.
 pub(crate) enum Logging {
-    /// An op-log entry, with this "before" root or the state at the start.
-    Op(Option<ObjectId>),
+    /// An op-log entry from the state at the start (after settling a pending batch).
+    Op,
     /// Audit record only (a batch of a larger operation).
     AuditOnly,
     /// Nothing (internal bookkeeping such as taking a snapshot root).

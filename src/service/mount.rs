@@ -15,7 +15,7 @@ use crate::model::buffer::{Changes, ContentBuffer};
 use crate::model::id::ObjectId;
 use crate::model::node::{Attrs, CHUNK_SIZE, Node, NodeKind};
 use crate::model::path::VPath;
-use crate::model::{Quota, View, Workspace, now_ns};
+use crate::model::{BatchEnd, Quota, View, Workspace, now_ns};
 
 pub type Errno = i32;
 pub type MResult<T> = std::result::Result<T, Errno>;
@@ -237,8 +237,6 @@ pub struct MountSession {
     dirty: Mutex<HashMap<u64, Dirty>>,
     dirs: Mutex<HashMap<u64, Vec<DirEntry>>>,
     next_fh: AtomicU64,
-    /// The state the session's unrecorded changes started from.
-    started_from: Mutex<ObjectId>,
     /// Record an op-log entry when the session ends (off for a long-lived session, which
     /// records each command's changes itself with `record`).
     record_at_finish: AtomicBool,
@@ -304,10 +302,14 @@ impl MountSession {
     /// Serve `ws` (or its checkpoint `at`, read-only).
     pub fn new(ws: Workspace, at: Option<String>, readonly: bool) -> crate::Result<MountSession> {
         let quota = ws.vault().quota()?;
-        let started_from = match &at {
-            Some(cp) => ws.checkpoint(cp)?.root,
-            None => ws.snapshot_root()?,
-        };
+        let (kind, description) = ("mount", "changes made through the mount");
+        if readonly || at.is_some() {
+            if let Some(cp) = &at {
+                ws.checkpoint(cp)?;
+            }
+        } else {
+            ws.begin_batch(kind, description)?;
+        }
         let mut inodes = Inodes {
             next: ROOT_INO + 1,
             ..Default::default()
@@ -348,21 +350,24 @@ impl MountSession {
             dirty: Mutex::new(HashMap::new()),
             dirs: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
-            started_from: Mutex::new(started_from),
             record_at_finish: AtomicBool::new(true),
             nodes: Mutex::new(BTreeMap::new()),
             generation: AtomicU64::new(0),
             stop_flusher,
             changes,
-            label: ("mount".into(), "changes made through the mount".into()),
+            label: (kind.into(), description.into()),
             hidden: None,
         })
     }
 
     /// Record the session as an op-log entry of this kind and description.
-    pub fn with_label(mut self, kind: &str, description: &str) -> Self {
+    pub fn with_label(mut self, kind: &str, description: &str) -> crate::Result<Self> {
         self.label = (kind.to_string(), description.to_string());
-        self
+        if !self.readonly {
+            // Relabel the open batch (it has changed nothing yet).
+            self.ws.begin_batch(kind, description)?;
+        }
+        Ok(self)
     }
 
     /// Hide paths matching any glob (matched against the path relative to the root, and
@@ -443,14 +448,11 @@ impl MountSession {
             return Ok(None);
         }
         self.commit_all();
-        let mut from = lock(&self.started_from);
-        self.ws.edit_since(*from, kind, &[], |e| {
-            e.describe(description.to_string());
-            Ok(())
-        })?;
+        let id = self
+            .ws
+            .record_batch(kind, description, BatchEnd::Continue)?;
         self.ws.vault().flush_batch()?;
-        *from = self.ws.snapshot_root()?;
-        self.ws.last_op_id()
+        Ok(id)
     }
 
     fn read<R>(&self, f: impl FnOnce(&View<'_>) -> crate::Result<R>) -> MResult<R> {
@@ -1519,14 +1521,15 @@ impl MountSession {
         }
         self.stop_flusher.store(true, Ordering::Relaxed);
         self.ws.vault().set_batching(false)?;
-        let from = *lock(&self.started_from);
-        if self.record_at_finish.load(Ordering::SeqCst) {
-            let (kind, description) = self.label.clone();
-            self.ws.edit_since(from, &kind, &[], |e| {
-                e.describe(description);
-                Ok(())
-            })?;
-        }
+        // Without a record of its own, the end still records changes nobody recorded yet
+        // (under the batch's label): nothing acknowledged stays out of history.
+        let end = if self.record_at_finish.load(Ordering::SeqCst) {
+            BatchEnd::Close
+        } else {
+            BatchEnd::CloseIfChanged
+        };
+        let (kind, description) = &self.label;
+        self.ws.record_batch(kind, description, end)?;
         self.ws.vault().sync()
     }
 }

@@ -452,7 +452,7 @@ impl ProxyRuntime<'_> {
     ) -> Result<runner::RunResult> {
         let dir = private_dir("avfs-exec")?;
         let session = MountSession::new(self.ws.clone(), None, readonly)?
-            .with_label(EXEC_OP, text)
+            .with_label(EXEC_OP, text)?
             .with_hidden(&self.policy.secret_globs())?;
         let mounted = crate::fuse::spawn(session, &dir).map_err(|e| Error::MountFailed {
             dir: dir.clone(),

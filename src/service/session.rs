@@ -324,7 +324,7 @@ struct Live {
 impl Live {
     fn start(ws: &Workspace, policy: &PolicyEngine, dir: &Path) -> Result<Live> {
         let session = MountSession::new(ws.clone(), None, false)?
-            .with_label(EXEC_OP, "session")
+            .with_label(EXEC_OP, "session")?
             .with_hidden(&policy.secret_globs())?;
         session.record_at_finish(false);
         let hidden = policy.secret_globs();

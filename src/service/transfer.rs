@@ -14,7 +14,7 @@ use serde::Serialize;
 use crate::error::{Error, Result};
 use crate::model::node::{Attrs, Node, NodeKind};
 use crate::model::path::VPath;
-use crate::model::{Edit, Workspace};
+use crate::model::{BatchEnd, Edit, Workspace};
 
 /// Entries per import transaction, and the byte budget that also closes a batch.
 const BATCH_ENTRIES: usize = 4096;
@@ -95,13 +95,43 @@ pub fn import(
             .require_git(false)
             .filter_entry(|e| e.file_name() != ".git");
     }
+    // The batches below are one operation: a batch the vault records when it ends, or,
+    // if this process dies part-way, at the next change anyone logs.
+    let label = dest.display();
+    ws.begin_batch("import", &label)?;
+    let walked = import_entries(ws, host, dest, walker, progress);
+    match walked {
+        Ok(report) => {
+            ws.record_batch("import", &label, BatchEnd::Close)?;
+            Ok(report)
+        }
+        Err(e) => {
+            // Nothing half-imported stays: record what got in, then undo it.
+            let partial = format!("{label} (stopped: {})", e.kind());
+            if ws
+                .record_batch("import", &partial, BatchEnd::CloseIfChanged)?
+                .is_some()
+            {
+                ws.undo()?;
+            }
+            Err(e)
+        }
+    }
+}
+
+fn import_entries(
+    ws: &Workspace,
+    host: &Path,
+    dest: &VPath,
+    walker: ignore::WalkBuilder,
+    progress: Progress<'_>,
+) -> Result<TransferReport> {
     let mut report = TransferReport::default();
     let mut batch: Vec<Staged> = Vec::new();
     let mut batch_bytes = 0u64;
     let mut dirs: Vec<(VPath, Attrs)> = Vec::new();
     // Host files with several names, by (device, inode): the first name imported.
     let mut linked: HashMap<(u64, u64), VPath> = HashMap::new();
-    let before = ws.snapshot_root()?;
     ws.edit_batch("import", &[dest], |e| e.mkdir(dest, true, 0o755))?;
     for entry in walker.build() {
         let entry =
@@ -161,9 +191,8 @@ pub fn import(
         }
     }
     write_batch(ws, dest, batch)?;
-    // Adding children moved the directories' times; put the host's back. This last step
-    // records the whole import as one operation.
-    ws.edit_since(before, "import", &[dest], |e| {
+    // Adding children moved the directories' times; put the host's back.
+    ws.edit_batch("import", &[dest], |e| {
         for (path, attrs) in &dirs {
             e.update(path, |n| {
                 n.attrs = attrs.clone();

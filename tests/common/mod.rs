@@ -86,7 +86,7 @@ pub fn exit_code_for(kind: &str) -> i32 {
         | "checkpoint_not_found"
         | "operation_not_found" => 3,
         "already_exists" | "host_path_exists" | "merge_conflict" | "apply_conflict"
-        | "nothing_to_undo" | "nothing_to_redo" => 4,
+        | "revert_conflict" | "nothing_to_undo" | "nothing_to_redo" => 4,
         "invalid_path"
         | "hard_link_not_allowed"
         | "invalid_name"

@@ -1,0 +1,175 @@
+//! Changes a batch writer (a mount, an import) commits outside the op log, until it records
+//! them as one operation. A marker in the vault says since which root and under which label;
+//! every logged change settles the pending batch first, as an operation of its own. So an
+//! undo never folds someone else's batch into its target, and a batch whose writer was
+//! killed still lands in history the next time anything is logged.
+
+use serde::{Deserialize, Serialize};
+
+use super::id::ObjectId;
+use super::workspace::{Edit, Logging, Workspace};
+use crate::error::{Error, Result};
+use crate::store::OpRecord;
+
+/// What is pending for one workspace.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct Unlogged {
+    /// The root the pending changes started from (hex).
+    since: String,
+    kind: String,
+    description: String,
+}
+
+fn key(ws: i64) -> String {
+    format!("unlogged.{ws}")
+}
+
+impl Edit<'_> {
+    fn unlogged(&self) -> Result<Option<(Unlogged, ObjectId)>> {
+        let Some(text) = self.w.setting(&key(self.ws.id))? else {
+            return Ok(None);
+        };
+        let m: Unlogged = serde_json::from_str(&text).map_err(|e| Error::CorruptVault {
+            reason: format!("pending-changes marker of workspace {}: {e}", self.ws.id),
+        })?;
+        let since = ObjectId::from_hex(&m.since).ok_or_else(|| Error::CorruptVault {
+            reason: format!(
+                "pending-changes marker of workspace {} names no root",
+                self.ws.id
+            ),
+        })?;
+        Ok(Some((m, since)))
+    }
+
+    fn save_unlogged(&mut self, m: Option<&Unlogged>) -> Result<()> {
+        let text = m
+            .map(serde_json::to_string)
+            .transpose()
+            .map_err(|e| Error::Storage(e.to_string()))?;
+        self.w.set_setting(&key(self.ws.id), text.as_deref())
+    }
+
+    fn append_batch_op(
+        &mut self,
+        kind: &str,
+        description: &str,
+        from: ObjectId,
+        to: ObjectId,
+    ) -> Result<i64> {
+        self.w.append_op(&OpRecord {
+            id: 0,
+            workspace: self.ws.id,
+            at: self.now,
+            kind: kind.to_string(),
+            description: description.to_string(),
+            root_before: Some(from),
+            root_after: Some(to),
+            target: None,
+            extra: None,
+        })
+    }
+
+    /// Before a logged change at live root `root`: record the pending batch (if it changed
+    /// anything) as its own operation. Returns whether a batch is open, so the caller moves
+    /// its start past the change it is about to log (`advance_unlogged`).
+    pub(crate) fn settle_unlogged(&mut self, root: ObjectId) -> Result<bool> {
+        let Some((m, since)) = self.unlogged()? else {
+            return Ok(false);
+        };
+        if since != root {
+            self.append_batch_op(&m.kind, &m.description, since, root)?;
+            self.save_unlogged(Some(&Unlogged {
+                since: root.to_hex(),
+                ..m
+            }))?;
+        }
+        Ok(true)
+    }
+
+    /// After a logged change that ended at `root`: the open batch continues from there.
+    pub(crate) fn advance_unlogged(&mut self, root: ObjectId) -> Result<()> {
+        if let Some((m, since)) = self.unlogged()?
+            && since != root
+        {
+            self.save_unlogged(Some(&Unlogged {
+                since: root.to_hex(),
+                ..m
+            }))?;
+        }
+        Ok(())
+    }
+
+    /// Fold the overlay into the base and return the live root.
+    fn rebase(&mut self) -> Result<ObjectId> {
+        let root = self.fold()?;
+        if root != self.ws.base {
+            self.w.overlay_clear(self.ws.id)?;
+            self.ws.base = root;
+        }
+        Ok(root)
+    }
+}
+
+/// How `Workspace::record_batch` ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BatchEnd {
+    /// Record an entry even when nothing changed, and keep collecting (a session's command).
+    Continue,
+    /// Record an entry even when nothing changed, and close the batch (a mount's end).
+    Close,
+    /// Record an entry only if something changed, under the batch's own label, and close.
+    CloseIfChanged,
+}
+
+impl Workspace {
+    /// Start collecting batch changes under this label. Changes pending from an earlier
+    /// batch (a writer that was killed) are recorded first, under their own label.
+    pub fn begin_batch(&self, kind: &str, description: &str) -> Result<()> {
+        self.edit_inner(kind, &[], Logging::None, |e| {
+            let root = e.rebase()?;
+            e.settle_unlogged(root)?;
+            e.save_unlogged(Some(&Unlogged {
+                since: root.to_hex(),
+                kind: kind.to_string(),
+                description: description.to_string(),
+            }))
+        })
+    }
+
+    /// Record what the batch changed since it began (or since its last record) as one
+    /// op-log entry of this kind, and return the entry's id (`None` when nothing was
+    /// recorded). Without an open batch, the entry starts from the live state.
+    pub fn record_batch(
+        &self,
+        kind: &str,
+        description: &str,
+        end: BatchEnd,
+    ) -> Result<Option<i64>> {
+        self.edit_inner(kind, &[], Logging::AuditOnly, |e| {
+            let root = e.rebase()?;
+            let open = e.unlogged()?;
+            let since = open.as_ref().map_or(root, |(_, since)| *since);
+            let id = match (end, &open) {
+                (BatchEnd::CloseIfChanged, _) if since == root => None,
+                (BatchEnd::CloseIfChanged, Some((m, _))) => {
+                    Some(e.append_batch_op(&m.kind.clone(), &m.description.clone(), since, root)?)
+                }
+                _ => Some(e.append_batch_op(kind, description, since, root)?),
+            };
+            match end {
+                BatchEnd::Continue => {
+                    let (kind, description) = open
+                        .map(|(m, _)| (m.kind, m.description))
+                        .unwrap_or_else(|| (kind.to_string(), description.to_string()));
+                    e.save_unlogged(Some(&Unlogged {
+                        since: root.to_hex(),
+                        kind,
+                        description,
+                    }))?;
+                }
+                BatchEnd::Close | BatchEnd::CloseIfChanged => e.save_unlogged(None)?,
+            }
+            Ok(id)
+        })
+    }
+}
