@@ -208,3 +208,36 @@ fn export_at_a_checkpoint() {
     assert_eq!(fs::read(out.join("f")).unwrap(), b"v1");
     assert!(!out.join("g").exists());
 }
+
+/// A path the host cannot hold (4.6 kB, each name within limits) was accepted at write.
+/// Export of the tree fails naming it, and writes nothing: not the other files, not the
+/// destination, no staging leftovers; with --force over an existing tree, that tree stays.
+#[test]
+fn export_that_fails_part_way_writes_nothing() {
+    let env = TestEnv::with_vault("v");
+    env.write(None, "/a.txt", b"first in order");
+    let deep = vec!["d".repeat(200); 23].join("/");
+    env.data(&["write", "-p", &format!("/zzz/{deep}/f.txt"), "deep"]);
+    let parent = env.host("exports");
+    fs::create_dir(&parent).unwrap();
+    let dest = parent.join("out");
+    let e = env.err(&["export", "/", dest.to_str().unwrap()], "io_error");
+    let failed = e["details"]["path"].as_str().unwrap();
+    assert!(failed.starts_with(dest.to_str().unwrap()), "{e}");
+    assert!(failed.contains("/zzz/"), "{e}");
+    assert_eq!(fs::read_dir(&parent).unwrap().count(), 0, "nothing written");
+    // Over an existing tree with --force: the tree is left as it was.
+    fs::create_dir(&dest).unwrap();
+    fs::write(dest.join("a.txt"), b"host version").unwrap();
+    env.err(
+        &["export", "--force", "/", dest.to_str().unwrap()],
+        "io_error",
+    );
+    assert_eq!(fs::read(dest.join("a.txt")).unwrap(), b"host version");
+    assert_eq!(fs::read_dir(&parent).unwrap().count(), 1, "no staging left");
+    assert_eq!(fs::read_dir(&dest).unwrap().count(), 1);
+    // Without the deep path the same export goes through.
+    env.data(&["rm", "-r", "/zzz"]);
+    env.data(&["export", "--force", "/", dest.to_str().unwrap()]);
+    assert_eq!(fs::read(dest.join("a.txt")).unwrap(), b"first in order");
+}

@@ -264,7 +264,10 @@ fn system_time(ns: i64) -> SystemTime {
 }
 
 /// Export `src` (a directory or a single file) to `host`. Refuses to write into an existing
-/// non-empty directory or over an existing file unless `force`.
+/// non-empty directory or over an existing file unless `force`. All or nothing: the tree
+/// is written into a private staging directory beside `host` and moved into place only
+/// when every entry was written, so a failure (a path the host cannot hold, a full disk)
+/// leaves the host as it was and names the path that failed.
 pub fn export(
     ws: &Workspace,
     src: &VPath,
@@ -290,6 +293,134 @@ pub fn export(
             }
             Err(_) => {}
         }
+    }
+    let host = std::path::absolute(host).map_err(|e| Error::io("resolving", host, e))?;
+    // Stage in the nearest existing ancestor, so the final moves are renames within one
+    // file system; missing parents are staged too.
+    let anchor = host
+        .ancestors()
+        .skip(1)
+        .find(|a| a.is_dir())
+        .ok_or_else(|| Error::invalid(format!("no existing parent of {}", host.display())))?
+        .to_path_buf();
+    let below = host.strip_prefix(&anchor).unwrap_or(&host).to_path_buf();
+    let stage = Staging::new(&anchor)?;
+    // Errors name the host path the entry was going to, not its staging place.
+    let report =
+        write_tree(ws, src, at, &stage.dir.join(&below), force, progress).map_err(|e| match e {
+            Error::Io {
+                context,
+                path,
+                source,
+            } => Error::Io {
+                context,
+                path: path
+                    .strip_prefix(&stage.dir)
+                    .map(|rest| anchor.join(rest))
+                    .unwrap_or(path),
+                source,
+            },
+            e => e,
+        })?;
+    move_into(&stage.dir, &anchor, force)?;
+    Ok(report)
+}
+
+/// A private directory (0700, a fresh name made with O_EXCL semantics), removed on drop.
+struct Staging {
+    dir: PathBuf,
+}
+
+impl Staging {
+    fn new(parent: &Path) -> Result<Staging> {
+        use std::os::unix::fs::DirBuilderExt;
+        for attempt in 0u32.. {
+            let name = format!(
+                ".avfs-export-{}-{}",
+                std::process::id(),
+                blake3::hash(
+                    &[
+                        &crate::model::now_ns().to_le_bytes()[..],
+                        &attempt.to_le_bytes()
+                    ]
+                    .concat()
+                )
+                .to_hex()
+                .get(..12)
+                .unwrap_or("0")
+            );
+            let dir = parent.join(name);
+            match fs::DirBuilder::new().mode(0o700).create(&dir) {
+                Ok(()) => return Ok(Staging { dir }),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && attempt < 16 => continue,
+                Err(e) => return Err(Error::io("creating a staging directory in", parent, e)),
+            }
+        }
+        unreachable!("the loop returns")
+    }
+}
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Move everything in `from` into `to`: an entry whose name is free (or an empty
+/// directory) is renamed in whole; a directory onto an existing directory is merged, then
+/// given the staged directory's mode and times; with `force`, anything else in the way is
+/// replaced.
+fn move_into(from: &Path, to: &Path, force: bool) -> Result<()> {
+    for entry in fs::read_dir(from).map_err(|e| Error::io("reading", from, e))? {
+        let entry = entry.map_err(|e| Error::io("reading", from, e))?;
+        let (src, dst) = (entry.path(), to.join(entry.file_name()));
+        let staged = fs::symlink_metadata(&src).map_err(|e| Error::io("reading", &src, e))?;
+        let existing = fs::symlink_metadata(&dst).ok();
+        match existing {
+            None => rename(&src, &dst)?,
+            Some(e) if e.is_dir() && staged.is_dir() => {
+                if fs::rename(&src, &dst).is_err() {
+                    move_into(&src, &dst, force)?;
+                    fs::set_permissions(&dst, staged.permissions())
+                        .map_err(|e| Error::io("setting mode of", &dst, e))?;
+                    set_times_from(&dst, &staged)?;
+                }
+            }
+            Some(_) if !force => return Err(Error::HostPathExists { path: dst }),
+            Some(e) => {
+                if e.is_dir() {
+                    fs::remove_dir_all(&dst).map_err(|e| Error::io("replacing", &dst, e))?;
+                }
+                rename(&src, &dst)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn rename(src: &Path, dst: &Path) -> Result<()> {
+    fs::rename(src, dst).map_err(|e| Error::io("moving into place", dst, e))
+}
+
+fn set_times_from(path: &Path, meta: &fs::Metadata) -> Result<()> {
+    set_times_ns(
+        path,
+        meta.atime() * 1_000_000_000 + meta.atime_nsec(),
+        meta.mtime() * 1_000_000_000 + meta.mtime_nsec(),
+    )
+}
+
+/// Write `src` as of `at` to `host`, which does not exist yet (it is in a staging tree).
+fn write_tree(
+    ws: &Workspace,
+    src: &VPath,
+    at: Option<&str>,
+    host: &Path,
+    force: bool,
+    progress: Progress<'_>,
+) -> Result<TransferReport> {
+    if let Some(parent) = host.parent() {
+        fs::create_dir_all(parent).map_err(|e| Error::io("creating", parent, e))?;
     }
     let is_root = rustix::process::geteuid().is_root();
     ws.read_at(at, |view| {
@@ -392,13 +523,19 @@ fn write_host_file(out: &Path, data: &[u8], node: &Node, force: bool) -> Result<
 }
 
 fn set_link_times(path: &Path, attrs: &Attrs) -> Result<()> {
+    set_times_ns(path, attrs.atime, attrs.mtime)
+}
+
+/// Set a path's access and modification times (ns since the epoch), not following a
+/// symlink.
+fn set_times_ns(path: &Path, atime: i64, mtime: i64) -> Result<()> {
     let ts = |ns: i64| rustix::fs::Timespec {
         tv_sec: ns.div_euclid(1_000_000_000),
         tv_nsec: ns.rem_euclid(1_000_000_000) as _,
     };
     let times = rustix::fs::Timestamps {
-        last_access: ts(attrs.atime),
-        last_modification: ts(attrs.mtime),
+        last_access: ts(atime),
+        last_modification: ts(mtime),
     };
     rustix::fs::utimensat(
         rustix::fs::CWD,

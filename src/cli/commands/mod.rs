@@ -126,7 +126,7 @@ pub enum Command {
     Mounts,
     /// Copy a host directory into the workspace.
     Import(transfer::ImportArgs),
-    /// Copy a workspace path out to a host directory.
+    /// Copy a workspace path out to a host directory (all or nothing: staged, then moved into place)
     Export(transfer::ExportArgs),
     /// Show or set quotas.
     #[command(subcommand)]
