@@ -69,6 +69,8 @@ pub enum Error {
         limit: u64,
         attempted: u64,
     },
+    #[error("file too large: {size} bytes; the largest file avfs holds is {limit} bytes")]
+    FileTooLarge { size: u64, limit: u64 },
     #[error("nothing to undo in this workspace's operation log")]
     NothingToUndo,
     #[error("nothing to redo: no undo since the last change")]
@@ -181,6 +183,7 @@ impl Error {
             Error::InvalidName { .. } => "invalid_name",
             Error::InvalidArgument { .. } | Error::OutOfRange { .. } => "invalid_argument",
             Error::QuotaExceeded { .. } => "quota_exceeded",
+            Error::FileTooLarge { .. } => "file_too_large",
             Error::CheckpointNotFound { .. } => "checkpoint_not_found",
             Error::NothingToUndo => "nothing_to_undo",
             Error::MergeConflict { .. } => "merge_conflict",
@@ -235,6 +238,7 @@ impl Error {
                 limit,
                 attempted,
             } => json!({ "quota": quota, "limit": limit, "attempted": attempted }),
+            Error::FileTooLarge { size, limit } => json!({ "size": size, "limit": limit }),
             Error::HostPathExists { path } => json!({ "path": path }),
             Error::Io { path, source, .. } => {
                 json!({ "path": path, "os_error": source.raw_os_error() })
@@ -285,7 +289,7 @@ impl Error {
             | Error::InvalidName { .. }
             | Error::InvalidArgument { .. }
             | Error::OutOfRange { .. } => exit::INVALID,
-            Error::QuotaExceeded { .. } => exit::QUOTA,
+            Error::QuotaExceeded { .. } | Error::FileTooLarge { .. } => exit::QUOTA,
             Error::NotAVault { .. }
             | Error::UnsupportedFormat { .. }
             | Error::CorruptVault { .. }

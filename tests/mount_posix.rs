@@ -703,6 +703,66 @@ fn a_large_file_open_for_writing_holds_only_what_changed() {
     assert_kept(&m, "db", &want);
 }
 
+/// A size change costs the same whatever the size: a file truncated up to terabytes in
+/// the mount stays sparse (the daemon's memory stays flat, the stored list stays short),
+/// reads back zeros with the bytes written far out, and past the largest file avfs holds
+/// (8 TiB) a size change fails with EFBIG and changes nothing.
+#[test]
+fn a_size_change_of_any_size_costs_the_same() {
+    use std::os::unix::fs::FileExt;
+    const TIB: u64 = 1 << 40;
+    let m = Mounted::new("sparse");
+    let path = m.dir.join("huge");
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&path)
+        .unwrap();
+    f.write_all_at(b"head", 0).unwrap();
+    f.sync_all().unwrap();
+    let before = daemon_anon_kib(&m);
+    for too_big in [999_999_999_999_999u64, 8 * TIB + 1, u64::MAX >> 1] {
+        let e = f.set_len(too_big).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EFBIG), "set_len({too_big})");
+    }
+    assert_eq!(
+        f.metadata().unwrap().len(),
+        4,
+        "a refused size changes nothing"
+    );
+    f.set_len(8 * TIB).unwrap();
+    f.write_all_at(b"far", 5 * TIB).unwrap();
+    f.sync_all().unwrap();
+    f.set_len(7 * TIB).unwrap();
+    f.set_len(8 * TIB).unwrap();
+    f.sync_all().unwrap();
+    let mut buf = [0xaau8; 8];
+    f.read_exact_at(&mut buf, 5 * TIB - 2).unwrap();
+    assert_eq!(&buf, b"\0\0far\0\0\0");
+    f.read_exact_at(&mut buf, 8 * TIB - 8).unwrap();
+    assert_eq!(buf, [0; 8]);
+    let grown = daemon_anon_kib(&m).saturating_sub(before);
+    assert!(
+        grown < 32 * 1024,
+        "the daemon grew by {grown} KiB for size changes"
+    );
+    drop(f);
+    m.unmount();
+    let stat = mount_support::ok(m.avfs(&["--json", "stat", "huge"]));
+    let stat: serde_json::Value = serde_json::from_str(&stat).unwrap();
+    assert_eq!(stat["data"]["size"], 8 * TIB);
+    // The stored content is a short list, so the whole vault stays small.
+    let stats = mount_support::ok(m.avfs(&["--json", "stats"]));
+    let stats: serde_json::Value = serde_json::from_str(&stats).unwrap();
+    assert!(
+        stats["data"]["disk_bytes"].as_u64().unwrap() < 64 << 20,
+        "{stats}"
+    );
+    mount_support::ok(m.avfs(&["vault", "check"]));
+}
+
 /// A file written, closed, then unlinked while a reader still has it open: the reader
 /// reads what the writer wrote (O_DIRECT, so from the daemon, not the page cache). The
 /// reader opened while the writer's buffer was live. The kernel sends the writer's

@@ -8,10 +8,70 @@
 //! `changes`) and where their bytes are (`base_span`); the caller reads them and hands them
 //! back (`insert_base`), so a caller holding a lock can read with it released.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use super::id::ObjectId;
-use super::node::CHUNK_SIZE;
+use super::node::{CHUNK_SIZE, ChunkEdit, ChunkEdits};
+
+/// Chunk indices as disjoint, merged ranges, so a resize of any size is one entry.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ChunkSet {
+    /// start -> end (exclusive).
+    ranges: BTreeMap<usize, usize>,
+}
+
+impl ChunkSet {
+    /// Add the chunks `from..to`.
+    pub fn insert(&mut self, mut from: usize, mut to: usize) {
+        if from >= to {
+            return;
+        }
+        let touching: Vec<usize> = self
+            .ranges
+            .range(..=to)
+            .rev()
+            .take_while(|(_, end)| **end >= from)
+            .map(|(start, _)| *start)
+            .collect();
+        for start in touching {
+            if let Some(end) = self.ranges.remove(&start) {
+                from = from.min(start);
+                to = to.max(end);
+            }
+        }
+        self.ranges.insert(from, to);
+    }
+
+    pub fn contains(&self, i: usize) -> bool {
+        self.ranges
+            .range(..=i)
+            .next_back()
+            .is_some_and(|(_, end)| *end > i)
+    }
+
+    pub fn extend(&mut self, other: ChunkSet) {
+        for (from, to) in other.ranges {
+            self.insert(from, to);
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ranges.is_empty()
+    }
+
+    /// The ranges, clipped to below `end`.
+    pub fn ranges_below(&self, end: usize) -> impl Iterator<Item = (usize, usize)> + '_ {
+        self.ranges
+            .iter()
+            .map(move |(a, b)| (*a, (*b).min(end)))
+            .filter(|(a, b)| a < b)
+    }
+
+    /// Every index (for tests and small sets).
+    pub fn indices(&self) -> Vec<usize> {
+        self.ranges.iter().flat_map(|(a, b)| *a..*b).collect()
+    }
+}
 
 /// A part of a read that comes from the base: `len` bytes at `from` in the base content go
 /// to `at` in the caller's buffer.
@@ -28,11 +88,11 @@ pub enum Changes {
     /// Content of one chunk or less, whole.
     Small(Vec<u8>),
     /// Content of `len` bytes (more than one chunk) that equals the chunked content `base`
-    /// except in `chunks`; with no base, `chunks` holds every chunk. `None`: all zeros.
+    /// except in `chunks`; with no base, `chunks` covers every chunk.
     Chunks {
         base: Option<ObjectId>,
         len: u64,
-        chunks: BTreeMap<usize, Option<Vec<u8>>>,
+        chunks: ChunkEdits,
     },
 }
 
@@ -48,7 +108,7 @@ pub struct ContentBuffer {
     /// put in after it (they may include bytes that are zeros now).
     shape: u64,
     /// Chunks whose bytes or length changed since the last `take_touched`.
-    touched: BTreeSet<usize>,
+    touched: ChunkSet,
     /// The shortest the file was since the last `take_touched`.
     low_water: usize,
 }
@@ -85,9 +145,10 @@ impl ContentBuffer {
         self.chunks.values().map(Vec::len).sum()
     }
 
-    /// Number of chunks changed since the last `take_touched`.
+    /// Number of chunks held in memory: what a commit frees. (A size change touches
+    /// chunks without holding them; it costs no memory.)
     pub fn touched_count(&self) -> usize {
-        self.touched.len()
+        self.chunks.len()
     }
 
     pub fn shape(&self) -> u64 {
@@ -213,7 +274,7 @@ impl ContentBuffer {
     fn touch(&mut self, from: usize, to: usize) {
         if to > from {
             self.touched
-                .extend(from / CHUNK_SIZE..=(to - 1) / CHUNK_SIZE);
+                .insert(from / CHUNK_SIZE, (to - 1) / CHUNK_SIZE + 1);
         }
     }
 
@@ -252,13 +313,13 @@ impl ContentBuffer {
     }
 
     /// Take the set of chunks changed since the last call (a commit stores them).
-    pub fn take_touched(&mut self) -> BTreeSet<usize> {
+    pub fn take_touched(&mut self) -> ChunkSet {
         self.low_water = self.len;
         std::mem::take(&mut self.touched)
     }
 
     /// Give back chunks taken by a commit that did not store them.
-    pub fn retouch(&mut self, touched: BTreeSet<usize>) {
+    pub fn retouch(&mut self, touched: ChunkSet) {
         self.touched.extend(touched);
     }
 
@@ -267,31 +328,45 @@ impl ContentBuffer {
     /// to load first.
     pub fn changes(&self, base: Option<ObjectId>) -> Result<Changes, Vec<usize>> {
         let count = self.count();
-        let wanted: Vec<usize> = match base {
-            _ if self.len <= CHUNK_SIZE => (0..count).collect(),
-            Some(_) => self.touched.range(..count).copied().collect(),
-            None => (0..count).collect(),
+        if self.len <= CHUNK_SIZE {
+            return match self.state(0) {
+                State::Base => Err(vec![0]),
+                State::Memory(c) => Ok(Changes::Small(c.to_vec())),
+                State::Zeros => Ok(Changes::Small(vec![0; self.len])),
+            };
+        }
+        let wanted: Vec<(usize, usize)> = match base {
+            Some(_) => self.touched.ranges_below(count).collect(),
+            None => vec![(0, count)],
         };
-        let missing: Vec<usize> = wanted
-            .iter()
-            .copied()
-            .filter(|&i| matches!(self.state(i), State::Base))
-            .collect();
+        // Chunks in a wanted range are in memory, or base bytes to load first, or zeros:
+        // each run of zeros is one entry, whatever its length.
+        let base_chunks = self.base_len.div_ceil(CHUNK_SIZE);
+        let mut missing = Vec::new();
+        let mut chunks = ChunkEdits::new();
+        for (from, to) in wanted {
+            let mut pos = from;
+            let mut gap = |a: usize, b: usize, chunks: &mut ChunkEdits| {
+                missing.extend(a..b.min(base_chunks));
+                let zeros = a.max(base_chunks);
+                if zeros < b {
+                    chunks.insert(zeros, ChunkEdit::Zeros { until: b });
+                }
+            };
+            for (&i, bytes) in self.chunks.range(from..to) {
+                gap(pos, i, &mut chunks);
+                chunks.insert(i, ChunkEdit::Data(bytes.clone()));
+                pos = i + 1;
+            }
+            gap(pos, to, &mut chunks);
+        }
         if !missing.is_empty() {
             return Err(missing);
-        }
-        let bytes = |i: usize| match self.state(i) {
-            State::Memory(c) => Some(c.to_vec()),
-            _ => None,
-        };
-        if self.len <= CHUNK_SIZE {
-            let data = bytes(0).unwrap_or_else(|| vec![0; self.len]);
-            return Ok(Changes::Small(data));
         }
         Ok(Changes::Chunks {
             base,
             len: self.len as u64,
-            chunks: wanted.into_iter().map(|i| (i, bytes(i))).collect(),
+            chunks,
         })
     }
 
@@ -301,7 +376,7 @@ impl ContentBuffer {
     /// refused (the shape changes), so a load in flight reads again.
     pub fn rebase(&mut self, stored_len: usize) {
         let touched = &self.touched;
-        self.chunks.retain(|i, _| touched.contains(i));
+        self.chunks.retain(|i, _| touched.contains(*i));
         self.base_len = stored_len.min(self.low_water).min(self.len);
         self.shape += 1;
     }
@@ -475,7 +550,7 @@ mod tests {
         };
         assert_eq!(len, (4 * C + 3) as u64);
         assert_eq!(chunks.keys().copied().collect::<Vec<_>>(), vec![1, 4]);
-        assert_eq!(chunks[&4].as_deref(), Some(&c.want[4 * C..]));
+        assert_eq!(chunks[&4], ChunkEdit::Data(c.want[4 * C..].to_vec()));
         // Without a base every chunk is named, and unloaded ones are asked for.
         assert_eq!(c.buf.changes(None), Err(vec![0, 2, 3]));
         c.buf.take_touched();
@@ -492,7 +567,7 @@ mod tests {
         c.write(C + 1, b"a");
         c.write(3 * C, &vec![5; C]);
         let touched = c.buf.take_touched();
-        assert_eq!(touched.into_iter().collect::<Vec<_>>(), vec![1, 3]);
+        assert_eq!(touched.indices(), vec![1, 3]);
         let stored = c.want.clone();
         // While that content is stored: a write into chunk 3, and a cut into chunk 4
         // followed by growth.
@@ -516,7 +591,10 @@ mod tests {
         let Ok(Changes::Chunks { chunks, .. }) = c.buf.changes(None) else {
             panic!("chunked changes");
         };
-        assert!(chunks.values().all(Option::is_none));
+        assert_eq!(
+            chunks.into_iter().collect::<Vec<_>>(),
+            vec![(0, ChunkEdit::Zeros { until: 3 })]
+        );
         assert_eq!(c.buf.in_memory(), 0);
         assert_eq!(
             ContentBuffer::new(0).changes(None),

@@ -11,6 +11,18 @@ use crate::error::{Error, Result};
 /// and an `Instant` a century ahead overflows on some platforms.
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(365 * 24 * 3600);
 
+/// The largest regular file: 8 TiB, below what ext4 and xfs hold, so every export fits.
+/// Past it a write or size change fails with `file_too_large` (EFBIG in the mount).
+pub const MAX_FILE_SIZE: u64 = 1 << 43;
+
+/// The largest file diffed, merged or searched line by line; larger ones are compared as
+/// binary (and not searched), so no text operation loads a huge file into memory.
+pub const MAX_TEXT_BYTES: u64 = 64 << 20;
+
+/// The most of one file read into memory at once (`cat`, an MCP read): bigger files are
+/// exported, which streams them.
+pub const MAX_READ_BYTES: u64 = 1 << 30;
+
 /// The most output a command may keep per stream: what a proxy holds in memory.
 pub const MAX_OUTPUT_CAP: usize = 1 << 30;
 

@@ -212,6 +212,9 @@ impl Merger<'_, '_> {
             base: crate::model::id::ObjectId([0; 32]),
         };
         let text = |n: &Node| -> Result<Option<String>> {
+            if n.size() > super::limits::MAX_TEXT_BYTES {
+                return Ok(None);
+            }
             let bytes = view.read_node(n)?;
             if bytes.contains(&0) {
                 return Ok(None);

@@ -256,11 +256,53 @@ impl Tree {
     }
 }
 
-/// One piece of a chunked file. `id: None` is a hole (all zeros, nothing stored).
+/// One piece of a chunked file. `id: Some` is one chunk of data (`CHUNK_SIZE` bytes, less
+/// only for the file's last chunk). `id: None` is a hole: `len` bytes of zeros, nothing
+/// stored, spanning any number of chunks, so a sparse file of any size is a short list and
+/// a size change costs the same whatever the size. Consecutive holes are one entry.
+/// (`len` was a `u32` of one chunk; postcard writes both as the same varint, so lists from
+/// before still decode and read the same.)
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 pub struct ChunkRef {
     pub id: Option<ObjectId>,
-    pub len: u32,
+    pub len: u64,
+}
+
+/// New bytes for a chunked file's chunks, by chunk index: a chunk's bytes, or a run of
+/// chunks (up to the index given, exclusive) that are all zeros. Runs do not overlap.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChunkEdit {
+    Data(Vec<u8>),
+    Zeros { until: usize },
+}
+
+pub type ChunkEdits = BTreeMap<usize, ChunkEdit>;
+
+/// Builds a chunk list in its one canonical form: consecutive holes merged.
+#[derive(Default)]
+struct ListBuilder {
+    list: Vec<ChunkRef>,
+}
+
+impl ListBuilder {
+    fn push(&mut self, c: ChunkRef) {
+        match (&c.id, self.list.last_mut()) {
+            (_, _) if c.len == 0 => {}
+            (None, Some(last)) if last.id.is_none() => last.len += c.len,
+            _ => self.list.push(c),
+        }
+    }
+
+    fn hole(&mut self, len: u64) {
+        self.push(ChunkRef { id: None, len });
+    }
+
+    fn finish(self, objects: &mut Vec<EncodedObject>) -> Result<Option<ObjectId>> {
+        let head = EncodedObject::encode(kind::CHUNK_LIST, &self.list)?;
+        let id = head.id;
+        objects.push(head);
+        Ok(Some(id))
+    }
 }
 
 /// Split file content into objects. Returns the content id (or `None` for an empty file)
@@ -274,14 +316,12 @@ pub fn encode_content(bytes: &[u8]) -> Result<(Option<ObjectId>, Vec<EncodedObje
         return Ok((Some(obj.id), vec![obj]));
     }
     let mut objects = Vec::new();
-    let list: Vec<ChunkRef> = bytes
-        .chunks(CHUNK_SIZE)
-        .map(|chunk| encode_chunk(chunk, &mut objects))
-        .collect();
-    let head = EncodedObject::encode(kind::CHUNK_LIST, &list)?;
-    let id = head.id;
-    objects.push(head);
-    Ok((Some(id), objects))
+    let mut list = ListBuilder::default();
+    for chunk in bytes.chunks(CHUNK_SIZE) {
+        list.push(encode_chunk(chunk, &mut objects));
+    }
+    let id = list.finish(&mut objects)?;
+    Ok((id, objects))
 }
 
 /// The content id `encode_content` gives `len` bytes that `read(offset, buf)` fills, taken
@@ -296,7 +336,7 @@ pub fn content_id_by_chunks(
         return Ok(encode_content(&bytes)?.0);
     }
     let mut buf = vec![0; CHUNK_SIZE];
-    let mut list = Vec::new();
+    let mut list = ListBuilder::default();
     let mut objects = Vec::new();
     for start in (0..len).step_by(CHUNK_SIZE) {
         let n = (len - start).min(CHUNK_SIZE as u64) as usize;
@@ -304,12 +344,12 @@ pub fn content_id_by_chunks(
         list.push(encode_chunk(&buf[..n], &mut objects));
         objects.clear();
     }
-    Ok(Some(EncodedObject::encode(kind::CHUNK_LIST, &list)?.id))
+    list.finish(&mut objects)
 }
 
 /// One chunk of a chunked file as `encode_content` stores it: a hole when all zeros.
 fn encode_chunk(chunk: &[u8], objects: &mut Vec<EncodedObject>) -> ChunkRef {
-    let len = chunk.len() as u32;
+    let len = chunk.len() as u64;
     if chunk.iter().all(|b| *b == 0) {
         return ChunkRef { id: None, len };
     }
@@ -320,43 +360,126 @@ fn encode_chunk(chunk: &[u8], objects: &mut Vec<EncodedObject>) -> ChunkRef {
 }
 
 /// Content of `len` bytes (more than one chunk) that equals the chunked content `old`
-/// except in the chunks `changed` gives, by index, with their new bytes (`None`: all
-/// zeros). The other chunks keep their objects, so the result is what `encode_content`
-/// makes of the whole content while only the changed chunks are hashed and stored. Every
-/// chunk whose bytes or length differ from `old` must be in `changed`; with `old` empty,
-/// that is every chunk.
+/// except in the chunks `edits` gives, by index. The other chunks keep their objects, so
+/// the result is what `encode_content` makes of the whole content while only the changed
+/// chunks are hashed and stored, and a run of zeroed chunks costs one entry whatever its
+/// length. Every chunk whose bytes or length differ from `old` must be in `edits` (a hole
+/// cut short stays a hole); with `old` empty, that is every chunk. Cost: O(entries of
+/// `old` and `edits`), never O(len).
 pub fn patch_content(
     old: &[ChunkRef],
     len: u64,
-    changed: &BTreeMap<usize, Option<Vec<u8>>>,
+    edits: &ChunkEdits,
 ) -> Result<(Option<ObjectId>, Vec<EncodedObject>)> {
     debug_assert!(len > CHUNK_SIZE as u64, "a patch is for chunked content");
-    let count = len.div_ceil(CHUNK_SIZE as u64) as usize;
+    let cs = CHUNK_SIZE as u64;
+    let count = len.div_ceil(cs) as usize;
+    let byte = |chunk: usize| (chunk as u64).saturating_mul(cs).min(len);
     let mut objects = Vec::new();
-    let mut list = Vec::with_capacity(count);
-    for i in 0..count {
-        let want = (len - (i * CHUNK_SIZE) as u64).min(CHUNK_SIZE as u64) as u32;
-        let chunk = match (changed.get(&i), old.get(i)) {
-            (Some(Some(bytes)), _) if bytes.len() == want as usize => {
-                encode_chunk(bytes, &mut objects)
+    let mut out = ListBuilder::default();
+    let mut old_pieces = OldPieces::new(old);
+    let mut next = 0usize;
+    for (&i, edit) in edits.range(..count) {
+        old_pieces.copy(&mut out, byte(next), byte(i), len)?;
+        match edit {
+            ChunkEdit::Data(bytes) => {
+                let want = byte(i + 1) - byte(i);
+                if bytes.len() as u64 != want {
+                    return Err(Error::invalid(format!(
+                        "content patch: chunk {i} has {} bytes where {want} belong",
+                        bytes.len()
+                    )));
+                }
+                out.push(encode_chunk(bytes, &mut objects));
+                next = i + 1;
             }
-            (Some(None), _) => ChunkRef {
-                id: None,
-                len: want,
-            },
-            (None, Some(c)) if c.len == want => c.clone(),
-            _ => {
-                return Err(Error::invalid(format!(
-                    "content patch: chunk {i} changed but its {want} bytes were not given"
-                )));
+            ChunkEdit::Zeros { until } => {
+                let until = (*until).clamp(i + 1, count);
+                out.hole(byte(until) - byte(i));
+                next = until;
             }
-        };
-        list.push(chunk);
+        }
+        old_pieces.skip_to(byte(next));
     }
-    let head = EncodedObject::encode(kind::CHUNK_LIST, &list)?;
-    let id = head.id;
-    objects.push(head);
-    Ok((Some(id), objects))
+    old_pieces.copy(&mut out, byte(next), len, len)?;
+    let id = out.finish(&mut objects)?;
+    Ok((id, objects))
+}
+
+/// The entries of an old chunk list, walked once in order by byte offset.
+struct OldPieces<'a> {
+    list: &'a [ChunkRef],
+    /// The entry at `at`, and where it starts.
+    i: usize,
+    start: u64,
+}
+
+impl<'a> OldPieces<'a> {
+    fn new(list: &'a [ChunkRef]) -> Self {
+        OldPieces {
+            list,
+            i: 0,
+            start: 0,
+        }
+    }
+
+    /// Move past entries that end at or before `pos`.
+    fn skip_to(&mut self, pos: u64) {
+        while let Some(c) = self.list.get(self.i)
+            && self.start + c.len <= pos
+        {
+            self.start += c.len;
+            self.i += 1;
+        }
+    }
+
+    /// Copy the old content of bytes `from..to` (chunk-aligned, or ending at `len`) into
+    /// `out`, refusing a data chunk whose length is not what the new file has there and
+    /// bytes the old content does not cover.
+    fn copy(&mut self, out: &mut ListBuilder, from: u64, to: u64, len: u64) -> Result<()> {
+        let cs = CHUNK_SIZE as u64;
+        self.skip_to(from);
+        let mut pos = from;
+        while pos < to {
+            let Some(c) = self.list.get(self.i) else {
+                return Err(Error::invalid(format!(
+                    "content patch: chunk {} changed but its bytes were not given",
+                    pos / cs
+                )));
+            };
+            let end = self.start + c.len;
+            match c.id {
+                Some(_) => {
+                    let want_end = (pos - pos % cs + cs).min(len);
+                    if self.start != pos || end != want_end {
+                        return Err(Error::invalid(format!(
+                            "content patch: chunk {} changed but its bytes were not given",
+                            pos / cs
+                        )));
+                    }
+                    out.push(c.clone());
+                }
+                None => {
+                    // A hole ending inside a chunk that the new file fills further (the
+                    // old file ended there) changed; the loop refuses it next round.
+                    let stop = end.min(to);
+                    if stop < to && !stop.is_multiple_of(cs) {
+                        return Err(Error::invalid(format!(
+                            "content patch: chunk {} changed but its bytes were not given",
+                            stop / cs
+                        )));
+                    }
+                    out.hole(stop - pos);
+                }
+            }
+            pos = end.min(to);
+            if end <= to {
+                self.start = end;
+                self.i += 1;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The object ids an object refers to directly, for gc and integrity checks.
@@ -412,12 +535,17 @@ mod tests {
     /// Patch `old` into `new`, giving the chunks `changed` names, and compare with encoding
     /// `new` whole.
     fn check(old: &[u8], new: &[u8], changed: impl IntoIterator<Item = usize>) {
-        let given: BTreeMap<usize, Option<Vec<u8>>> = changed
+        let given: ChunkEdits = changed
             .into_iter()
             .filter(|i| i * CHUNK_SIZE < new.len())
             .map(|i| {
                 let bytes = &new[i * CHUNK_SIZE..new.len().min((i + 1) * CHUNK_SIZE)];
-                (i, bytes.iter().any(|b| *b != 0).then(|| bytes.to_vec()))
+                let edit = if bytes.iter().any(|b| *b != 0) {
+                    ChunkEdit::Data(bytes.to_vec())
+                } else {
+                    ChunkEdit::Zeros { until: i + 1 }
+                };
+                (i, edit)
             })
             .collect();
         let (id, objects) = patch_content(&list_of(old), new.len() as u64, &given).unwrap();
@@ -448,6 +576,77 @@ mod tests {
         check(&old, &old[..2 * CHUNK_SIZE + 77], [2]);
         // Against no old content: every chunk given, zero chunks as holes.
         check(&[], &old, 0..6);
+    }
+
+    #[test]
+    fn holes_of_any_size_are_one_entry_and_cost_nothing() {
+        let cs = CHUNK_SIZE as u64;
+        // Grow a 3-chunk file to a petabyte: one zero run, not billions of entries.
+        let old = content(3 * CHUNK_SIZE, 4);
+        let pb = 1u64 << 50;
+        let mut edits = ChunkEdits::new();
+        edits.insert(
+            3,
+            ChunkEdit::Zeros {
+                until: pb.div_ceil(cs) as usize,
+            },
+        );
+        let (id, objects) = patch_content(&list_of(&old), pb, &edits).unwrap();
+        let list: Vec<ChunkRef> = postcard::from_bytes(&objects.last().unwrap().data).unwrap();
+        // Chunk 1 of `content` is a hole too: data, hole, data, then the run to the end.
+        assert_eq!(list.len(), 4, "{list:?}");
+        assert_eq!(
+            list[3],
+            ChunkRef {
+                id: None,
+                len: pb - 3 * cs
+            }
+        );
+        assert!(id.is_some());
+        // Cut back to a size inside the run: still one entry, and a run cut mid-chunk
+        // needs no bytes (zeros stay zeros).
+        let (_, objects) = patch_content(&list, 7 * cs + 5, &ChunkEdits::new()).unwrap();
+        let cut: Vec<ChunkRef> = postcard::from_bytes(&objects.last().unwrap().data).unwrap();
+        assert_eq!(
+            cut.last(),
+            Some(&ChunkRef {
+                id: None,
+                len: 4 * cs + 5
+            })
+        );
+        // A data chunk written far into the run splits it in two.
+        let mut edits = ChunkEdits::new();
+        edits.insert(1000, ChunkEdit::Data(vec![1; CHUNK_SIZE]));
+        let (_, objects) = patch_content(&list, pb, &edits).unwrap();
+        let split: Vec<ChunkRef> = postcard::from_bytes(&objects.last().unwrap().data).unwrap();
+        assert_eq!(split.len(), 6, "{split:?}");
+        assert_eq!(split[3].len, 997 * cs);
+        assert_eq!(split[5].len, pb - 1001 * cs);
+    }
+
+    #[test]
+    fn lists_written_before_hole_runs_still_decode() {
+        // The earlier format: one entry per chunk, `len` a u32.
+        #[derive(Serialize)]
+        struct Old {
+            id: Option<ObjectId>,
+            len: u32,
+        }
+        let old = vec![
+            Old {
+                id: Some(ObjectId::of(b"x")),
+                len: CHUNK_SIZE as u32,
+            },
+            Old {
+                id: None,
+                len: CHUNK_SIZE as u32,
+            },
+            Old { id: None, len: 7 },
+        ];
+        let bytes = postcard::to_stdvec(&old).unwrap();
+        let list: Vec<ChunkRef> = postcard::from_bytes(&bytes).unwrap();
+        assert_eq!(list.len(), 3);
+        assert_eq!(list[2], ChunkRef { id: None, len: 7 });
     }
 
     #[test]

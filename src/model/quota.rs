@@ -58,8 +58,14 @@ impl Quota {
         Ok(())
     }
 
-    /// Check one file's size.
+    /// Check one file's size: the quota, and the largest file avfs holds.
     pub fn check_file_size(&self, size: u64) -> Result<()> {
+        if size > super::limits::MAX_FILE_SIZE {
+            return Err(Error::FileTooLarge {
+                size,
+                limit: super::limits::MAX_FILE_SIZE,
+            });
+        }
         check(
             "max_file_size_mb",
             self.max_file_size_mb.map(|m| m.saturating_mul(MB)),

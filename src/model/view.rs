@@ -63,7 +63,7 @@ impl ObjectCache {
                 .iter()
                 .scan(0u64, |pos, c| {
                     let start = *pos;
-                    *pos += u64::from(c.len);
+                    *pos += c.len;
                     Some(start)
                 })
                 .collect();
@@ -175,7 +175,7 @@ fn read_chunks(
     while done < out.len() && i < index.chunks.len() {
         let (start, chunk) = (index.starts[i], &index.chunks[i]);
         i += 1;
-        let end = start + u64::from(chunk.len);
+        let end = start + chunk.len;
         if end <= pos {
             continue;
         }
@@ -441,6 +441,66 @@ impl<'a> View<'a> {
         Ok(out.into_values().collect())
     }
 
+    /// The byte ranges of file `node` that hold stored data, in order; the rest of its
+    /// `size` reads as zeros (holes, and bytes past the stored content). Cost: the chunk
+    /// list's entries, never the file's size.
+    pub fn data_ranges(&self, node: &Node) -> Result<Vec<(u64, u64)>> {
+        let NodeKind::File { size, content } = &node.kind else {
+            return Err(Error::invalid("not a regular file"));
+        };
+        let Some(id) = content else {
+            return Ok(Vec::new());
+        };
+        let mut ranges: Vec<(u64, u64)> = Vec::new();
+        match self.r.object(id)?.ok_or_else(|| missing(id))? {
+            o if o.kind == kind::CHUNK => ranges.push((0, (o.data.len() as u64).min(*size))),
+            o if o.kind == kind::CHUNK_LIST => {
+                let index = self.cache.chunk_index(self.r, id)?;
+                for (start, c) in index.starts.iter().zip(&index.chunks) {
+                    let end = (start + c.len).min(*size);
+                    if c.id.is_none() || *start >= end {
+                        continue;
+                    }
+                    match ranges.last_mut() {
+                        Some(last) if last.1 == *start => last.1 = end,
+                        _ => ranges.push((*start, end)),
+                    }
+                }
+            }
+            o => {
+                return Err(Error::CorruptVault {
+                    reason: format!("file content {} has kind {}", id.short(), o.kind),
+                });
+            }
+        }
+        Ok(ranges)
+    }
+
+    /// Write file `node` to the host file `out` (empty, just created), a piece at a time,
+    /// leaving its holes as holes: memory stays bounded and a sparse file stays sparse.
+    pub fn copy_node_to(&self, node: &Node, out: &std::fs::File) -> std::io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        const PIECE: u64 = 1 << 20;
+        let io = |e: Error| std::io::Error::other(e.to_string());
+        let mut buf = vec![0u8; PIECE as usize];
+        for (from, to) in self.data_ranges(node).map_err(io)? {
+            let mut pos = from;
+            while pos < to {
+                let n = (to - pos).min(PIECE) as usize;
+                let got = read_content(self.r, self.cache, node, pos, &mut buf[..n]).map_err(io)?;
+                out.write_all_at(&buf[..got], pos)?;
+                pos += n as u64;
+            }
+        }
+        out.set_len(node.size())
+    }
+
+    /// Copy file `node`'s bytes from `offset` into `buf`; returns how many (short only at
+    /// the end of the file).
+    pub fn read_content(&self, node: &Node, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        read_content(self.r, self.cache, node, offset, buf)
+    }
+
     /// The whole content of a file node.
     pub fn read_node(&self, node: &Node) -> Result<Vec<u8>> {
         let size = node.size();
@@ -453,7 +513,14 @@ impl<'a> View<'a> {
             return Err(Error::invalid("not a regular file"));
         };
         let end = (*size).min(offset.saturating_add(len));
-        let mut out = vec![0; end.saturating_sub(offset) as usize];
+        let span = end.saturating_sub(offset);
+        if span > super::limits::MAX_READ_BYTES {
+            return Err(Error::invalid(format!(
+                "the file is {span} bytes; reading more than {} bytes into memory at once is refused: `avfs export` copies it out (streamed, holes kept)",
+                super::limits::MAX_READ_BYTES
+            )));
+        }
+        let mut out = vec![0; span as usize];
         let n = read_content(self.r, self.cache, node, offset, &mut out)?;
         out.truncate(n);
         Ok(out)

@@ -39,6 +39,27 @@ pub struct ApplyReport {
     pub forced: Vec<HostConflict>,
 }
 
+/// Whether host file `host` holds exactly file `node`'s bytes (sizes already equal),
+/// compared a piece at a time.
+fn same_content(v: &View<'_>, node: &Node, host: &Path) -> Result<bool> {
+    use std::io::Read;
+    const PIECE: usize = 1 << 20;
+    let mut f = fs::File::open(host).map_err(|e| Error::io("reading", host, e))?;
+    let (mut ours, mut theirs) = (vec![0u8; PIECE], vec![0u8; PIECE]);
+    let mut pos = 0u64;
+    while pos < node.size() {
+        let n = (node.size() - pos).min(PIECE as u64) as usize;
+        v.read_content(node, pos, &mut ours[..n])?;
+        f.read_exact(&mut theirs[..n])
+            .map_err(|e| Error::io("reading", host, e))?;
+        if ours[..n] != theirs[..n] {
+            return Ok(false);
+        }
+        pos += n as u64;
+    }
+    Ok(true)
+}
+
 /// What the host holds at a path, compared with a node.
 fn host_matches(v: &View<'_>, host: &Path, node: Option<&Node>) -> Result<bool> {
     let meta = fs::symlink_metadata(host).ok();
@@ -50,8 +71,8 @@ fn host_matches(v: &View<'_>, host: &Path, node: Option<&Node>) -> Result<bool> 
             NodeKind::File { .. } | NodeKind::Link { .. } | NodeKind::Inode { .. } => {
                 m.is_file()
                     && m.permissions().mode() & 0o7777 == n.attrs.mode
-                    && fs::read(host).map_err(|e| Error::io("reading", host, e))?
-                        == v.read_node(n)?
+                    && m.len() == n.size()
+                    && same_content(v, n, host)?
             }
             NodeKind::Symlink { target } => {
                 m.file_type().is_symlink()
@@ -203,7 +224,9 @@ fn write_node(v: &View<'_>, hp: &Path, node: &Node) -> Result<()> {
     match &node.kind {
         NodeKind::Dir { .. } => fs::create_dir_all(hp).map_err(|e| Error::io("creating", hp, e))?,
         NodeKind::File { .. } | NodeKind::Link { .. } | NodeKind::Inode { .. } => {
-            fs::write(hp, v.read_node(node)?).map_err(|e| Error::io("writing", hp, e))?;
+            let f = fs::File::create(hp).map_err(|e| Error::io("writing", hp, e))?;
+            v.copy_node_to(node, &f)
+                .map_err(|e| Error::io("writing", hp, e))?;
         }
         NodeKind::Symlink { target } => {
             std::os::unix::fs::symlink(target, hp)

@@ -76,6 +76,9 @@ pub fn summarize(changes: &[Change]) -> DiffSummary {
 
 /// Content as text for a patch, or `None` if binary.
 fn text_of(v: &View<'_>, n: Option<&Node>) -> Result<Option<String>> {
+    if n.is_some_and(|n| n.size() > crate::model::limits::MAX_TEXT_BYTES) {
+        return Ok(None);
+    }
     let bytes = match n.map(|n| &n.kind) {
         None => Vec::new(),
         Some(NodeKind::File { .. }) => v.read_node(n.expect("matched Some"))?,

@@ -38,6 +38,7 @@ pub fn errno(e: &Error) -> Errno {
         Error::AlreadyExists { .. } => E::EXIST,
         Error::HardLinkNotAllowed { .. } => E::PERM,
         Error::QuotaExceeded { .. } => E::DQUOT,
+        Error::FileTooLarge { .. } => E::FBIG,
         Error::InvalidPath { .. } | Error::InvalidName { .. } | Error::InvalidArgument { .. } => {
             E::INVAL
         }
@@ -1236,6 +1237,7 @@ impl MountSession {
         let result = self.store_snapshot(ino, &changes, &node);
         let len = node.size();
         if cfg!(debug_assertions)
+            && len <= crate::model::limits::MAX_TEXT_BYTES
             && let Ok(Some(content)) = &result
         {
             // Debug builds check every stored content id against encoding it whole.

@@ -131,7 +131,7 @@ pub fn grep(
     ws.read(|view| {
         let mut out = Vec::new();
         view.walk(root, &mut |path, node| {
-            if !node.is_file() {
+            if !node.is_file() || node.size() > crate::model::limits::MAX_TEXT_BYTES {
                 return Ok(());
             }
             let data = view.read_node(node)?;

@@ -4,7 +4,6 @@
 
 use std::collections::HashMap;
 use std::fs::{self, File, FileTimes};
-use std::io::Write;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -14,7 +13,7 @@ use serde::Serialize;
 use crate::error::{Error, Result};
 use crate::model::node::{Attrs, Node, NodeKind};
 use crate::model::path::VPath;
-use crate::model::{BatchEnd, Edit, Workspace};
+use crate::model::{BatchEnd, Edit, View, Workspace};
 
 /// Entries per import transaction, and the byte budget that also closes a batch.
 const BATCH_ENTRIES: usize = 4096;
@@ -307,7 +306,7 @@ pub fn export(
     let stage = Staging::new(&anchor)?;
     // Errors name the host path the entry was going to, not its staging place.
     let report =
-        write_tree(ws, src, at, &stage.dir.join(&below), force, progress).map_err(|e| match e {
+        write_tree(ws, src, at, &stage.dir.join(&below), progress).map_err(|e| match e {
             Error::Io {
                 context,
                 path,
@@ -416,7 +415,6 @@ fn write_tree(
     src: &VPath,
     at: Option<&str>,
     host: &Path,
-    force: bool,
     progress: Progress<'_>,
 ) -> Result<TransferReport> {
     if let Some(parent) = host.parent() {
@@ -444,16 +442,12 @@ fn write_tree(
                 NodeKind::File { .. } | NodeKind::Link { .. } | NodeKind::Inode { .. } => {
                     match node.link.and_then(|l| linked.get(&l.inode).map(|f| (l, f))) {
                         Some((_, first)) => {
-                            if force {
-                                let _ = fs::remove_file(&out);
-                            }
                             fs::hard_link(first, &out)
                                 .map_err(|e| Error::io("creating hard link", &out, e))?;
                             report.hard_links += 1;
                         }
                         None => {
-                            let data = view.read_node(node)?;
-                            write_host_file(&out, &data, node, force)?;
+                            write_host_file(view, &out, node)?;
                             if let Some(l) = node.link {
                                 linked.insert(l.inode, out.clone());
                             }
@@ -463,18 +457,12 @@ fn write_tree(
                     }
                 }
                 NodeKind::Symlink { target } => {
-                    if force {
-                        let _ = fs::remove_file(&out);
-                    }
                     std::os::unix::fs::symlink(target, &out)
                         .map_err(|e| Error::io("creating symlink", &out, e))?;
                     set_link_times(&out, &node.attrs)?;
                     report.symlinks += 1;
                 }
                 NodeKind::Fifo => {
-                    if force {
-                        let _ = fs::remove_file(&out);
-                    }
                     rustix::fs::mknodat(
                         rustix::fs::CWD,
                         &out,
@@ -501,15 +489,9 @@ fn write_tree(
     })
 }
 
-fn write_host_file(out: &Path, data: &[u8], node: &Node, force: bool) -> Result<()> {
-    if force
-        && let Ok(m) = fs::symlink_metadata(out)
-        && !m.is_file()
-    {
-        let _ = fs::remove_file(out);
-    }
-    let mut f = File::create(out).map_err(|e| Error::io("creating", out, e))?;
-    f.write_all(data)
+fn write_host_file(view: &View<'_>, out: &Path, node: &Node) -> Result<()> {
+    let f = File::create_new(out).map_err(|e| Error::io("creating", out, e))?;
+    view.copy_node_to(node, &f)
         .map_err(|e| Error::io("writing", out, e))?;
     f.set_permissions(fs::Permissions::from_mode(node.attrs.mode))
         .map_err(|e| Error::io("setting mode of", out, e))?;

@@ -94,7 +94,7 @@ pub fn exit_code_for(kind: &str) -> i32 {
         | "not_a_directory"
         | "is_a_directory"
         | "directory_not_empty" => 5,
-        "quota_exceeded" => 6,
+        "quota_exceeded" | "file_too_large" => 6,
         "not_a_vault" | "unsupported_format" | "corrupt_vault" => 7,
         "io_error" => 8,
         other => panic!("error kind `{other}` is not documented in README.md"),
