@@ -382,3 +382,52 @@ fn close_costs_no_round_trip_under_the_writeback_cache() {
     let flushes = trace.count();
     assert!(flushes >= 20, "{flushes} FLUSH requests for 20 closes");
 }
+
+/// Tools that copy a file's attributes keep its mode in the mount: GNU `sed -i` (which
+/// copies the original's POSIX ACL onto its 0600 temp file), `cp -a`, `rsync -a` and
+/// `install -m`. An edited script still runs. `apply` carries the modes to the host and
+/// reports every mode it changes, also on a file whose content it rewrites.
+#[test]
+fn mode_keeping_tools_keep_modes_and_apply_reports_them() {
+    let rsync = Command::new("rsync").arg("--version").output();
+    assert!(
+        rsync.is_ok_and(|o| o.status.success()),
+        "rsync is required (apt-get install rsync)"
+    );
+    let m = Mounted::new("modes");
+    m.sh(
+        "printf 'a\\n' > f && chmod 644 f && printf '#!/bin/sh\\necho hi\\n' > s && chmod 755 s \
+         && sed -i s/a/b/ f && sed -i s/hi/ho/ s && cp -a s cp && rsync -a s rs \
+         && install -m 750 s inst",
+    );
+    assert_eq!(m.sh("./s"), "ho\n");
+    let want = [
+        ("f", 0o644),
+        ("s", 0o755),
+        ("cp", 0o755),
+        ("rs", 0o755),
+        ("inst", 0o750),
+    ];
+    for (name, mode) in want {
+        let got = fs::metadata(m.dir.join(name)).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(got, mode, "{name} in the mount");
+        let mut names = vec![0u8; 4096];
+        let n = rustix::fs::listxattr(m.dir.join(name), &mut names).unwrap();
+        let names = String::from_utf8_lossy(&names[..n]);
+        assert!(!names.contains("posix_acl"), "{name} kept an ACL: {names}");
+    }
+    m.unmount();
+    // The host has an older f with other bits: apply rewrites it and says the mode changed.
+    let host = m.home.path().join("host");
+    fs::create_dir(&host).unwrap();
+    fs::write(host.join("f"), b"old\n").unwrap();
+    fs::set_permissions(host.join("f"), fs::Permissions::from_mode(0o600)).unwrap();
+    let out = ok(m.avfs(&["--json", "apply", host.to_str().unwrap(), "--force"]));
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let changed = report["data"]["mode_changed"].as_array().unwrap();
+    assert!(changed.iter().any(|p| p == "/f"), "{report}");
+    for (name, mode) in want {
+        let got = fs::metadata(host.join(name)).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(got, mode, "{name} on the host");
+    }
+}

@@ -201,6 +201,15 @@ pub fn apply(
                 report.mode_changed.push(path.clone());
                 continue;
             }
+            // A rewrite that also changes the permission bits says so too.
+            let host_mode = fs::symlink_metadata(&hp)
+                .ok()
+                .filter(|m| !m.file_type().is_symlink())
+                .map(|m| m.permissions().mode() & 0o7777);
+            let is_symlink = matches!(new.kind, NodeKind::Symlink { .. });
+            if !is_symlink && host_mode.is_some_and(|m| m != new.attrs.mode) {
+                report.mode_changed.push(path.clone());
+            }
             if !dry_run {
                 write_node(now, &hp, new)?;
             }

@@ -1456,6 +1456,12 @@ impl MountSession {
 
     /// `flags`: XATTR_CREATE (1) fails if present, XATTR_REPLACE (2) fails if absent.
     pub fn setxattr(&self, ino: u64, name: &str, value: &[u8], flags: i32) -> MResult<()> {
+        // The mount has no POSIX ACLs: stored as a plain xattr, an ACL would say one thing
+        // and the mode bits another (`sed -i` copies the original's ACL onto its 0600 temp
+        // file, and the edited file stayed 0600). Refused, tools fall back to chmod.
+        if name.starts_with("system.posix_acl_") {
+            return Err(err(rustix::io::Errno::OPNOTSUPP));
+        }
         let exists = self.node(ino)?.xattrs.contains_key(name);
         if flags & 1 != 0 && exists {
             return Err(err(rustix::io::Errno::EXIST));
