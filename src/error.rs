@@ -109,6 +109,12 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    #[error("`{program}` could not be started: {reason}")]
+    SpawnFailed {
+        program: String,
+        reason: String,
+        os_error: Option<i32>,
+    },
     #[error("vault storage error: {0}")]
     Storage(String),
     #[error("confinement is not available here: {reason}")]
@@ -161,6 +167,8 @@ pub mod exit {
     pub const QUOTA: i32 = 6;
     pub const CORRUPT: i32 = 7;
     pub const IO: i32 = 8;
+    /// A command could not be started (as a shell reports a command it cannot run).
+    pub const SPAWN_FAILED: i32 = 127;
 }
 
 impl Error {
@@ -195,6 +203,7 @@ impl Error {
             Error::OperationNotFound { .. } => "operation_not_found",
             Error::HostPathExists { .. } => "host_path_exists",
             Error::Io { .. } => "io_error",
+            Error::SpawnFailed { .. } => "spawn_failed",
             Error::Storage(_) => "storage_error",
             Error::ConfinementUnavailable { .. } => "confinement_unavailable",
             Error::SessionNotFound { .. } => "session_not_found",
@@ -244,6 +253,11 @@ impl Error {
                 json!({ "path": path, "os_error": source.raw_os_error() })
             }
             Error::OperationNotFound { id } => json!({ "id": id }),
+            Error::SpawnFailed {
+                program,
+                reason,
+                os_error,
+            } => json!({ "program": program, "reason": reason, "os_error": os_error }),
             Error::MountFailed { dir, reason } => json!({ "dir": dir, "reason": reason }),
             Error::ConfinementUnavailable { reason } => json!({ "reason": reason }),
             Error::SessionFailed { name, reason } => json!({ "name": name, "reason": reason }),
@@ -295,6 +309,7 @@ impl Error {
             | Error::CorruptVault { .. }
             | Error::VaultDamaged { .. } => exit::CORRUPT,
             Error::Io { .. } => exit::IO,
+            Error::SpawnFailed { .. } => exit::SPAWN_FAILED,
             Error::Storage(_)
             | Error::MountFailed { .. }
             | Error::FuseUnavailable

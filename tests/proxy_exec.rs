@@ -243,3 +243,60 @@ fn exit_code_mirrors_the_child() {
     assert_eq!(v["data"]["exit_code"], 7);
     assert_eq!(v["data"]["stderr"]["text"], "err\n");
 }
+
+/// A command that cannot start (a missing `#!` interpreter, a missing program) still
+/// returns its envelope: `outcome: spawn_failed` with the reason, exit 127, an exec id;
+/// and an approval token it used stays valid for a run that can start.
+#[test]
+fn a_command_that_cannot_start_returns_an_envelope_and_keeps_its_approval() {
+    let e = Env::new();
+    ok(e.avfs(&[
+        "write",
+        "--mode",
+        "755",
+        "run.sh",
+        "#!/nonexistent/interp\necho hi\n",
+    ]));
+    let (v, code) = e.exec(&["--", "./run.sh"]);
+    assert_eq!(code, 127, "{v}");
+    let d = &v["data"];
+    assert_eq!(d["outcome"], "spawn_failed", "{v}");
+    assert_eq!(d["ran"], false);
+    assert!(
+        d["spawn_error"]
+            .as_str()
+            .unwrap()
+            .contains("/nonexistent/interp"),
+        "{v}"
+    );
+    assert!(d["exec_id"].is_i64(), "{v}");
+    let (v, code) = e.exec(&["--", "no-such-program-anywhere"]);
+    assert_eq!(
+        (code, v["data"]["outcome"].as_str()),
+        (127, Some("spawn_failed"))
+    );
+
+    // Under a policy that asks, the token survives a run that never started.
+    let policy = e.home.path().join("ask.toml");
+    std::fs::write(&policy, "version = 1\n[actions]\nunknown = \"ask\"\n").unwrap();
+    let p = policy.to_str().unwrap();
+    let (asked, code) = e.exec(&["--policy", p, "--", "./run.sh"]);
+    assert_eq!(code, 125, "{asked}");
+    let token = asked["data"]["approval_token"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (v, code) = e.exec(&["--policy", p, "--approve", &token, "--", "./run.sh"]);
+    assert_eq!(
+        (code, v["data"]["outcome"].as_str()),
+        (127, Some("spawn_failed"))
+    );
+    ok(e.avfs(&["write", "--mode", "755", "run.sh", "#!/bin/sh\necho hi\n"]));
+    let (v, code) = e.exec(&["--policy", p, "--approve", &token, "--", "./run.sh"]);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["data"]["outcome"], "completed");
+    assert_eq!(v["data"]["stdout"]["text"], "hi\n");
+    // Used by a run that started: gone now.
+    let (v, _) = e.exec(&["--policy", p, "--approve", &token, "--", "./run.sh"]);
+    assert_eq!(v["ok"], false, "{v}");
+}

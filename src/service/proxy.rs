@@ -98,8 +98,13 @@ pub struct Envelope {
     pub decision: Decision,
     /// For `ask`: re-run with `--approve TOKEN` (bound to this command, cwd and fork; single use).
     pub approval_token: Option<String>,
-    /// False if the command was not run (denied or awaiting approval).
+    /// What became of the command: `denied`, `approval_required`, `completed`,
+    /// `timed_out`, or `spawn_failed` (it could not be started: see `spawn_error`).
+    pub outcome: ExecOutcome,
+    /// False if the command was not run (denied, awaiting approval, or not startable).
     pub ran: bool,
+    /// Why the command could not be started, when `outcome` is `spawn_failed`.
+    pub spawn_error: Option<String>,
     /// The checkpoint taken before the run.
     pub checkpoint: Option<String>,
     /// The confinement the command ran under (policy `[confinement]` plus flags).
@@ -119,9 +124,23 @@ pub struct Envelope {
     pub audit_id: i64,
 }
 
+/// What became of a proxied command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ExecOutcome {
+    Denied,
+    ApprovalRequired,
+    Completed,
+    TimedOut,
+    SpawnFailed,
+}
+
 impl Envelope {
     /// The exit code `avfs proxy exec` should end with.
     pub fn exit_code(&self) -> i32 {
+        if self.outcome == ExecOutcome::SpawnFailed {
+            return crate::error::exit::SPAWN_FAILED;
+        }
         if !self.ran {
             return match self.decision.action {
                 Action::Ask => exit::APPROVAL_REQUIRED,
@@ -145,6 +164,10 @@ fn command_text(req: &CommandRequest) -> String {
         (None, Some(a)) => a.join(" "),
         _ => String::new(),
     }
+}
+
+fn is_spawn_failure(e: &Error) -> bool {
+    matches!(e, Error::SpawnFailed { .. })
 }
 
 fn random_token() -> String {
@@ -250,7 +273,9 @@ impl ProxyRuntime<'_> {
             request,
             decision: decision.clone(),
             approval_token: None,
+            outcome: ExecOutcome::Denied,
             ran: false,
+            spawn_error: None,
             checkpoint: None,
             confinement,
             exit_code: None,
@@ -277,6 +302,7 @@ impl ProxyRuntime<'_> {
                     let vault = self.ws.vault();
                     vault.set_setting(&self.approval_key(&token), Some(&self.binding(&req)))?;
                     envelope.approval_token = Some(token);
+                    envelope.outcome = ExecOutcome::ApprovalRequired;
                     envelope.audit_id = self.audit(&cwd, "approval_required", &envelope)?;
                     return Ok(envelope);
                 }
@@ -299,32 +325,53 @@ impl ProxyRuntime<'_> {
         } else {
             self.ws.snapshot_root()?
         };
-        let result = match live {
+        let outcome = match live {
             Some(live) => {
                 live.session.pause_writes(readonly);
                 let result = self.run_in(live.dir, &req, &cwd, opts, confinement);
                 live.session.pause_writes(false);
-                let result = result?;
-                if !readonly {
+                if !readonly && !matches!(result, Err(ref e) if !is_spawn_failure(e)) {
                     envelope.exec_id = live.session.record(EXEC_OP, &text)?;
                 }
                 result
             }
             None => {
-                let result = self.run_mounted(&req, &cwd, readonly, opts, &text, confinement)?;
-                if !readonly {
+                let result = self.run_mounted(&req, &cwd, readonly, opts, &text, confinement);
+                if !readonly && !matches!(result, Err(ref e) if !is_spawn_failure(e)) {
                     envelope.exec_id = self.ws.last_op_id()?;
                 }
                 result
             }
         };
-        envelope.ran = true;
-        envelope.exit_code = result.exit_code;
-        envelope.signal = result.signal;
-        envelope.timed_out = result.timed_out;
-        envelope.duration_ms = result.duration.as_millis() as u64;
-        envelope.stdout = result.stdout;
-        envelope.stderr = result.stderr;
+        match outcome {
+            Ok(result) => {
+                envelope.ran = true;
+                envelope.outcome = if result.timed_out {
+                    ExecOutcome::TimedOut
+                } else {
+                    ExecOutcome::Completed
+                };
+                envelope.exit_code = result.exit_code;
+                envelope.signal = result.signal;
+                envelope.timed_out = result.timed_out;
+                envelope.duration_ms = result.duration.as_millis() as u64;
+                envelope.stdout = result.stdout;
+                envelope.stderr = result.stderr;
+            }
+            // The command never started: the envelope says why, and an approval it used
+            // stays valid for a run that can start.
+            Err(e) if is_spawn_failure(&e) => {
+                envelope.outcome = ExecOutcome::SpawnFailed;
+                envelope.spawn_error = Some(e.to_string());
+                if let (Action::Ask, Some(token)) = (decision.action, &opts.approve) {
+                    let key = self.approval_key(token);
+                    self.ws
+                        .vault()
+                        .set_setting(&key, Some(&self.binding(&req)))?;
+                }
+            }
+            Err(e) => return Err(e),
+        }
         envelope.changes = self.ws.vault().diff(
             &StateRef::Root(before),
             &StateRef::Live(self.ws.name().to_string()),
@@ -334,10 +381,10 @@ impl ProxyRuntime<'_> {
             decision.reason = format!("approved: {}", decision.reason);
             envelope.decision = decision;
         }
-        let outcome = if envelope.timed_out {
-            "timed_out".to_string()
-        } else {
-            format!("exit {}", envelope.exit_code())
+        let outcome = match envelope.outcome {
+            ExecOutcome::TimedOut => "timed_out".to_string(),
+            ExecOutcome::SpawnFailed => "spawn_failed".to_string(),
+            _ => format!("exit {}", envelope.exit_code()),
         };
         envelope.audit_id = self.audit(&cwd, &outcome, &envelope)?;
         Ok(envelope)

@@ -190,6 +190,26 @@ fn reap_all() {
 /// commands run several processes.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
+/// Why `program` did not start, in words a person can act on. ENOENT for a file that
+/// exists means its `#!` interpreter is missing.
+fn spawn_reason(program: &str, cwd: &Path, e: &std::io::Error) -> String {
+    // A name without a slash is looked up in PATH, not in the working directory.
+    let path = cwd.join(program);
+    if e.kind() == std::io::ErrorKind::NotFound && program.contains('/') && path.is_file() {
+        let interp = std::fs::read(&path)
+            .ok()
+            .filter(|b| b.starts_with(b"#!"))
+            .and_then(|b: Vec<u8>| {
+                let line = b.split(|c| *c == b'\n').next().unwrap_or_default().to_vec();
+                String::from_utf8(line).ok()
+            });
+        if let Some(line) = interp {
+            return format!("its interpreter `{}` was not found", line[2..].trim());
+        }
+    }
+    e.to_string()
+}
+
 /// Run the command to completion or timeout.
 pub fn run(spec: &RunSpec<'_>) -> Result<RunResult> {
     let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
@@ -211,9 +231,11 @@ pub fn run(spec: &RunSpec<'_>) -> Result<RunResult> {
         }
     }
     let start = Instant::now();
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| Error::io("starting", spec.program, e))?;
+    let mut child = cmd.spawn().map_err(|e| Error::SpawnFailed {
+        program: spec.program.to_string(),
+        reason: spawn_reason(spec.program, spec.cwd, &e),
+        os_error: e.raw_os_error(),
+    })?;
     let pgid = child.id() as i32;
     let (out, out_h) = drain(child.stdout.take().expect("piped stdout"), spec.cap);
     let (err, err_h) = drain(child.stderr.take().expect("piped stderr"), spec.cap);

@@ -177,6 +177,9 @@ export interface ProxyExecOptions extends CallOptions {
 
 /** The process exit code `avfs proxy exec` ends with for an envelope (README, "Exit codes"). */
 export function proxyExitCode(envelope: Envelope): number {
+  if (envelope.outcome === "spawn_failed") {
+    return 127;
+  }
   if (!envelope.ran) {
     return envelope.decision.action === "ask" ? 125 : 126;
   }

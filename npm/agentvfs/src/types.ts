@@ -371,8 +371,12 @@ export interface Envelope {
   schema_version: number;
   request: ExecRequest;
   decision: Decision;
-  /** False if the command was not run (denied or awaiting approval). */
+  /** False if the command was not run (denied, awaiting approval, or not startable). */
   ran: boolean;
+  /** What became of the command. */
+  outcome?: "denied" | "approval_required" | "completed" | "timed_out" | "spawn_failed";
+  /** Why the command could not be started, when `outcome` is `spawn_failed` (CLI exit 127). */
+  spawn_error?: string | null;
   /** For `ask`: pass to `proxyExec({ approve })` (bound to this command, cwd and fork). */
   approval_token?: string | null;
   /** The checkpoint taken before the run. */

@@ -256,6 +256,9 @@ class Envelope:
     exec_id: int | None = None
     approval_token: str | None = None
     confinement: Confinement = field(default_factory=Confinement)
+    # `denied`, `approval_required`, `completed`, `timed_out` or `spawn_failed`.
+    outcome: str = "completed"
+    spawn_error: str | None = None
 
     @property
     def denied(self) -> bool:
@@ -267,7 +270,9 @@ class Envelope:
 
     @property
     def status(self) -> int:
-        """The exit code `avfs proxy exec` exits with: the child's, 124, 125 or 126."""
+        """The exit code `avfs proxy exec` exits with: the child's, 124, 125, 126 or 127."""
+        if self.outcome == "spawn_failed":
+            return 127
         if self.timed_out:
             return 124
         if self.needs_approval:
