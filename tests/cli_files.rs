@@ -753,3 +753,47 @@ fn invalid_path_attempts_are_audited() {
         "no audit record of the refused write: {audit:#?}"
     );
 }
+
+/// A name with a newline or tab cannot break a listing: ls, tree and find quote it as GNU
+/// ls does (`$'a\nb'`); JSON keeps the raw name.
+#[test]
+fn names_with_control_characters_are_quoted_in_listings() {
+    let env = TestEnv::with_vault("v");
+    env.data(&["mkdir", "/d"]);
+    env.data(&["write", "/d/new\nline\ttab", "x"]);
+    env.data(&["write", "/d/plain", "y"]);
+    let ls = env.stdout(&["ls", "/d"]);
+    assert_eq!(
+        ls.lines().collect::<Vec<_>>(),
+        ["$'new\\nline\\ttab'", "plain"]
+    );
+    let long = env.stdout(&["ls", "-l", "/d"]);
+    assert_eq!(long.lines().count(), 2, "{long}");
+    assert!(env.stdout(&["tree", "/d"]).contains("$'new\\nline\\ttab'"));
+    let found = env.stdout(&["find", "*", "/d"]);
+    assert!(
+        found.lines().any(|l| l == "$'/d/new\\nline\\ttab'"),
+        "{found}"
+    );
+    let json = env.data(&["ls", "/d"]);
+    assert_eq!(json[0]["name"], "new\nline\ttab");
+}
+
+/// `..` after a regular file, or a trailing `/` on one, fails as on a host (ENOTDIR):
+/// lexical parsing must not let `f/..` name the directory it is in.
+#[test]
+fn dot_dot_or_a_trailing_slash_after_a_file_is_not_a_directory() {
+    let env = TestEnv::with_vault("v");
+    env.data(&["mkdir", "-p", "/a/b/c"]);
+    env.data(&["write", "/a/b/c/f", "x"]);
+    for bad in ["/a/b/c/f/..", "/a/b/c/f/../f", "/a/b/c/f/"] {
+        let e = env.err(&["ls", bad], "not_a_directory");
+        assert_eq!(e["details"]["path"], "/a/b/c/f", "{bad}");
+    }
+    env.err(&["cat", "/a/b/c/f/"], "not_a_directory");
+    env.err(&["write", "/a/b/c/f/../g", "y"], "not_a_directory");
+    env.err(&["ls", "/a/nope/.."], "path_not_found");
+    // Through directories `..` is fine.
+    assert_eq!(env.data(&["ls", "/a/b/c/.."])[0]["name"], "c");
+    assert_eq!(env.cat(None, "/a/b/../b/c/f"), b"x");
+}

@@ -109,6 +109,34 @@ pub fn table(rows: &[Vec<String>]) -> String {
     out
 }
 
+/// A file name for a terminal, quoted as GNU ls quotes one with control characters:
+/// `$'new\nline'`, so a newline or tab in a name cannot break a listing into lines or
+/// columns. Names without control characters are shown as they are.
+pub fn quote_name(name: &str) -> std::borrow::Cow<'_, str> {
+    if !name.chars().any(char::is_control) {
+        return std::borrow::Cow::Borrowed(name);
+    }
+    let mut out = String::from("$'");
+    for c in name.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            '\\' => out.push_str("\\\\"),
+            '\'' => out.push_str("\\'"),
+            c if c.is_control() => {
+                let mut buf = [0u8; 4];
+                for b in c.encode_utf8(&mut buf).bytes() {
+                    out.push_str(&format!("\\x{b:02x}"));
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('\'');
+    std::borrow::Cow::Owned(out)
+}
+
 /// Nanoseconds since the epoch as a local-agnostic UTC timestamp.
 pub fn time(ns: i64) -> String {
     let t = std::time::UNIX_EPOCH + std::time::Duration::from_nanos(ns.max(0) as u64);

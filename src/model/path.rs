@@ -17,6 +17,14 @@ impl VPath {
     /// Parse a user-supplied path. A leading `/` means the workspace root; `.` and `..` are
     /// resolved lexically, and `..` past the root is an error rather than a silent clamp.
     pub fn parse(input: &str) -> Result<Self> {
+        Self::parse_with_dirs(input).map(|(p, _)| p)
+    }
+
+    /// `parse`, plus the paths the input requires to be directories: each one a `..`
+    /// steps back out of, and the path before a trailing `/`. A kernel resolving the input
+    /// fails with ENOTDIR when one is a file (`f/..`, `f/`); lexical parsing alone would
+    /// not notice.
+    pub fn parse_with_dirs(input: &str) -> Result<(Self, Vec<VPath>)> {
         let invalid = |reason: &str| Error::InvalidPath {
             path: input.to_string(),
             reason: reason.to_string(),
@@ -25,10 +33,14 @@ impl VPath {
             return Err(invalid("contains a NUL byte"));
         }
         let mut parts: Vec<&str> = Vec::new();
+        let mut dirs: Vec<VPath> = Vec::new();
         for comp in input.split('/') {
             match comp {
                 "" | "." => {}
                 ".." => {
+                    if !parts.is_empty() {
+                        dirs.push(VPath(parts.join("/")));
+                    }
                     if parts.pop().is_none() {
                         return Err(invalid("`..` escapes the workspace root"));
                     }
@@ -41,7 +53,11 @@ impl VPath {
                 }
             }
         }
-        Ok(VPath(parts.join("/")))
+        let path = VPath(parts.join("/"));
+        if input.ends_with('/') && !path.is_root() {
+            dirs.push(path.clone());
+        }
+        Ok((path, dirs))
     }
 
     pub fn is_root(&self) -> bool {

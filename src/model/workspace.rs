@@ -323,9 +323,28 @@ impl Workspace {
     /// Parse a path for a change, recording a refused attempt (e.g. `../escape`) in the
     /// audit log like any other failed change.
     pub fn parse_path(&self, operation: &str, raw: &str) -> Result<VPath> {
-        VPath::parse(raw).inspect_err(|e| {
+        self.resolve_path(raw).inspect_err(|e| {
             let _ = self.record_audit(operation, &[raw.to_string()], e.kind(), Some(e.to_string()));
         })
+    }
+
+    /// Parse a path as the kernel resolves one: what a `..` steps out of, or a trailing
+    /// `/` follows, must be a directory (or a symlink, followed at use), else
+    /// `not_a_directory` (`ls f/..` on a file fails as it does on a host).
+    pub fn resolve_path(&self, raw: &str) -> Result<VPath> {
+        let (path, dirs) = VPath::parse_with_dirs(raw)?;
+        if !dirs.is_empty() {
+            self.read(|v| {
+                for d in &dirs {
+                    let node = v.get(d)?;
+                    if !node.is_dir() && !matches!(node.kind, NodeKind::Symlink { .. }) {
+                        return Err(Error::NotADirectory { path: d.display() });
+                    }
+                }
+                Ok(())
+            })?;
+        }
+        Ok(path)
     }
 
     /// Append an audit record outside any change (e.g. a denied command) and return its id.

@@ -16,7 +16,7 @@ use agentvfs::service::search::{self, FindQuery, FoundEntry, GrepMatch, SizeFilt
 use agentvfs::{Error, Result};
 
 use super::{Ctx, path};
-use crate::output::{Reply, size, table, time};
+use crate::output::{Reply, quote_name, size, table, time};
 
 #[derive(Args)]
 pub struct LsArgs {
@@ -199,10 +199,11 @@ fn parse_mode(s: &str) -> std::result::Result<u32, String> {
 }
 
 fn entry_row(info: &NodeInfo, long: bool) -> Vec<String> {
+    let shown = quote_name(&info.name);
     let name = match &info.target {
-        Some(t) => format!("{} -> {t}", info.name),
-        None if info.kind == "dir" => format!("{}/", info.name),
-        None => info.name.clone(),
+        Some(t) => format!("{shown} -> {}", quote_name(t)),
+        None if info.kind == "dir" => format!("{shown}/"),
+        None => shown.into_owned(),
     };
     if long {
         vec![
@@ -219,7 +220,7 @@ fn entry_row(info: &NodeInfo, long: bool) -> Vec<String> {
 
 pub fn cmd_ls(ctx: &Ctx, a: LsArgs) -> Result<Reply> {
     let (_, ws) = ctx.open()?;
-    let p = path(&a.path)?;
+    let p = ws.resolve_path(&a.path)?;
     let entries: Vec<NodeInfo> = ws.read_at(a.at.as_deref(), |v| {
         let node = v.get(&p)?;
         if !node.is_dir() {
@@ -246,7 +247,7 @@ pub struct CatOutput {
 
 pub fn cmd_cat(ctx: &Ctx, a: CatArgs) -> Result<Reply> {
     let (_, ws) = ctx.open()?;
-    let p = path(&a.path)?;
+    let p = ws.resolve_path(&a.path)?;
     let bytes = ws.read_at(a.at.as_deref(), |v| v.read(&p))?;
     if !ctx.json {
         return Ok(Reply::bytes(&(), bytes));
@@ -457,7 +458,7 @@ fn render_tree(t: &TreeNode, prefix: &str, out: &mut String, counts: &mut (u64, 
         out.push_str(&format!(
             "{prefix}{}{}{suffix}\n",
             if last { "└── " } else { "├── " },
-            c.name
+            quote_name(&c.name)
         ));
         if c.kind == "dir" {
             counts.0 += 1;
@@ -471,7 +472,7 @@ fn render_tree(t: &TreeNode, prefix: &str, out: &mut String, counts: &mut (u64, 
 
 pub fn cmd_tree(ctx: &Ctx, a: TreeArgs) -> Result<Reply> {
     let (_, ws) = ctx.open()?;
-    let p = path(&a.path)?;
+    let p = ws.resolve_path(&a.path)?;
     let tree = ws.read_at(a.at.as_deref(), |v| {
         let node = v.get(&p)?;
         build_tree(v, &p, &node, a.depth)
@@ -485,7 +486,7 @@ pub fn cmd_tree(ctx: &Ctx, a: TreeArgs) -> Result<Reply> {
 
 pub fn cmd_stat(ctx: &Ctx, a: StatArgs) -> Result<Reply> {
     let (_, ws) = ctx.open()?;
-    let p = path(&a.path)?;
+    let p = ws.resolve_path(&a.path)?;
     let node = ws.read_at(a.at.as_deref(), |v| v.get(&p))?;
     let info = NodeInfo::new(&p, &node);
     let mut rows = vec![
@@ -525,7 +526,7 @@ pub fn cmd_stat(ctx: &Ctx, a: StatArgs) -> Result<Reply> {
 
 pub fn cmd_find(ctx: &Ctx, a: FindArgs) -> Result<Reply> {
     let (_, ws) = ctx.open()?;
-    let root = path(&a.path)?;
+    let root = ws.resolve_path(&a.path)?;
     let q = FindQuery {
         name: Some(a.pattern),
         kind: a.kind,
@@ -538,7 +539,7 @@ pub fn cmd_find(ctx: &Ctx, a: FindArgs) -> Result<Reply> {
     let found: Vec<FoundEntry> = search::find(&ws, &root, &q)?;
     let human = found
         .iter()
-        .map(|f| f.path.as_str())
+        .map(|f| quote_name(&f.path))
         .collect::<Vec<_>>()
         .join("\n");
     Ok(Reply::new(&found, human))
@@ -546,11 +547,11 @@ pub fn cmd_find(ctx: &Ctx, a: FindArgs) -> Result<Reply> {
 
 pub fn cmd_grep(ctx: &Ctx, a: GrepArgs) -> Result<Reply> {
     let (_, ws) = ctx.open()?;
-    let root = path(&a.path)?;
+    let root = ws.resolve_path(&a.path)?;
     let matches: Vec<GrepMatch> = search::grep(&ws, &a.regex, &root, a.ignore_case)?;
     let human = matches
         .iter()
-        .map(|m| format!("{}:{}:{}", m.path, m.line, m.text))
+        .map(|m| format!("{}:{}:{}", quote_name(&m.path), m.line, m.text))
         .collect::<Vec<_>>()
         .join("\n");
     Ok(Reply::new(&matches, human))
@@ -558,7 +559,7 @@ pub fn cmd_grep(ctx: &Ctx, a: GrepArgs) -> Result<Reply> {
 
 pub fn cmd_log(ctx: &Ctx, a: LogArgs) -> Result<Reply> {
     let (_, ws) = ctx.open()?;
-    let p = path(&a.path)?;
+    let p = ws.resolve_path(&a.path)?;
     let versions: Vec<PathVersion> = ws.log(&p)?;
     let mut rows = vec![vec![
         "CHECKPOINT".into(),

@@ -7,7 +7,7 @@ use clap::Args;
 use agentvfs::Result;
 use agentvfs::service::transfer::{self, ImportOptions, TransferReport};
 
-use super::{Ctx, path};
+use super::Ctx;
 use crate::output::{Reply, size};
 
 #[derive(Args)]
@@ -67,7 +67,7 @@ fn summary(verb: &str, r: &TransferReport) -> String {
 
 pub fn cmd_import(ctx: &Ctx, a: ImportArgs) -> Result<Reply> {
     let (_, ws) = ctx.open()?;
-    let dest = path(&a.vault_path)?;
+    let dest = ws.resolve_path(&a.vault_path)?;
     let bar = ctx.progress("importing");
     let mut progress = |n: u64, b: u64| {
         if let Some(bar) = &bar {
@@ -105,7 +105,7 @@ pub fn cmd_export(ctx: &Ctx, a: ExportArgs) -> Result<Reply> {
         return Ok(Reply::new(&ExportOutput::Changes(report), human));
     }
     let (_, ws) = ctx.open()?;
-    let src = path(&a.vault_path)?;
+    let src = ws.resolve_path(&a.vault_path)?;
     let bar = ctx.progress("exporting");
     let mut progress = |n: u64, _b: u64| {
         if let Some(bar) = &bar
