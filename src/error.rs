@@ -31,7 +31,7 @@ pub enum Error {
         found: u32,
         supported: u32,
     },
-    #[error("vault is damaged: {reason}; run `avfs vault check` for a full report")]
+    #[error("vault is damaged: {reason}; `avfs vault check` reports what is damaged")]
     CorruptVault { reason: String },
     #[error("vault check found {} problem(s):\n  {}", .problems.len(), .problems.join("\n  "))]
     VaultDamaged { problems: Vec<String> },
@@ -354,6 +354,18 @@ impl From<rusqlite::Error> for Error {
             Some(ErrorCode::DatabaseCorrupt) => Error::CorruptVault {
                 reason: e.to_string(),
             },
+            // A row whose value is not of the type the vault wrote there: damage.
+            _ if matches!(
+                e,
+                rusqlite::Error::FromSqlConversionFailure(..)
+                    | rusqlite::Error::InvalidColumnType(..)
+                    | rusqlite::Error::IntegralValueOutOfRange(..)
+            ) =>
+            {
+                Error::CorruptVault {
+                    reason: format!("a stored value has the wrong type: {e}"),
+                }
+            }
             _ => Error::Storage(e.to_string()),
         }
     }

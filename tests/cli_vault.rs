@@ -568,3 +568,49 @@ fn check_text_output_lists_every_problem() {
         );
     }
 }
+
+/// A registered vault whose file was damaged is `corrupt_vault` (exit 7) saying what is
+/// damaged, never `not_a_vault` with a suggestion to create one; `vault check` answers
+/// with a report of the damage. Cases: the file cut in half, its header overwritten, a
+/// row whose value has the wrong type.
+#[test]
+fn damaged_vault_files_are_corrupt_vault_and_check_reports_them() {
+    let env = TestEnv::with_vault("v");
+    for i in 0..200 {
+        env.write(
+            None,
+            &format!("d/f{i}.txt"),
+            format!("content {i}").as_bytes(),
+        );
+    }
+    let file = env.vault_file("v");
+    let good = fs::read(&file).unwrap();
+    let check_problems = |what: &str| {
+        let e = env.err(&["ls", "/"], "corrupt_vault");
+        let msg = e["message"].as_str().unwrap();
+        assert!(!msg.contains("vault create"), "{what}: {msg}");
+        let report = env.err(&["vault", "check"], "corrupt_vault");
+        let problems = report["details"]["problems"].as_array().unwrap();
+        assert!(!problems.is_empty(), "{what}: {report}");
+        assert!(
+            !report["message"]
+                .as_str()
+                .unwrap()
+                .contains("run `avfs vault check`"),
+            "{what}: {report}"
+        );
+    };
+    fs::write(&file, &good[..good.len() / 2]).unwrap();
+    check_problems("cut in half");
+    let mut header = good.clone();
+    header[..16].copy_from_slice(b"garbage garbage!");
+    fs::write(&file, &header).unwrap();
+    check_problems("header overwritten");
+    fs::write(&file, &good).unwrap();
+    env.data(&["ls", "/"]);
+    rusqlite::Connection::open(&file)
+        .unwrap()
+        .execute("UPDATE workspaces SET base = 'not an id'", [])
+        .unwrap();
+    check_problems("a row of the wrong type");
+}

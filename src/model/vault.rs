@@ -422,8 +422,17 @@ impl Vault {
     /// Verify every stored object hashes to its id, every referenced object exists, and
     /// each workspace's hard links are consistent.
     pub fn check(&self) -> Result<CheckReport> {
+        let engine: Vec<Problem> = self
+            .store
+            .integrity_problems()?
+            .into_iter()
+            .map(|p| Problem {
+                object: None,
+                problem: format!("storage: {p}"),
+            })
+            .collect();
         self.store.read(|r| {
-            let mut problems = Vec::new();
+            let mut problems = engine;
             let ids = r.object_ids()?;
             for (id, k) in &ids {
                 let Some(o) = r.object(id)? else { continue };

@@ -2,12 +2,13 @@
 //! current vault) into an open workspace, and manages the registry of vaults and forks.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::Serialize;
 
 use super::registry::{Registry, RegistryEntry, close_names};
 use crate::error::{Error, Result};
-use crate::model::{Actor, ForkInfo, Vault, VaultInfo, Workspace};
+use crate::model::{Actor, CheckReport, ForkInfo, Problem, Vault, VaultInfo, Workspace};
 
 const MAIN: &str = "main";
 
@@ -119,15 +120,64 @@ impl WorkspaceService {
     /// Open the workspace a selector names.
     pub fn open(&self, selector: Option<&str>) -> Result<(Target, Workspace)> {
         let target = self.resolve(selector)?;
-        let vault = Vault::open(&target.path).map_err(|e| match e {
+        let vault = self.open_vault(&target)?;
+        let ws = vault.workspace(&target.workspace, self.actor.clone())?;
+        Ok((target, ws))
+    }
+
+    /// Open the vault file of `target`. A registered vault whose file no longer reads as
+    /// one is damaged (`corrupt_vault`), not a stranger's file (`not_a_vault`).
+    fn open_vault(&self, target: &Target) -> Result<Arc<Vault>> {
+        Vault::open(&target.path).map_err(|e| match e {
             Error::VaultNotFound { .. } => Error::VaultNotFound {
                 name: target.name.clone(),
                 suggestions: Vec::new(),
             },
+            Error::NotAVault { path, reason }
+                if self
+                    .registry
+                    .load()
+                    .is_ok_and(|d| d.vaults.contains_key(&target.name)) =>
+            {
+                Error::CorruptVault {
+                    reason: format!(
+                        "registered vault `{}` at {} does not read as a vault any more: {reason}",
+                        target.name,
+                        path.display()
+                    ),
+                }
+            }
             other => other,
-        })?;
-        let ws = vault.workspace(&target.workspace, self.actor.clone())?;
-        Ok((target, ws))
+        })
+    }
+
+    /// Check a vault's integrity: SQLite's own check, every object against its id and
+    /// references, every root. A vault that cannot even be opened is a report with that
+    /// problem, not an error, so `vault check` always says what is damaged.
+    pub fn check(&self, selector: Option<&str>) -> Result<CheckReport> {
+        let target = self.resolve(selector)?;
+        let damaged = |reason: String| CheckReport {
+            ok: false,
+            objects_checked: 0,
+            problems: vec![Problem {
+                object: None,
+                problem: reason,
+            }],
+        };
+        let vault = match self.open_vault(&target) {
+            Ok(v) => v,
+            Err(Error::CorruptVault { reason }) | Err(Error::Storage(reason)) => {
+                return Ok(damaged(reason));
+            }
+            Err(e) => return Err(e),
+        };
+        match vault.check() {
+            Ok(report) => Ok(report),
+            Err(Error::CorruptVault { reason }) | Err(Error::Storage(reason)) => {
+                Ok(damaged(reason))
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Create and register a vault. The first vault created becomes the current one.

@@ -176,6 +176,10 @@ pub trait Store: Send + Sync {
     fn compact(&self) -> Result<()>;
     /// Make every committed transaction durable (survives power loss), for `fsync`.
     fn sync(&self) -> Result<()>;
+    /// The storage engine's own consistency check (pages, indexes): one line per problem.
+    fn integrity_problems(&self) -> Result<Vec<String>> {
+        Ok(Vec::new())
+    }
     /// Bytes the vault occupies on disk (database plus write-ahead log).
     fn disk_size(&self) -> u64;
 }

@@ -280,14 +280,19 @@ fn open_conn(path: &Path) -> Result<Connection> {
 }
 
 /// Switch a checked connection to the vault's settings (WAL and friends).
+/// Called once the file has shown the vault's application id: a failure from here on is
+/// damage to a vault, not a foreign file.
 fn configure_checked(conn: &Connection, path: &Path) -> Result<()> {
-    configure(conn).map_err(|e| match e {
-        Error::CorruptVault { reason } => Error::NotAVault {
-            path: path.to_path_buf(),
-            reason,
+    configure(conn).map_err(|e| damaged(path, e))
+}
+
+fn damaged(path: &Path, e: Error) -> Error {
+    match e {
+        Error::CorruptVault { reason } | Error::Storage(reason) => Error::CorruptVault {
+            reason: format!("{}: {reason}", path.display()),
         },
         other => other,
-    })
+    }
 }
 
 fn not_a_vault(path: &Path, e: rusqlite::Error) -> Error {
@@ -356,13 +361,7 @@ fn migrate(conn: &Connection, path: &Path) -> Result<()> {
         }
         Err(e) => {
             let _ = conn.execute_batch("ROLLBACK");
-            Err(match e {
-                Error::Storage(reason) => Error::NotAVault {
-                    path: path.to_path_buf(),
-                    reason,
-                },
-                other => other,
-            })
+            Err(damaged(path, e))
         }
     }
 }
@@ -460,6 +459,20 @@ impl Store for SqliteStore {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(Error::io("syncing", PathBuf::from(wal), e)),
         }
+    }
+
+    fn integrity_problems(&self) -> Result<Vec<String>> {
+        let conn = lock(&self.reader);
+        let mut stmt = conn.prepare("PRAGMA quick_check")?;
+        let rows = stmt.query_map([], |r| r.get::<_, String>(0))?;
+        let mut problems = Vec::new();
+        for row in rows {
+            let line = row?;
+            if line != "ok" {
+                problems.push(line);
+            }
+        }
+        Ok(problems)
     }
 
     fn disk_size(&self) -> u64 {

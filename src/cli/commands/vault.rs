@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use clap::{Args, Subcommand};
 use serde::Serialize;
 
-use agentvfs::model::{ForkInfo, Vault, VaultInfo};
+use agentvfs::model::{ForkInfo, VaultInfo};
 use agentvfs::service::Target;
 use agentvfs::{Error, Result};
 
@@ -211,8 +211,7 @@ fn cmd_fork(ctx: &Ctx, a: ForkArgs) -> Result<Reply> {
 }
 
 fn cmd_check(ctx: &Ctx) -> Result<Reply> {
-    let (t, _) = ctx.open()?;
-    let report = Vault::open(&t.path)?.check()?;
+    let report = ctx.service.check(ctx.vault.as_deref())?;
     if !report.ok {
         let problems = report
             .problems
