@@ -1,6 +1,7 @@
 //! Shells, interpreters, `eval`/`source`/`trap`/`alias`, and wrappers that run another
 //! command (`env`, `sudo`, `nice`, `timeout`, `xargs`, `find -exec`, …).
 
+use super::embedded::inline_code_names;
 use super::{getopt, subcommand};
 use crate::service::policy::Category as C;
 use crate::service::policy::shell::{
@@ -282,6 +283,9 @@ impl Analyzer<'_> {
                     format!("`{prog}` runs inline code that can change files"),
                     None,
                 );
+                if let Some(b) = body.as_ref().filter(|b| !b.dynamic) {
+                    self.embedded(prog, b, inline_code_names(&b.text), scope);
+                }
                 let after = rest.get(i + 2..).unwrap_or(&[]);
                 self.generic_paths(prog, after, Role::Read, scope);
                 return;

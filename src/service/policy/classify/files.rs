@@ -1,6 +1,7 @@
 //! File and text tools: `cd`, `test`, `kill`, `rm`, `dd`, `chmod`, `tee`, `sed`, `awk`,
 //! `grep`, `jq`, archivers, and build tools.
 
+use super::embedded::{Named, awk_names, sed_names};
 use super::getopt;
 use crate::service::policy::Category as C;
 use crate::service::policy::shell::{
@@ -280,6 +281,9 @@ impl Analyzer<'_> {
             if s.dynamic || sed_writes(&s.text) {
                 writes_other = true;
             }
+            if !s.dynamic {
+                self.embedded("sed", s, sed_names(&s.text), scope);
+            }
         }
         if in_place {
             self.cat(
@@ -326,6 +330,9 @@ impl Analyzer<'_> {
         if files.is_empty() && !ops.is_empty() {
             let p = ops.remove(0);
             program_writes = p.dynamic || awk_writes(&p.text);
+            if !p.dynamic {
+                self.embedded(name, p, awk_names(&p.text), scope);
+            }
         }
         let inplace = o
             .values(&["-i", "--include"])
@@ -652,6 +659,26 @@ impl Analyzer<'_> {
         );
         let archive = o.values(&["-f", "--file"]);
         let dirs = o.values(&["-C", "--directory"]);
+        // The commands tar runs are decided like commands on the line.
+        let runs = [
+            "-I",
+            "--use-compress-program",
+            "--to-command",
+            "--rsh-command",
+            "--info-script",
+            "-F",
+            "--new-volume-script",
+        ];
+        for v in o.values(&runs) {
+            if !v.dynamic {
+                self.embedded("tar", v, vec![Named::Command(v.text.clone())], scope);
+            }
+        }
+        for v in o.values(&["--checkpoint-action"]) {
+            if let Some(cmd) = v.known().and_then(|t| t.strip_prefix("exec=")) {
+                self.embedded("tar", v, vec![Named::Command(cmd.to_string())], scope);
+            }
+        }
         let mode_create = o.has(&[
             "-c",
             "--create",

@@ -1,6 +1,7 @@
 //! What each program does: the built-in knowledge of common tools, wrappers, shells,
 //! interpreters, `git`, package managers, and the getopt-style parsing their flags need.
 
+mod embedded;
 mod exec;
 mod files;
 mod git;
