@@ -79,8 +79,11 @@ pub enum Response {
     },
 }
 
+/// The directory of session records, sockets, mount points and logs, under `$AVFS_HOME`.
+const DIR: &str = "sessions";
+
 fn dir_of(reg: &Registry) -> PathBuf {
-    reg.home().join("sessions")
+    reg.home().join(DIR)
 }
 
 /// Session names become file names: letters, digits, `.`, `_`, `-`; 1 to 64 of them.
@@ -109,8 +112,10 @@ pub fn record_path(reg: &Registry, name: &str) -> PathBuf {
     file(reg, name, "json")
 }
 
-pub fn log_path(reg: &Registry, name: &str) -> PathBuf {
-    file(reg, name, "log")
+/// Where the daemon of session `name` writes its log; its directory is created if missing.
+pub fn log_path(reg: &Registry, name: &str) -> Result<PathBuf> {
+    reg.private_dir(DIR)?;
+    Ok(file(reg, name, "log"))
 }
 
 /// A new record for a session about to start (the daemon fills in its own pid).
@@ -123,8 +128,7 @@ pub fn new_record(
     policy: Option<PathBuf>,
 ) -> Result<SessionRecord> {
     check_name(name)?;
-    let d = dir_of(reg);
-    std::fs::create_dir_all(&d).map_err(|e| Error::io("creating", &d, e))?;
+    reg.private_dir(DIR)?;
     Ok(SessionRecord {
         name: name.to_string(),
         vault: vault.to_string(),
