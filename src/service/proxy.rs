@@ -378,7 +378,9 @@ impl ProxyRuntime<'_> {
         };
         let mut env: Vec<(String, String)> = base
             .into_iter()
-            .filter(|(k, _)| opts.allow_env.iter().any(|a| a == k) || !self.policy.withholds_env(k))
+            .filter(|(k, v)| {
+                opts.allow_env.iter().any(|a| a == k) || !self.policy.withholds_env(k, v)
+            })
             .filter(|(k, _)| !k.starts_with("AVFS_"))
             .collect();
         env.retain(|(k, _)| k != "PWD");

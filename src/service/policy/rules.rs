@@ -32,6 +32,8 @@ pub(super) struct PolicyFile {
 pub(super) struct SecretsSpec {
     pub paths: Option<Vec<String>>,
     pub env: Option<Vec<String>>,
+    pub env_words: Option<Vec<String>>,
+    pub env_url_credentials: Option<bool>,
     pub env_allow: Option<Vec<String>>,
 }
 
