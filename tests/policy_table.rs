@@ -555,9 +555,23 @@ fn bad_policy_files_are_clear_errors() {
 fn secrets_come_from_the_policy() {
     let engine = PolicyEngine::builtin();
     let globs = engine.secret_globs();
-    for g in [".env*", "*.pem", "id_*", ".ssh/", ".aws/"] {
+    for g in [
+        ".env",
+        ".env.*",
+        "id_rsa",
+        "id_ed25519",
+        "*.key",
+        ".ssh/",
+        ".aws/",
+    ] {
         assert!(globs.iter().any(|x| x == g), "{g} missing from {globs:?}");
     }
+    // Names that hid ordinary files (pip's certifi/cacert.pem, an agent's id_new.rs) are
+    // gone; PEM files are hidden by what they hold instead.
+    for g in ["*.pem", "id_*", ".env*"] {
+        assert!(!globs.iter().any(|x| x == g), "{g} still in {globs:?}");
+    }
+    assert_eq!(engine.private_key_globs(), ["*.pem"]);
     let env = engine.secret_env_patterns();
     for p in [
         "*_TOKEN",

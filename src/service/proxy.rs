@@ -455,7 +455,7 @@ impl ProxyRuntime<'_> {
         let dir = private_dir("avfs-exec")?;
         let session = MountSession::new(self.ws.clone(), None, readonly)?
             .with_label(EXEC_OP, text)?
-            .with_hidden(&self.policy.secret_globs())?;
+            .with_hidden(self.policy.secret_paths().clone());
         let mounted = crate::fuse::spawn(session, &dir).map_err(|e| Error::MountFailed {
             dir: dir.clone(),
             reason: e.to_string(),

@@ -1,11 +1,17 @@
-//! What counts as secret during a proxied run, and how it is recognised: environment
-//! variables withheld from the command (by name, by the words of the name, by credentials
-//! in a URL value). The policy file says which patterns (`[secrets]`); this module matches
-//! them.
+//! What counts as secret during a proxied run, and how it is recognised: paths the mount
+//! hides (by name, and PEM files by the private key inside them) and environment variables
+//! withheld from the command (by name, by the words of the name, by credentials in a URL
+//! value). The policy file says which patterns (`[secrets]`); this module matches them.
 
 use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
 
 use crate::error::{Error, Result};
+use crate::model::path::VPath;
+
+/// How much of a file the private-key check reads: enough to find a key stored after a
+/// certificate chain of a few certificates (a combined `cert + key` PEM), little enough
+/// that a lookup stays cheap.
+pub const KEY_SNIFF_BYTES: usize = 16 * 1024;
 
 fn compile(patterns: &[String], key: &str, case_insensitive: bool) -> Result<Option<GlobSet>> {
     if patterns.is_empty() {
@@ -33,6 +39,94 @@ fn compile(patterns: &[String], key: &str, case_insensitive: bool) -> Result<Opt
 
 fn is_match(set: &Option<GlobSet>, text: &str) -> bool {
     set.as_ref().is_some_and(|s| s.is_match(text))
+}
+
+/// Paths hidden from every process using a proxied run's mount. A glob is tried on every
+/// path from the root down to the entry (`a`, `a/b`, …, without the leading `/`) and on
+/// every name along the way, so a hidden directory hides everything below it.
+#[derive(Debug, Clone, Default)]
+pub struct SecretPaths {
+    /// `[secrets] paths`: hidden by name.
+    names: Vec<String>,
+    /// `[secrets] private_key_paths`: hidden when the file holds a private key.
+    private_keys: Vec<String>,
+    name_set: Option<GlobSet>,
+    key_set: Option<GlobSet>,
+}
+
+/// Two sets hide the same paths when they were made from the same patterns.
+impl PartialEq for SecretPaths {
+    fn eq(&self, other: &Self) -> bool {
+        self.names == other.names && self.private_keys == other.private_keys
+    }
+}
+
+impl SecretPaths {
+    /// `names` hide what they match; `private_keys` hide a regular file they match only
+    /// when [`holds_private_key`] says so about its first [`KEY_SNIFF_BYTES`].
+    pub fn new(names: Vec<String>, private_keys: Vec<String>) -> Result<SecretPaths> {
+        Ok(SecretPaths {
+            name_set: compile(&names, "paths", false)?,
+            key_set: compile(&private_keys, "private_key_paths", false)?,
+            names,
+            private_keys,
+        })
+    }
+
+    /// The `[secrets] paths` globs.
+    pub fn names(&self) -> &[String] {
+        &self.names
+    }
+
+    /// The `[secrets] private_key_paths` globs.
+    pub fn private_key_globs(&self) -> &[String] {
+        &self.private_keys
+    }
+
+    /// Whether `path`, or a directory above it, is secret by its name.
+    pub fn hides_by_name(&self, path: &VPath) -> bool {
+        if self.name_set.is_none() {
+            return false;
+        }
+        let mut cur = String::new();
+        for comp in path.components() {
+            if !cur.is_empty() {
+                cur.push('/');
+            }
+            cur.push_str(comp);
+            if is_match(&self.name_set, &cur) || is_match(&self.name_set, comp) {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Whether the file at `path` is hidden if it holds a private key: the caller reads
+    /// its first [`KEY_SNIFF_BYTES`] and asks [`holds_private_key`].
+    pub fn checks_content(&self, path: &VPath) -> bool {
+        self.key_set.is_some()
+            && (is_match(&self.key_set, path.as_str()) || is_match(&self.key_set, path.name()))
+    }
+}
+
+/// Whether `prefix`, the start of a file, holds a PEM private key: a line
+/// `-----BEGIN … PRIVATE KEY-----` (PKCS#8 `PRIVATE KEY`, `ENCRYPTED PRIVATE KEY`, `RSA`,
+/// `EC`, `DSA`, `OPENSSH`, the PGP `PRIVATE KEY BLOCK`, the SSH2 `---- BEGIN … ----` form).
+/// Certificates, CA bundles and public keys are not.
+pub fn holds_private_key(prefix: &[u8]) -> bool {
+    prefix.split(|b| *b == b'\n').any(|line| {
+        let line = line.trim_ascii();
+        if !line.starts_with(b"----") {
+            return false;
+        }
+        let dashes = line.iter().take_while(|b| matches!(b, b'-' | b' ')).count();
+        let label = &line[dashes..];
+        label.starts_with(b"BEGIN ") && contains(label, b"PRIVATE KEY")
+    })
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
 }
 
 /// Environment variables withheld from a proxied command.
@@ -200,6 +294,53 @@ mod tests {
         ] {
             assert!(!has_url_credentials(v), "{v}");
         }
+    }
+
+    #[test]
+    fn pem_private_keys_are_told_from_certificates() {
+        for label in [
+            "PRIVATE KEY",
+            "RSA PRIVATE KEY",
+            "EC PRIVATE KEY",
+            "DSA PRIVATE KEY",
+            "OPENSSH PRIVATE KEY",
+            "ENCRYPTED PRIVATE KEY",
+            "PGP PRIVATE KEY BLOCK",
+        ] {
+            let pem = format!("-----BEGIN {label}-----\nMIIB\n-----END {label}-----\n");
+            assert!(holds_private_key(pem.as_bytes()), "{label}");
+        }
+        assert!(holds_private_key(
+            b"---- BEGIN SSH2 ENCRYPTED PRIVATE KEY ----\r\nxx\r\n"
+        ));
+        // openssl pkcs12 output puts attributes first; a combined file has the cert first.
+        assert!(holds_private_key(
+            b"Bag Attributes\n    localKeyID: 01\n-----BEGIN CERTIFICATE-----\nMII\n-----END CERTIFICATE-----\n-----BEGIN EC PRIVATE KEY-----\n"
+        ));
+        for text in [
+            "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n",
+            "# Issuer: CN=GlobalSign Root CA\n-----BEGIN CERTIFICATE-----\n",
+            "-----BEGIN PUBLIC KEY-----\nMIIB\n-----END PUBLIC KEY-----\n",
+            "-----BEGIN X509 CRL-----\n",
+            "the words PRIVATE KEY in prose\n",
+            "",
+        ] {
+            assert!(!holds_private_key(text.as_bytes()), "{text}");
+        }
+    }
+
+    #[test]
+    fn names_hide_directories_and_everything_below() {
+        let s =
+            SecretPaths::new(vec![".ssh/".into(), "id_rsa".into()], vec!["*.pem".into()]).unwrap();
+        let p = |s: &str| VPath::parse(s).unwrap();
+        assert!(s.hides_by_name(&p("/.ssh")));
+        assert!(s.hides_by_name(&p("/home/.ssh/config")));
+        assert!(s.hides_by_name(&p("/deploy/id_rsa")));
+        assert!(!s.hides_by_name(&p("/deploy/id_rsa.pub")));
+        assert!(!s.hides_by_name(&p("/src/id_rsa_parser.rs")));
+        assert!(s.checks_content(&p("/a/b/ca.pem")));
+        assert!(!s.checks_content(&p("/a/b/ca.crt")));
     }
 
     #[test]

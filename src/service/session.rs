@@ -320,8 +320,8 @@ struct Live {
     bg: fuser::BackgroundSession,
     /// The op log's head after our last command: anything else means someone else wrote.
     seen: Option<i64>,
-    /// The secret globs hidden by this mount (a command under another policy remounts).
-    hidden: Vec<String>,
+    /// The secret paths hidden by this mount (a command under another policy remounts).
+    hidden: super::secrets::SecretPaths,
 }
 
 #[cfg(feature = "fuse")]
@@ -329,9 +329,9 @@ impl Live {
     fn start(ws: &Workspace, policy: &PolicyEngine, dir: &Path) -> Result<Live> {
         let session = MountSession::new(ws.clone(), None, false)?
             .with_label(EXEC_OP, "session")?
-            .with_hidden(&policy.secret_globs())?;
+            .with_hidden(policy.secret_paths().clone());
         session.record_at_finish(false);
-        let hidden = policy.secret_globs();
+        let hidden = policy.secret_paths().clone();
         let session = Arc::new(session);
         let bg = crate::fuse::spawn_shared(session.clone(), dir)
             .map_err(|e| Error::MountFailed {
@@ -487,10 +487,10 @@ fn run_one(
     // from outside) is remade too, and so is one hiding other secrets than this command's
     // policy names (the kernel may cache what it has looked up).
     let head = ws.last_op_id()?;
-    let secrets = policy.secret_globs();
+    let secrets = policy.secret_paths();
     if live
         .as_ref()
-        .is_some_and(|l| l.seen != head || l.bg.guard.is_finished() || l.hidden != secrets)
+        .is_some_and(|l| l.seen != head || l.bg.guard.is_finished() || l.hidden != *secrets)
         && let Some(l) = live.take()
     {
         let gone = l.bg.guard.is_finished();

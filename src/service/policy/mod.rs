@@ -84,7 +84,8 @@
 //! host_escape = "deny"
 //!
 //! [secrets]                      # what a proxied run cannot see (service::secrets)
-//! paths = [".env*", "*.pem", "id_*", ".ssh/", ".aws/"]   # hidden from the child during a run
+//! paths = [".env", ".env.*", "id_ed25519", "*.key", ".ssh/"]  # hidden by name
+//! private_key_paths = ["*.pem"]  # hidden when the file holds a `BEGIN … PRIVATE KEY` block
 //! env = ["*_TOKEN", "AWS_*", "SSH_AUTH_SOCK"]  # env names withheld (globs, any case)
 //! env_words = ["token", "key", "auth", "pat"]  # env names with one of these words withheld
 //! env_url_credentials = true     # env values that are URLs with `user:pass@` withheld
@@ -130,7 +131,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::service::secrets::SecretEnv;
+use crate::service::secrets::{SecretEnv, SecretPaths};
 
 use rules::{Example, PolicyFile, Rule};
 use shell::{Analyzer, Arg, Fact, Scope, Stdin};
@@ -291,7 +292,7 @@ pub struct PolicyEngine {
     landlock: bool,
     offline: Offline,
     actions: BTreeMap<Category, Action>,
-    secret_paths: Vec<String>,
+    secret_paths: SecretPaths,
     secret_env: SecretEnv,
     /// (rule name, example) for every example written in the loaded file.
     examples: Vec<(String, Example)>,
@@ -372,13 +373,18 @@ impl PolicyEngine {
         };
         actions.extend(file.actions.iter().map(|(c, a)| (*c, *a)));
         let secrets = file.secrets.unwrap_or_default();
-        let (mut secret_paths, secret_env) = match base {
+        let (secret_paths, secret_env) = match base {
             Some(b) => (b.secret_paths.clone(), b.secret_env.clone()),
-            None => (Vec::new(), SecretEnv::default()),
+            None => (SecretPaths::default(), SecretEnv::default()),
         };
-        if let Some(p) = secrets.paths {
-            secret_paths = p;
-        }
+        let secret_paths = SecretPaths::new(
+            secrets
+                .paths
+                .unwrap_or_else(|| secret_paths.names().to_vec()),
+            secrets
+                .private_key_paths
+                .unwrap_or_else(|| secret_paths.private_key_globs().to_vec()),
+        )?;
         let secret_env = SecretEnv::new(
             secrets.env.unwrap_or_else(|| secret_env.globs().to_vec()),
             secrets
@@ -397,9 +403,6 @@ impl PolicyEngine {
             .unwrap_or((false, Offline::Never));
         let landlock = confinement.landlock.unwrap_or(base_landlock);
         let offline = confinement.offline.unwrap_or(base_offline);
-        for g in &secret_paths {
-            rules::glob(g).map_err(|e| Error::invalid(format!("policy file: [secrets]: {e}")))?;
-        }
         if let Some(b) = base
             && file.builtin_rules.unwrap_or(true)
         {
@@ -564,8 +567,6 @@ impl PolicyEngine {
         self.examples.len()
     }
 
-    /// Paths the policy marks secret (default: `.env*`, `*.pem`, `id_*`, `.ssh/`, `.aws/`),
-    /// as globs; a trailing `/` names a directory.
     /// The confinement this policy asks for, for a command decided as `decision`
     /// (`[confinement]`: Landlock on or off; offline never, always, or unless the command
     /// was classified networked).
@@ -581,8 +582,21 @@ impl PolicyEngine {
         }
     }
 
+    /// The paths a proxied run's mount hides (`[secrets] paths` and `private_key_paths`).
+    pub fn secret_paths(&self) -> &SecretPaths {
+        &self.secret_paths
+    }
+
+    /// The globs of `[secrets] paths` (default: `.env`, `.env.*`, SSH private key names,
+    /// `*.key`, `.ssh/`, `.aws/`); a trailing `/` names a directory.
     pub fn secret_globs(&self) -> Vec<String> {
-        self.secret_paths.clone()
+        self.secret_paths.names().to_vec()
+    }
+
+    /// The globs of `[secrets] private_key_paths` (default `*.pem`): files hidden when
+    /// they hold a private key.
+    pub fn private_key_globs(&self) -> Vec<String> {
+        self.secret_paths.private_key_globs().to_vec()
     }
 
     /// The environment variables withheld from a proxied command (`[secrets] env`,
