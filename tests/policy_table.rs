@@ -555,20 +555,77 @@ fn bad_policy_files_are_clear_errors() {
 fn secrets_come_from_the_policy() {
     let engine = PolicyEngine::builtin();
     let globs = engine.secret_globs();
-    for g in [".env*", "*.pem", "id_*", ".ssh/", ".aws/"] {
+    for g in [
+        ".env",
+        ".env.*",
+        "id_rsa",
+        "id_ed25519",
+        "*.key",
+        ".ssh/",
+        ".aws/",
+    ] {
         assert!(globs.iter().any(|x| x == g), "{g} missing from {globs:?}");
     }
+    // Names that hid ordinary files (pip's certifi/cacert.pem, an agent's id_new.rs) are
+    // gone; PEM files are hidden by what they hold instead.
+    for g in ["*.pem", "id_*", ".env*"] {
+        assert!(!globs.iter().any(|x| x == g), "{g} still in {globs:?}");
+    }
+    assert_eq!(engine.private_key_globs(), ["*.pem"]);
     let env = engine.secret_env_patterns();
-    for p in ["*_TOKEN", "*_SECRET*", "AWS_*", "*_KEY", "*PASSWORD*"] {
+    for p in [
+        "*_TOKEN",
+        "*_SECRET*",
+        "AWS_*",
+        "*_KEY",
+        "*PASSWORD*",
+        "SSH_AUTH_SOCK",
+    ] {
         assert!(env.iter().any(|x| x == p), "{p} missing from {env:?}");
     }
-    assert!(engine.withholds_env("GITHUB_TOKEN"));
-    assert!(engine.withholds_env("AWS_ACCESS_KEY_ID"));
-    assert!(!engine.withholds_env("PATH"));
+    let withheld = |name: &str| engine.withholds_env(name, "x");
+    for name in [
+        "GITHUB_TOKEN",
+        "AWS_ACCESS_KEY_ID",
+        "my_token",
+        "GH_PAT",
+        "NPM_AUTH",
+        "SSH_AUTH_SOCK",
+        "githubToken",
+        "client_secret",
+        "PGPASSWORD",
+        "MYSQL_PWD",
+    ] {
+        assert!(withheld(name), "{name} is passed");
+    }
+    for name in [
+        "PATH",
+        "HOME",
+        "LANG",
+        "TERM",
+        "PWD",
+        "OLDPWD",
+        "PYTHONPATH",
+        "MANPATH",
+        "KEYBOARD",
+        "TOKENIZERS_PARALLELISM",
+        "GIT_AUTHOR_NAME",
+    ] {
+        assert!(!withheld(name), "{name} is withheld");
+    }
+    assert!(engine.withholds_env("DATABASE_URL", "postgres://u:pass@host/db"));
+    assert!(!engine.withholds_env("DATABASE_URL", "postgres://host/db"));
     let custom = PolicyEngine::from_toml("[secrets]\nenv_allow = [\"GITHUB_TOKEN\"]\n").unwrap();
-    assert!(!custom.withholds_env("GITHUB_TOKEN"));
-    assert!(custom.withholds_env("NPM_TOKEN"));
+    assert!(!custom.withholds_env("GITHUB_TOKEN", "x"));
+    assert!(custom.withholds_env("NPM_TOKEN", "x"));
     assert_eq!(custom.secret_globs(), globs);
+    let names_only = PolicyEngine::from_toml(
+        "[secrets]\nenv = []\nenv_words = []\nenv_url_credentials = false\n",
+    )
+    .unwrap();
+    assert!(!names_only.withholds_env("GITHUB_TOKEN", "https://u:p@h/"));
+    let bad = PolicyEngine::from_toml("[secrets]\nenv_words = [\"api_key\"]\n").unwrap_err();
+    assert!(bad.to_string().contains("env_words"), "{bad}");
 }
 
 mod fuzz {

@@ -12,6 +12,7 @@ pub mod proxy;
 pub mod registry;
 pub mod runner;
 pub mod search;
+pub mod secrets;
 pub mod session;
 pub mod transfer;
 pub mod workspace;

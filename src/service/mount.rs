@@ -16,6 +16,7 @@ use crate::model::id::ObjectId;
 use crate::model::node::{Attrs, CHUNK_SIZE, Node, NodeKind};
 use crate::model::path::VPath;
 use crate::model::{BatchEnd, Quota, View, Workspace, now_ns};
+use crate::service::secrets::{self, KEY_SNIFF_BYTES, SecretPaths};
 
 pub type Errno = i32;
 pub type MResult<T> = std::result::Result<T, Errno>;
@@ -254,7 +255,10 @@ pub struct MountSession {
     /// The op-log entry the session records when it ends: (kind, description).
     label: (String, String),
     /// Paths hidden from every process using the mount (secrets during a proxied run).
-    hidden: Option<globset::GlobSet>,
+    hidden: SecretPaths,
+    /// Whether a file content holds a private key, by content id (ids are immutable, so an
+    /// answer never goes stale).
+    private_keys: Mutex<HashMap<ObjectId, bool>>,
 }
 
 const NODE_CACHE_LIMIT: usize = 200_000;
@@ -357,7 +361,8 @@ impl MountSession {
             stop_flusher,
             changes,
             label: (kind.into(), description.into()),
-            hidden: None,
+            hidden: SecretPaths::default(),
+            private_keys: Mutex::new(HashMap::new()),
         })
     }
 
@@ -371,32 +376,53 @@ impl MountSession {
         Ok(self)
     }
 
-    /// Hide paths matching any glob (matched against the path relative to the root, and
-    /// against the file name): lookups fail with ENOENT and listings skip them.
-    pub fn with_hidden(mut self, globs: &[String]) -> crate::Result<Self> {
-        let mut b = globset::GlobSetBuilder::new();
-        for g in globs {
-            let glob = globset::Glob::new(g.trim_end_matches('/'))
-                .map_err(|e| Error::invalid(format!("bad secret pattern `{g}`: {e}")))?;
-            b.add(glob);
-        }
-        self.hidden = Some(b.build().map_err(|e| Error::invalid(e.to_string()))?);
-        Ok(self)
+    /// Hide these secrets: lookups fail with ENOENT and listings skip them.
+    pub fn with_hidden(mut self, secrets: SecretPaths) -> Self {
+        self.hidden = secrets;
+        self
     }
 
-    fn is_hidden(&self, path: &VPath) -> bool {
-        let Some(set) = &self.hidden else {
+    /// Whether `path` is hidden: by its name or a directory's above it, or because it is a
+    /// file the policy hides when it holds a private key and it does. `node` is the entry's
+    /// node when the caller has it; a path that does not exist is hidden only by name.
+    fn is_hidden(&self, path: &VPath, node: Option<&Node>) -> bool {
+        if self.hidden.hides_by_name(path) {
+            return true;
+        }
+        if !self.hidden.checks_content(path) {
+            return false;
+        }
+        match node {
+            Some(n) => self.holds_private_key(n),
+            None => self
+                .get_node(path)
+                .is_ok_and(|n| self.holds_private_key(&n)),
+        }
+    }
+
+    /// Whether the regular file `node` starts with a private key (its first
+    /// `KEY_SNIFF_BYTES`). A file that cannot be read counts as one: hiding it is safe.
+    fn holds_private_key(&self, node: &Node) -> bool {
+        let NodeKind::File {
+            content: Some(id), ..
+        } = &node.kind
+        else {
             return false;
         };
-        // A hidden directory hides everything below it.
-        let mut cur = VPath::root();
-        for comp in path.components() {
-            cur = cur.join(comp);
-            if set.is_match(cur.as_str()) || set.is_match(comp) {
-                return true;
-            }
+        if let Some(known) = lock(&self.private_keys).get(id) {
+            return *known;
         }
-        false
+        let mut prefix = vec![0u8; KEY_SNIFF_BYTES];
+        let found = match self.ws.read_content(node, 0, &mut prefix) {
+            Ok(n) => secrets::holds_private_key(&prefix[..n]),
+            Err(_) => return true,
+        };
+        let mut known = lock(&self.private_keys);
+        if known.len() >= NODE_CACHE_LIMIT {
+            known.clear();
+        }
+        known.insert(*id, found);
+        found
     }
 
     pub fn workspace(&self) -> &Workspace {
@@ -622,7 +648,7 @@ impl MountSession {
     fn child(&self, parent: u64, name: &str) -> MResult<VPath> {
         name_ok(name)?;
         let path = self.path_of(parent)?.join(name);
-        if self.is_hidden(&path) {
+        if self.is_hidden(&path, None) {
             return Err(err(rustix::io::Errno::NOENT));
         }
         Ok(path)
@@ -1387,7 +1413,7 @@ impl MountSession {
             (parent, AttrKind::Dir, "..".to_string()),
         ];
         for c in children {
-            if self.is_hidden(&path.join(&c.name)) {
+            if self.is_hidden(&path.join(&c.name), Some(&c.node)) {
                 continue;
             }
             let child_ino = self.ino_of(&path.join(&c.name), &c.node);

@@ -34,21 +34,24 @@ fn key(dir: &Path) -> String {
     blake3::hash(dir.as_os_str().as_encoded_bytes()).to_hex()[..16].to_string()
 }
 
+/// The directory of mount records and daemon logs, under `$AVFS_HOME`.
+const DIR: &str = "mounts";
+
 fn dir_of(reg: &Registry) -> PathBuf {
-    reg.home().join("mounts")
+    reg.home().join(DIR)
 }
 
 pub fn record_path(reg: &Registry, dir: &Path) -> PathBuf {
     dir_of(reg).join(format!("{}.json", key(dir)))
 }
 
-pub fn log_path(reg: &Registry, dir: &Path) -> PathBuf {
-    dir_of(reg).join(format!("{}.log", key(dir)))
+/// Where the daemon serving `dir` writes its log; its directory is created if missing.
+pub fn log_path(reg: &Registry, dir: &Path) -> Result<PathBuf> {
+    Ok(reg.private_dir(DIR)?.join(format!("{}.log", key(dir))))
 }
 
 pub fn save(reg: &Registry, rec: &MountRecord) -> Result<()> {
-    let d = dir_of(reg);
-    std::fs::create_dir_all(&d).map_err(|e| Error::io("creating", &d, e))?;
+    reg.private_dir(DIR)?;
     let p = record_path(reg, &rec.dir);
     let json = serde_json::to_vec_pretty(rec).map_err(|e| Error::Storage(e.to_string()))?;
     std::fs::write(&p, json).map_err(|e| Error::io("writing", &p, e))

@@ -425,7 +425,9 @@ impl ProxyRuntime<'_> {
         };
         let mut env: Vec<(String, String)> = base
             .into_iter()
-            .filter(|(k, _)| opts.allow_env.iter().any(|a| a == k) || !self.policy.withholds_env(k))
+            .filter(|(k, v)| {
+                opts.allow_env.iter().any(|a| a == k) || !self.policy.withholds_env(k, v)
+            })
             .filter(|(k, _)| !k.starts_with("AVFS_"))
             .collect();
         env.retain(|(k, _)| k != "PWD");
@@ -500,7 +502,7 @@ impl ProxyRuntime<'_> {
         let dir = private_dir("avfs-exec")?;
         let session = MountSession::new(self.ws.clone(), None, readonly)?
             .with_label(EXEC_OP, text)?
-            .with_hidden(&self.policy.secret_globs())?;
+            .with_hidden(self.policy.secret_paths().clone());
         let mounted = crate::fuse::spawn(session, &dir).map_err(|e| Error::MountFailed {
             dir: dir.clone(),
             reason: e.to_string(),

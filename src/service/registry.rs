@@ -1,6 +1,7 @@
 //! The registry of named vaults under `$AVFS_HOME` (default `~/.avfs`): which name points to
 //! which vault file and workspace, and which one is current. Updates hold an exclusive lock
 //! on `registry.lock` and replace the file atomically, so concurrent `avfs` runs never lose one.
+//! The home and the directories avfs makes in it are its owner's alone (0700).
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -48,6 +49,19 @@ impl Registry {
         &self.home
     }
 
+    /// `$AVFS_HOME/sub`, created if missing, as is the home itself (`sub` empty: the home).
+    /// A directory avfs creates here is its owner's alone (0700), whatever the umask: the
+    /// home holds vaults, and with them everything an agent's workspace holds.
+    pub fn private_dir(&self, sub: &str) -> Result<PathBuf> {
+        create_private_dir(&self.home)?;
+        if sub.is_empty() {
+            return Ok(self.home.clone());
+        }
+        let dir = self.home.join(sub);
+        create_private_dir(&dir)?;
+        Ok(dir)
+    }
+
     /// Where a newly created vault named `name` is stored.
     pub fn vault_file(&self, name: &str) -> PathBuf {
         self.home.join("vaults").join(format!("{name}.avfs"))
@@ -70,7 +84,7 @@ impl Registry {
 
     /// Read, change and write the registry under an exclusive lock.
     pub fn update<R>(&self, f: impl FnOnce(&mut RegistryData) -> Result<R>) -> Result<R> {
-        std::fs::create_dir_all(&self.home).map_err(|e| Error::io("creating", &self.home, e))?;
+        self.private_dir("")?;
         let lock_path = self.home.join("registry.lock");
         let lock = File::options()
             .create(true)
@@ -95,6 +109,26 @@ impl Registry {
         };
         write().map_err(|e| Error::io("writing", &path, e))?;
         Ok(out)
+    }
+}
+
+/// Create `dir` with mode 0700 unless it exists; its parents are created as usual. A
+/// directory that already exists is left as it is: it may be the user's own choice.
+fn create_private_dir(dir: &Path) -> Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    if dir.is_dir() {
+        return Ok(());
+    }
+    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).map_err(|e| Error::io("creating", parent, e))?;
+    }
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        // The umask may have taken bits away (0o700 & !umask); set exactly 0700.
+        Ok(()) => std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+            .map_err(|e| Error::io("restricting", dir, e)),
+        // Another avfs created it meanwhile.
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && dir.is_dir() => Ok(()),
+        Err(e) => Err(Error::io("creating", dir, e)),
     }
 }
 

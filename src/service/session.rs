@@ -79,8 +79,11 @@ pub enum Response {
     },
 }
 
+/// The directory of session records, sockets, mount points and logs, under `$AVFS_HOME`.
+const DIR: &str = "sessions";
+
 fn dir_of(reg: &Registry) -> PathBuf {
-    reg.home().join("sessions")
+    reg.home().join(DIR)
 }
 
 /// Session names become file names: letters, digits, `.`, `_`, `-`; 1 to 64 of them.
@@ -109,8 +112,10 @@ pub fn record_path(reg: &Registry, name: &str) -> PathBuf {
     file(reg, name, "json")
 }
 
-pub fn log_path(reg: &Registry, name: &str) -> PathBuf {
-    file(reg, name, "log")
+/// Where the daemon of session `name` writes its log; its directory is created if missing.
+pub fn log_path(reg: &Registry, name: &str) -> Result<PathBuf> {
+    reg.private_dir(DIR)?;
+    Ok(file(reg, name, "log"))
 }
 
 /// A new record for a session about to start (the daemon fills in its own pid).
@@ -123,8 +128,7 @@ pub fn new_record(
     policy: Option<PathBuf>,
 ) -> Result<SessionRecord> {
     check_name(name)?;
-    let d = dir_of(reg);
-    std::fs::create_dir_all(&d).map_err(|e| Error::io("creating", &d, e))?;
+    reg.private_dir(DIR)?;
     Ok(SessionRecord {
         name: name.to_string(),
         vault: vault.to_string(),
@@ -316,8 +320,8 @@ struct Live {
     bg: fuser::BackgroundSession,
     /// The op log's head after our last command: anything else means someone else wrote.
     seen: Option<i64>,
-    /// The secret globs hidden by this mount (a command under another policy remounts).
-    hidden: Vec<String>,
+    /// The secret paths hidden by this mount (a command under another policy remounts).
+    hidden: super::secrets::SecretPaths,
 }
 
 #[cfg(feature = "fuse")]
@@ -325,9 +329,9 @@ impl Live {
     fn start(ws: &Workspace, policy: &PolicyEngine, dir: &Path) -> Result<Live> {
         let session = MountSession::new(ws.clone(), None, false)?
             .with_label(EXEC_OP, "session")?
-            .with_hidden(&policy.secret_globs())?;
+            .with_hidden(policy.secret_paths().clone());
         session.record_at_finish(false);
-        let hidden = policy.secret_globs();
+        let hidden = policy.secret_paths().clone();
         let session = Arc::new(session);
         let bg = crate::fuse::spawn_shared(session.clone(), dir)
             .map_err(|e| Error::MountFailed {
@@ -483,10 +487,10 @@ fn run_one(
     // from outside) is remade too, and so is one hiding other secrets than this command's
     // policy names (the kernel may cache what it has looked up).
     let head = ws.last_op_id()?;
-    let secrets = policy.secret_globs();
+    let secrets = policy.secret_paths();
     if live
         .as_ref()
-        .is_some_and(|l| l.seen != head || l.bg.guard.is_finished() || l.hidden != secrets)
+        .is_some_and(|l| l.seen != head || l.bg.guard.is_finished() || l.hidden != *secrets)
         && let Some(l) = live.take()
     {
         let gone = l.bg.guard.is_finished();

@@ -185,7 +185,10 @@ impl WorkspaceService {
         validate_vault_name(name)?;
         let path = match path {
             Some(p) => p.to_path_buf(),
-            None => self.registry.vault_file(name),
+            None => {
+                self.registry.private_dir("vaults")?;
+                self.registry.vault_file(name)
+            }
         };
         self.registry.update(|data| {
             if data.vaults.contains_key(name) {

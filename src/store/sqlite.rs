@@ -196,6 +196,7 @@ impl SqliteStore {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|e| Error::io("creating directory", dir, e))?;
         }
+        create_private_file(path)?;
         let conn = Connection::open_with_flags(
             path,
             OpenFlags::SQLITE_OPEN_READ_WRITE
@@ -265,6 +266,27 @@ impl SqliteStore {
     pub fn path(&self) -> &Path {
         &self.path
     }
+}
+
+/// Create the empty vault file readable and writable by its owner alone (0600, whatever the
+/// umask). SQLite then initialises it, and gives the `-wal` and `-shm` files it creates
+/// beside it the same mode.
+fn create_private_file(path: &Path) -> Result<()> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::AlreadyExists => Error::AlreadyExists {
+                name: path.display().to_string(),
+            },
+            _ => Error::io("creating", path, e),
+        })?;
+    // The umask may have taken bits away from 0600.
+    file.set_permissions(std::fs::Permissions::from_mode(0o600))
+        .map_err(|e| Error::io("restricting", path, e))
 }
 
 /// Open a connection to an existing file. Nothing is written to it here: a foreign

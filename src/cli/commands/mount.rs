@@ -198,7 +198,7 @@ fn spawn_daemon(ctx: &Ctx, a: &MountArgs, dir: &Path) -> Result<MountRecord> {
         reason,
     };
     // Ready only once the kernel has the mount and the daemon recorded it.
-    let started = start_daemon(&args, &mounts::log_path(reg, dir), |pid| {
+    let started = start_daemon(&args, &mounts::log_path(reg, dir)?, |pid| {
         mounts::load(reg, dir).filter(|rec| rec.pid == pid && mounts::kernel_has(dir))
     })?;
     match started {

@@ -45,8 +45,17 @@ pub struct CheckArgs {
 pub struct PolicyShowOutput {
     /// The built-in policy file.
     pub toml: String,
+    /// `[secrets] paths`: hidden from a proxied command by name.
     pub secret_globs: Vec<String>,
+    /// `[secrets] private_key_paths`: hidden when the file holds a private key.
+    pub private_key_globs: Vec<String>,
+    /// `[secrets] env`: environment variable name globs withheld (any case).
     pub secret_env_patterns: Vec<String>,
+    /// `[secrets] env_words`: a variable whose name has one of these words is withheld.
+    pub secret_env_words: Vec<String>,
+    /// `[secrets] env_url_credentials`: a variable whose value is a URL with credentials is
+    /// withheld.
+    pub env_url_credentials: bool,
 }
 
 /// `avfs policy test` data (on success: no failures).
@@ -79,7 +88,10 @@ fn cmd_show(_ctx: &Ctx) -> Result<Reply> {
     let out = PolicyShowOutput {
         toml: PolicyEngine::builtin_toml().to_string(),
         secret_globs: engine.secret_globs(),
+        private_key_globs: engine.private_key_globs(),
         secret_env_patterns: engine.secret_env_patterns(),
+        secret_env_words: engine.secret_env_words(),
+        env_url_credentials: engine.secret_env().url_credentials(),
     };
     let human = out.toml.clone();
     Ok(Reply::new(&out, human))

@@ -42,7 +42,17 @@ pub struct ExecArgs {
     /// Run a command the policy answered `ask` for, with the token from that envelope.
     #[arg(long)]
     pub approve: Option<String>,
-    /// Pass this environment variable even if it matches a secret pattern (repeatable).
+    /// Pass this environment variable (its exact name) even though the policy withholds it
+    /// (repeatable).
+    ///
+    /// The built-in policy withholds a variable whose name, in any case, matches `*_TOKEN`,
+    /// `*_SECRET*`, `AWS_*`, `*_KEY`, `*PASSWORD*`, `*PASSWD*`, `*_PWD` or `SSH_AUTH_SOCK`, or
+    /// has one of the words token, secret, password, passwd, pass, key, apikey, auth, pat,
+    /// credential (or their plurals): `my_token`, `GH_PAT`, `NPM_AUTH`, `githubToken`, but
+    /// not `PATH`, `KEYBOARD` or `PYTHONPATH`. It also withholds a variable whose value is a
+    /// URL with credentials (`DATABASE_URL=postgres://user:pass@host/db`). A policy file
+    /// changes these with `[secrets] env`, `env_words`, `env_url_credentials` and
+    /// `env_allow` (`avfs policy show`).
     #[arg(long = "allow-env", value_name = "NAME")]
     pub allow_env: Vec<String>,
     /// Keep at most this many bytes of stdout and of stderr each.

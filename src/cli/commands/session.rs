@@ -103,7 +103,7 @@ fn cmd_start(ctx: &Ctx, a: StartArgs) -> Result<Reply> {
         reason,
     };
     // Ready once the daemon recorded itself and answers on its socket.
-    let started = start_daemon(&args, &session::log_path(reg, &name), |pid| {
+    let started = start_daemon(&args, &session::log_path(reg, &name)?, |pid| {
         session::load(reg, &name)
             .filter(|r| r.pid == pid && session::call(r, &session::Request::Ping).is_ok())
     })?;

@@ -298,9 +298,8 @@ pub fn cmd_shell(ctx: &Ctx, _a: ShellArgs) -> Result<Reply> {
         *vault.borrow_mut() = state.vault.clone();
         *cwd.borrow_mut() = state.cwd.clone();
     }
-    if let Some(parent) = history.parent() {
-        let _ = std::fs::create_dir_all(parent);
-    }
+    // History is a convenience: a home that cannot be made only loses it.
+    let _ = ctx.service.registry().private_dir("");
     let _ = editor.save_history(&history);
     let out = ShellOutput { commands, failed };
     Ok(Reply::new(&out, ""))

@@ -83,10 +83,13 @@
 //! networked = "ask"
 //! host_escape = "deny"
 //!
-//! [secrets]
-//! paths = [".env*", "*.pem", "id_*", ".ssh/", ".aws/"]   # hidden from the child during a run
-//! env = ["*_TOKEN", "*_SECRET*", "AWS_*", "*_KEY", "*PASSWORD*"]  # env vars withheld
-//! env_allow = []                 # names passed even though they match `env`
+//! [secrets]                      # what a proxied run cannot see (service::secrets)
+//! paths = [".env", ".env.*", "id_ed25519", "*.key", ".ssh/"]  # hidden by name
+//! private_key_paths = ["*.pem"]  # hidden when the file holds a `BEGIN … PRIVATE KEY` block
+//! env = ["*_TOKEN", "AWS_*", "SSH_AUTH_SOCK"]  # env names withheld (globs, any case)
+//! env_words = ["token", "key", "auth", "pat"]  # env names with one of these words withheld
+//! env_url_credentials = true     # env values that are URLs with `user:pass@` withheld
+//! env_allow = []                 # names passed all the same (exact case)
 //!
 //! [[rule]]                       # ordered; the first matching rule wins
 //! name = "no-force-push"         # required, unique; reported as the decision's `rule`
@@ -125,10 +128,10 @@ mod shell;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use globset::GlobSet;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::service::secrets::{SecretEnv, SecretPaths};
 
 use rules::{Example, PolicyFile, Rule};
 use shell::{Analyzer, Arg, Fact, Scope, Stdin};
@@ -289,12 +292,8 @@ pub struct PolicyEngine {
     landlock: bool,
     offline: Offline,
     actions: BTreeMap<Category, Action>,
-    secret_paths: Vec<String>,
-    secret_env: Vec<String>,
-    env_allow: Vec<String>,
-    /// `secret_env` and `env_allow`, compiled once.
-    secret_env_set: Option<GlobSet>,
-    env_allow_set: Option<GlobSet>,
+    secret_paths: SecretPaths,
+    secret_env: SecretEnv,
     /// (rule name, example) for every example written in the loaded file.
     examples: Vec<(String, Example)>,
 }
@@ -374,53 +373,48 @@ impl PolicyEngine {
         };
         actions.extend(file.actions.iter().map(|(c, a)| (*c, *a)));
         let secrets = file.secrets.unwrap_or_default();
-        let (mut secret_paths, mut secret_env, mut env_allow) = match base {
-            Some(b) => (
-                b.secret_paths.clone(),
-                b.secret_env.clone(),
-                b.env_allow.clone(),
-            ),
-            None => (Vec::new(), Vec::new(), Vec::new()),
+        let (secret_paths, secret_env) = match base {
+            Some(b) => (b.secret_paths.clone(), b.secret_env.clone()),
+            None => (SecretPaths::default(), SecretEnv::default()),
         };
-        if let Some(p) = secrets.paths {
-            secret_paths = p;
-        }
-        if let Some(p) = secrets.env {
-            secret_env = p;
-        }
-        if let Some(p) = secrets.env_allow {
-            env_allow = p;
-        }
+        let secret_paths = SecretPaths::new(
+            secrets
+                .paths
+                .unwrap_or_else(|| secret_paths.names().to_vec()),
+            secrets
+                .private_key_paths
+                .unwrap_or_else(|| secret_paths.private_key_globs().to_vec()),
+        )?;
+        let secret_env = SecretEnv::new(
+            secrets.env.unwrap_or_else(|| secret_env.globs().to_vec()),
+            secrets
+                .env_words
+                .unwrap_or_else(|| secret_env.words().to_vec()),
+            secrets
+                .env_url_credentials
+                .unwrap_or(secret_env.url_credentials()),
+            secrets
+                .env_allow
+                .unwrap_or_else(|| secret_env.allowed().to_vec()),
+        )?;
         let confinement = file.confinement.unwrap_or_default();
         let (base_landlock, base_offline) = base
             .map(|b| (b.landlock, b.offline))
             .unwrap_or((false, Offline::Never));
         let landlock = confinement.landlock.unwrap_or(base_landlock);
         let offline = confinement.offline.unwrap_or(base_offline);
-        for g in secret_paths.iter().chain(&secret_env).chain(&env_allow) {
-            rules::glob(g).map_err(|e| Error::invalid(format!("policy file: [secrets]: {e}")))?;
-        }
         if let Some(b) = base
             && file.builtin_rules.unwrap_or(true)
         {
             rules.extend(b.rules.iter().cloned());
         }
-        let compile = |pats: &[String]| {
-            rules::globset(pats, "[secrets]")
-                .map_err(|e| Error::invalid(format!("policy file: {e}")))
-        };
-        let secret_env_set = compile(&secret_env)?;
-        let env_allow_set = compile(&env_allow)?;
         Ok(PolicyEngine {
             rules,
             landlock,
             offline,
-            secret_env_set,
-            env_allow_set,
             actions,
             secret_paths,
             secret_env,
-            env_allow,
             examples,
         })
     }
@@ -573,8 +567,6 @@ impl PolicyEngine {
         self.examples.len()
     }
 
-    /// Paths the policy marks secret (default: `.env*`, `*.pem`, `id_*`, `.ssh/`, `.aws/`),
-    /// as globs; a trailing `/` names a directory.
     /// The confinement this policy asks for, for a command decided as `decision`
     /// (`[confinement]`: Landlock on or off; offline never, always, or unless the command
     /// was classified networked).
@@ -590,26 +582,49 @@ impl PolicyEngine {
         }
     }
 
+    /// The paths a proxied run's mount hides (`[secrets] paths` and `private_key_paths`).
+    pub fn secret_paths(&self) -> &SecretPaths {
+        &self.secret_paths
+    }
+
+    /// The globs of `[secrets] paths` (default: `.env`, `.env.*`, SSH private key names,
+    /// `*.key`, `.ssh/`, `.aws/`); a trailing `/` names a directory.
     pub fn secret_globs(&self) -> Vec<String> {
-        self.secret_paths.clone()
+        self.secret_paths.names().to_vec()
     }
 
-    /// Environment variable name patterns to withhold from the child unless allowed (e.g.
-    /// `*_TOKEN`, `*_SECRET*`, `AWS_*`, `*_KEY`, `*PASSWORD*`).
+    /// The globs of `[secrets] private_key_paths` (default `*.pem`): files hidden when
+    /// they hold a private key.
+    pub fn private_key_globs(&self) -> Vec<String> {
+        self.secret_paths.private_key_globs().to_vec()
+    }
+
+    /// The environment variables withheld from a proxied command (`[secrets] env`,
+    /// `env_words`, `env_url_credentials`, `env_allow`).
+    pub fn secret_env(&self) -> &SecretEnv {
+        &self.secret_env
+    }
+
+    /// Environment variable name globs withheld from the child, in any case (e.g.
+    /// `*_TOKEN`, `*_SECRET*`, `AWS_*`, `*_KEY`, `*PASSWORD*`, `SSH_AUTH_SOCK`).
     pub fn secret_env_patterns(&self) -> Vec<String> {
-        self.secret_env.clone()
+        self.secret_env.globs().to_vec()
     }
 
-    /// Environment variable names (globs) passed to the child even though they match a
-    /// secret pattern (`[secrets] env_allow`).
+    /// Words that make a variable name secret (`token`, `key`, `auth`, `pat`, …).
+    pub fn secret_env_words(&self) -> Vec<String> {
+        self.secret_env.words().to_vec()
+    }
+
+    /// Environment variable names (globs) passed to the child even though they are
+    /// secret-looking (`[secrets] env_allow`).
     pub fn secret_env_allowed(&self) -> Vec<String> {
-        self.env_allow.clone()
+        self.secret_env.allowed().to_vec()
     }
 
-    /// Whether the policy withholds this environment variable from the child.
-    pub fn withholds_env(&self, name: &str) -> bool {
-        let m = |set: &Option<GlobSet>| set.as_ref().is_some_and(|s| s.is_match(name));
-        m(&self.secret_env_set) && !m(&self.env_allow_set)
+    /// Whether the policy withholds the variable `name=value` from the child.
+    pub fn withholds_env(&self, name: &str, value: &str) -> bool {
+        self.secret_env.withholds(name, value)
     }
 
     pub(crate) fn rules(&self) -> &[Rule] {

@@ -31,7 +31,10 @@ pub(super) struct PolicyFile {
 #[serde(deny_unknown_fields)]
 pub(super) struct SecretsSpec {
     pub paths: Option<Vec<String>>,
+    pub private_key_paths: Option<Vec<String>>,
     pub env: Option<Vec<String>>,
+    pub env_words: Option<Vec<String>>,
+    pub env_url_credentials: Option<bool>,
     pub env_allow: Option<Vec<String>>,
 }
 

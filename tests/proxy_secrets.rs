@@ -1,0 +1,372 @@
+//! Secrets during `avfs proxy exec`: which files the command cannot see and which environment
+//! variables it does not get, with the default policy. Ordinary project trees (a Python
+//! venv made by `python3 -m venv`, node_modules, a cargo target dir) must stay whole while
+//! private keys, `.env` files and credentials stay out of reach. Real binary, real vault,
+//! real FUSE mount.
+
+mod mount_support;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Output;
+
+use mount_support::{avfs_env, avfs_in, ok, require_fuse};
+use serde_json::Value;
+
+const PRIVATE_KEY: &str = "-----BEGIN PRIVATE KEY-----\n\
+    MIIEvgIBADANBgkqhkiG9w0BAQEFAASCBKgwggSkAgEAAoIBAQC7VJTUt9Us8cKj\n\
+    -----END PRIVATE KEY-----\n";
+const RSA_KEY: &str = "-----BEGIN RSA PRIVATE KEY-----\n\
+    MIIEowIBAAKCAQEAu1SU1LfVLPHCozMxH2Mo4lgOEePzNm0tRgeLezV6ffAt0gun\n\
+    -----END RSA PRIVATE KEY-----\n";
+const ENCRYPTED_KEY: &str = "-----BEGIN ENCRYPTED PRIVATE KEY-----\n\
+    MIIFHDBOBgkqhkiG9w0BBQ0wQTApBgkqhkiG9w0BBQwwHAQIc2FsdHNhbHQCAggA\n\
+    -----END ENCRYPTED PRIVATE KEY-----\n";
+const OPENSSH_KEY: &str = "-----BEGIN OPENSSH PRIVATE KEY-----\n\
+    b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtzc2gtZW\n\
+    -----END OPENSSH PRIVATE KEY-----\n";
+const CERTIFICATE: &str = "-----BEGIN CERTIFICATE-----\n\
+    MIIDdzCCAl+gAwIBAgIEAgAAuTANBgkqhkiG9w0BAQUFADBaMQswCQYDVQQGEwJJ\n\
+    -----END CERTIFICATE-----\n";
+
+struct Env {
+    home: tempfile::TempDir,
+}
+
+impl Env {
+    fn new() -> Env {
+        assert!(require_fuse() || std::env::var("AVFS_CI_ALLOW_NO_FUSE").is_ok());
+        let home = tempfile::tempdir().unwrap();
+        ok(avfs_in(home.path(), &["vault", "create", "w"]));
+        Env { home }
+    }
+
+    fn avfs(&self, args: &[&str]) -> Output {
+        avfs_in(self.home.path(), args)
+    }
+
+    /// `avfs --json proxy exec ARGS` with these environment variables added: the envelope's
+    /// data and the exit code.
+    fn exec_env(&self, args: &[&str], env: &[(&str, &str)]) -> (Value, i32) {
+        let mut full = vec!["--json", "proxy", "exec"];
+        full.extend_from_slice(args);
+        let out = avfs_env(self.home.path(), &full, env);
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "not one JSON document ({e}): {}\n{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+        (v["data"].clone(), out.status.code().unwrap_or(-1))
+    }
+
+    /// Run shell text through the proxy; its stdout, after checking it ran and exited 0.
+    fn sh(&self, script: &str) -> String {
+        let (v, code) = self.exec_env(&["--timeout", "600s", "--shell", script], &[]);
+        assert_eq!(v["ran"], true, "`{script}` did not run: {v}");
+        assert_eq!(
+            code, 0,
+            "`{script}` failed: {}{}",
+            v["stdout"]["text"], v["stderr"]["text"]
+        );
+        v["stdout"]["text"].as_str().unwrap().to_string()
+    }
+
+    /// Every path below `dir` as the proxied command sees it.
+    fn listing_in_proxy(&self, dir: &str) -> Vec<String> {
+        let out = self.sh(&format!("cd {dir} && find . -mindepth 1 | LC_ALL=C sort"));
+        out.lines().map(str::to_string).collect()
+    }
+
+    /// Every path below `dir` as stored in the vault (an export hides nothing).
+    fn listing_in_vault(&self, dir: &str) -> Vec<String> {
+        let out = tempfile::tempdir().unwrap();
+        let dest = out.path().join("x");
+        ok(self.avfs(&["export", dir, dest.to_str().unwrap()]));
+        let found = std::process::Command::new("sh")
+            .arg("-c")
+            .arg("find . -mindepth 1 | LC_ALL=C sort")
+            .current_dir(&dest)
+            .output()
+            .unwrap();
+        assert!(found.status.success());
+        String::from_utf8(found.stdout)
+            .unwrap()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+}
+
+fn write_tree(root: &Path, files: &[(&str, &str)]) {
+    for (path, content) in files {
+        let p = root.join(path);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, content).unwrap();
+    }
+}
+
+#[test]
+fn ordinary_trees_stay_visible_and_private_keys_stay_hidden() {
+    let e = Env::new();
+    let host = tempfile::tempdir().unwrap();
+    let combined = format!("{CERTIFICATE}{CERTIFICATE}{RSA_KEY}");
+    write_tree(
+        host.path(),
+        &[
+            // Looks like real packages: test fixtures with certificates, modules named id_*.
+            ("node_modules/x/package.json", "{\"name\":\"x\"}"),
+            ("node_modules/x/test/fixtures/ca.pem", CERTIFICATE),
+            (
+                "node_modules/x/test/fixtures/chain.pem",
+                &CERTIFICATE.repeat(3),
+            ),
+            (
+                "node_modules/y/lib/id_gen.js",
+                "module.exports = () => 1;\n",
+            ),
+            (
+                "node_modules/y/lib/identity.js",
+                "module.exports = x => x;\n",
+            ),
+            ("node_modules/.package-lock.json", "{}"),
+            // A cargo target dir: crate `id-arena`, a build script's certificate.
+            (
+                "target/CACHEDIR.TAG",
+                "Signature: 8a477f597d28d172789f06886806bc55\n",
+            ),
+            ("target/debug/.cargo-lock", ""),
+            ("target/debug/deps/id_arena-0c5e8b2f.d", "deps\n"),
+            ("target/debug/deps/libid_arena-0c5e8b2f.rlib", "rlib"),
+            (
+                "target/debug/.fingerprint/id-arena-0c5e8b2f/lib-id_arena",
+                "f00d",
+            ),
+            ("target/debug/build/rustls-5d1c/out/ca.pem", CERTIFICATE),
+            ("src/main.rs", "fn main() {}\n"),
+            // Public halves and look-alikes stay visible.
+            ("deploy/id_ed25519.pub", "ssh-ed25519 AAAA test\n"),
+            (".envrc", "use flake\n"),
+            ("docs/env.md", "env\n"),
+            // Secrets.
+            ("keys/server.pem", PRIVATE_KEY),
+            ("keys/rsa.pem", RSA_KEY),
+            ("keys/legacy.pem", ENCRYPTED_KEY),
+            ("certs/combined.pem", &combined),
+            ("deploy/id_ed25519", OPENSSH_KEY),
+            ("deploy/id_rsa", RSA_KEY),
+            ("tls/server.key", "key material\n"),
+            (".env", "API_KEY=hunter2\n"),
+            (".env.local", "API_KEY=hunter2\n"),
+            (".env.production", "API_KEY=hunter2\n"),
+            (".ssh/config", "Host x\n"),
+            (".aws/credentials", "[default]\n"),
+        ],
+    );
+    ok(e.avfs(&["import", host.path().to_str().unwrap()]));
+
+    let hidden = [
+        "./keys/server.pem",
+        "./keys/rsa.pem",
+        "./keys/legacy.pem",
+        "./certs/combined.pem",
+        "./deploy/id_ed25519",
+        "./deploy/id_rsa",
+        "./tls/server.key",
+        "./.env",
+        "./.env.local",
+        "./.env.production",
+        "./.ssh",
+        "./.ssh/config",
+        "./.aws",
+        "./.aws/credentials",
+    ];
+    let stored = e.listing_in_vault("/");
+    for h in hidden {
+        assert!(stored.iter().any(|p| p == h), "{h} not in the vault");
+    }
+    let expected: Vec<String> = stored
+        .iter()
+        .filter(|p| !hidden.contains(&p.as_str()))
+        .cloned()
+        .collect();
+    assert_eq!(e.listing_in_proxy("."), expected);
+
+    // Visible files can be opened by name, hidden ones cannot.
+    let certs = e.sh(
+        "cat node_modules/x/test/fixtures/ca.pem target/debug/build/rustls-5d1c/out/ca.pem \
+         node_modules/y/lib/id_gen.js deploy/id_ed25519.pub",
+    );
+    assert_eq!(
+        certs,
+        format!("{CERTIFICATE}{CERTIFICATE}module.exports = () => 1;\nssh-ed25519 AAAA test\n")
+    );
+    let probe: String = hidden
+        .iter()
+        .map(|h| format!("test -e {h} && echo seen:{h}; "))
+        .collect();
+    assert_eq!(e.sh(&format!("{probe}true")), "");
+
+    // The command can create files such names used to hide: its own id_* sources, a
+    // copy of a certificate under a *.pem name.
+    let made = e.sh(
+        "printf 'pub fn id() {}\\n' > src/id_new.rs && mkdir -p vendor/certifi \
+         && cp node_modules/x/test/fixtures/ca.pem vendor/certifi/cacert.pem \
+         && cat src/id_new.rs && cmp vendor/certifi/cacert.pem node_modules/x/test/fixtures/ca.pem \
+         && echo same",
+    );
+    assert_eq!(made, "pub fn id() {}\nsame\n");
+
+    // Hidden files are untouched in the vault.
+    assert_eq!(ok(e.avfs(&["cat", "keys/server.pem"])), PRIVATE_KEY);
+    assert_eq!(ok(e.avfs(&["cat", "deploy/id_ed25519"])), OPENSSH_KEY);
+}
+
+#[test]
+fn python_venv_with_pip_is_whole_inside_the_proxy() {
+    let e = Env::new();
+    // ensurepip installs pip, whose vendored certifi ships `cacert.pem`: a CA bundle.
+    e.sh("python3 -m venv .venv");
+    let out = e.sh(".venv/bin/python -c 'import pip._vendor.certifi as c; \
+         t = open(c.where()).read(); print(\"BEGIN CERTIFICATE\" in t, len(t) > 100000)'");
+    assert_eq!(out, "True True\n");
+    let seen = e.listing_in_proxy(".venv");
+    assert!(
+        seen.iter().any(|p| p.ends_with("certifi/cacert.pem")),
+        "{seen:?}"
+    );
+    assert_eq!(seen, e.listing_in_vault("/.venv"));
+}
+
+/// The environment the proxied command got, as `env` prints it.
+fn child_env(v: &Value) -> BTreeMap<String, String> {
+    v["stdout"]["text"]
+        .as_str()
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+#[test]
+fn secret_looking_environment_is_withheld_and_the_rest_passes() {
+    let e = Env::new();
+    let secret = [
+        ("my_token", "t0k3n"),
+        ("DATABASE_URL", "postgres://u:pass@db.example/app"),
+        (
+            "PIP_INDEX_URL",
+            "https://__token__:pypi-abc@pypi.example/simple",
+        ),
+        ("GH_PAT", "ghp_abc"),
+        ("NPM_AUTH", "npm_abc"),
+        ("SSH_AUTH_SOCK", "/tmp/ssh-XXXX/agent.1"),
+        ("githubToken", "ghp_def"),
+        ("Db_Password", "hunter2"),
+        ("OPENAI_API_KEY", "sk-abc"),
+        ("client_secret", "s3cr3t"),
+        ("GOOGLE_APPLICATION_CREDENTIALS", "/keys/sa.json"),
+    ];
+    let ordinary = [
+        ("HOME", "/home/agent"),
+        ("LANG", "C.UTF-8"),
+        ("TERM", "xterm-256color"),
+        ("PYTHONPATH", "/opt/py"),
+        ("MANPATH", "/usr/share/man"),
+        ("KEYBOARD", "us"),
+        ("TOKENIZERS_PARALLELISM", "false"),
+        ("GIT_AUTHOR_NAME", "agent"),
+        ("REGISTRY_URL", "https://registry.example/simple"),
+        ("NOTES", "mail me at a@b.example"),
+    ];
+    let all: Vec<(&str, &str)> = secret.iter().chain(&ordinary).copied().collect();
+    let (v, code) = e.exec_env(&["--", "env"], &all);
+    assert_eq!(code, 0, "{v}");
+    let got = child_env(&v);
+    for (k, _) in secret {
+        assert!(!got.contains_key(k), "{k} reached the command: {got:?}");
+    }
+    for (k, val) in ordinary {
+        assert_eq!(got.get(k).map(String::as_str), Some(val), "{k}: {got:?}");
+    }
+    assert_eq!(
+        got.get("PATH").map(String::as_str),
+        std::env::var("PATH").ok().as_deref()
+    );
+
+    // --allow-env passes one by its exact name, whichever rule withheld it.
+    let (v, _) = e.exec_env(
+        &[
+            "--allow-env",
+            "DATABASE_URL",
+            "--allow-env",
+            "my_token",
+            "--",
+            "env",
+        ],
+        &all,
+    );
+    let got = child_env(&v);
+    assert_eq!(got["DATABASE_URL"], "postgres://u:pass@db.example/app");
+    assert_eq!(got["my_token"], "t0k3n");
+    assert!(!got.contains_key("GH_PAT"), "{got:?}");
+
+    // So does the policy's env_allow.
+    let policy = e.home.path().join("allow.toml");
+    std::fs::write(
+        &policy,
+        "version = 1\n[secrets]\nenv_allow = [\"GH_PAT\", \"SSH_AUTH_SOCK\"]\n",
+    )
+    .unwrap();
+    let (v, _) = e.exec_env(&["--policy", policy.to_str().unwrap(), "--", "env"], &all);
+    let got = child_env(&v);
+    assert_eq!(got["GH_PAT"], "ghp_abc");
+    assert_eq!(got["SSH_AUTH_SOCK"], "/tmp/ssh-XXXX/agent.1");
+    assert!(!got.contains_key("NPM_AUTH"), "{got:?}");
+}
+
+#[test]
+fn the_policy_file_chooses_what_is_hidden() {
+    let e = Env::new();
+    ok(e.avfs(&["write", "-p", "keys/server.pem", "--", PRIVATE_KEY]));
+    ok(e.avfs(&["write", "-p", "notes/secret.txt", "x"]));
+    // Own name globs; the private-key rule is kept.
+    let own = e.home.path().join("own.toml");
+    std::fs::write(&own, "version = 1\n[secrets]\npaths = [\"secret.txt\"]\n").unwrap();
+    let (v, code) = e.exec_env(
+        &[
+            "--policy",
+            own.to_str().unwrap(),
+            "--",
+            "find",
+            ".",
+            "-type",
+            "f",
+        ],
+        &[],
+    );
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["stdout"]["text"], "", "{v}");
+    // Both emptied: everything is visible.
+    let open = e.home.path().join("open.toml");
+    std::fs::write(
+        &open,
+        "version = 1\n[secrets]\npaths = []\nprivate_key_paths = []\n",
+    )
+    .unwrap();
+    let (v, _) = e.exec_env(
+        &[
+            "--policy",
+            open.to_str().unwrap(),
+            "--shell",
+            "find . -type f | LC_ALL=C sort",
+        ],
+        &[],
+    );
+    assert_eq!(
+        v["stdout"]["text"], "./keys/server.pem\n./notes/secret.txt\n",
+        "{v}"
+    );
+}
