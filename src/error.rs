@@ -115,6 +115,12 @@ pub enum Error {
         reason: String,
         os_error: Option<i32>,
     },
+    #[error("no space left {}: {reason}; free space (or raise the disk's quota) and retry: nothing was changed", .path.as_ref().map(|p| format!("for `{}`", p.display())).unwrap_or_else(|| "for the vault".into()))]
+    DiskFull {
+        /// The host path being written, or `None` for the vault file itself.
+        path: Option<PathBuf>,
+        reason: String,
+    },
     #[error("vault storage error: {0}")]
     Storage(String),
     #[error("confinement is not available here: {reason}")]
@@ -167,6 +173,7 @@ pub mod exit {
     pub const QUOTA: i32 = 6;
     pub const CORRUPT: i32 = 7;
     pub const IO: i32 = 8;
+    pub const DISK_FULL: i32 = 9;
     /// A command could not be started (as a shell reports a command it cannot run).
     pub const SPAWN_FAILED: i32 = 127;
 }
@@ -204,6 +211,7 @@ impl Error {
             Error::HostPathExists { .. } => "host_path_exists",
             Error::Io { .. } => "io_error",
             Error::SpawnFailed { .. } => "spawn_failed",
+            Error::DiskFull { .. } => "disk_full",
             Error::Storage(_) => "storage_error",
             Error::ConfinementUnavailable { .. } => "confinement_unavailable",
             Error::SessionNotFound { .. } => "session_not_found",
@@ -253,6 +261,7 @@ impl Error {
                 json!({ "path": path, "os_error": source.raw_os_error() })
             }
             Error::OperationNotFound { id } => json!({ "id": id }),
+            Error::DiskFull { path, reason } => json!({ "path": path, "reason": reason }),
             Error::SpawnFailed {
                 program,
                 reason,
@@ -309,6 +318,7 @@ impl Error {
             | Error::CorruptVault { .. }
             | Error::VaultDamaged { .. } => exit::CORRUPT,
             Error::Io { .. } => exit::IO,
+            Error::DiskFull { .. } => exit::DISK_FULL,
             Error::SpawnFailed { .. } => exit::SPAWN_FAILED,
             Error::Storage(_)
             | Error::MountFailed { .. }
@@ -320,6 +330,12 @@ impl Error {
     }
 
     pub fn io(context: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        if matches!(source.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT)) {
+            return Error::DiskFull {
+                path: Some(path.into()),
+                reason: source.to_string(),
+            };
+        }
         Error::Io {
             context,
             path: path.into(),
@@ -352,6 +368,10 @@ impl From<rusqlite::Error> for Error {
                 reason: "file is not a SQLite database".into(),
             },
             Some(ErrorCode::DatabaseCorrupt) => Error::CorruptVault {
+                reason: e.to_string(),
+            },
+            Some(ErrorCode::DiskFull) => Error::DiskFull {
+                path: None,
                 reason: e.to_string(),
             },
             // A row whose value is not of the type the vault wrote there: damage.

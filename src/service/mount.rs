@@ -40,6 +40,7 @@ pub fn errno(e: &Error) -> Errno {
         Error::HardLinkNotAllowed { .. } => E::PERM,
         Error::QuotaExceeded { .. } => E::DQUOT,
         Error::FileTooLarge { .. } => E::FBIG,
+        Error::DiskFull { .. } => E::NOSPC,
         Error::InvalidPath { .. } | Error::InvalidName { .. } | Error::InvalidArgument { .. } => {
             E::INVAL
         }

@@ -97,6 +97,7 @@ pub fn exit_code_for(kind: &str) -> i32 {
         "quota_exceeded" | "file_too_large" => 6,
         "not_a_vault" | "unsupported_format" | "corrupt_vault" => 7,
         "io_error" => 8,
+        "disk_full" => 9,
         "spawn_failed" => 127,
         other => panic!("error kind `{other}` is not documented in README.md"),
     }

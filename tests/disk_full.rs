@@ -1,0 +1,147 @@
+//! A vault on a full disk, through the real binary: the vault lives on a small tmpfs. Every
+//! command that needs space fails with a typed `disk_full` (exit 9) and changes nothing,
+//! the vault stays intact (`vault check`), and work resumes once space is freed.
+//! Needs root to mount the tmpfs; without it the test fails unless
+//! AVFS_CI_ALLOW_NO_DISK_FULL=1 is set on purpose.
+
+mod common;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+/// A tmpfs of `size` mounted at a fresh directory, unmounted on drop.
+struct SmallDisk {
+    _dir: tempfile::TempDir,
+    mnt: PathBuf,
+}
+
+impl SmallDisk {
+    fn new(size: &str) -> Option<SmallDisk> {
+        if !rustix::process::geteuid().is_root() {
+            if std::env::var("AVFS_CI_ALLOW_NO_DISK_FULL").as_deref() == Ok("1") {
+                eprintln!("skipping: not root (AVFS_CI_ALLOW_NO_DISK_FULL=1)");
+                return None;
+            }
+            panic!(
+                "the disk-full test mounts a tmpfs and needs root (AVFS_CI_ALLOW_NO_DISK_FULL=1 skips it)"
+            );
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let mnt = dir.path().join("disk");
+        fs::create_dir(&mnt).unwrap();
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(&mnt)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "mounting a tmpfs failed");
+        Some(SmallDisk { _dir: dir, mnt })
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.mnt).status();
+    }
+}
+
+fn avfs(home: &Path, args: &[&str], stdin: Option<&Path>) -> Output {
+    let mut c = Command::new(common::BIN);
+    c.args(args)
+        .env("AVFS_HOME", home)
+        .env_remove("AVFS_VAULT")
+        .current_dir(home.parent().unwrap_or(home));
+    if let Some(f) = stdin {
+        c.stdin(fs::File::open(f).unwrap());
+    }
+    c.output().unwrap()
+}
+
+fn json(out: &Output) -> Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "not one JSON document ({e}): {}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+#[test]
+fn a_full_disk_is_disk_full_changes_nothing_and_work_resumes() {
+    let Some(disk) = SmallDisk::new("6m") else {
+        return;
+    };
+    let home = disk.mnt.join("home");
+    assert!(
+        avfs(&home, &["vault", "create", "v"], None)
+            .status
+            .success()
+    );
+    // Room to free later, taken before the vault fills the rest.
+    let spare = disk.mnt.join("spare");
+    fs::write(&spare, vec![1u8; 2 << 20]).unwrap();
+    let scratch = tempfile::tempdir().unwrap();
+    let mut acked = Vec::new();
+    let mut full = None;
+    for i in 0..64 {
+        let data = scratch.path().join(format!("d{i}"));
+        fs::write(&data, common::random_bytes(i, 512 * 1024)).unwrap();
+        let name = format!("/f{i}");
+        let out = avfs(&home, &["--json", "write", &name], Some(&data));
+        let doc = json(&out);
+        if doc["ok"] == true {
+            acked.push((name, data));
+            continue;
+        }
+        assert_eq!(doc["error"]["kind"], "disk_full", "{doc}");
+        assert_eq!(out.status.code(), Some(9), "{doc}");
+        full = Some((name, data));
+        break;
+    }
+    let (failed_name, failed_data) = full.expect("the disk filled up");
+    // Nothing of the failed write is there, and every command that needs space says why.
+    let ls = json(&avfs(&home, &["--json", "ls", "/"], None));
+    let names: Vec<&str> = ls["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names.len(), acked.len(), "{names:?}");
+    let src = env!("CARGO_MANIFEST_DIR").to_string() + "/src";
+    for args in [
+        vec!["--json", "checkpoint", "save", "cp"],
+        vec!["--json", "import", src.as_str(), "/imported"],
+        vec!["--json", "cp", "/f0", "/copy"],
+    ] {
+        let out = avfs(&home, &args, None);
+        let doc = json(&out);
+        if doc["ok"] == false {
+            assert_eq!(doc["error"]["kind"], "disk_full", "{args:?}: {doc}");
+        }
+    }
+    let check = json(&avfs(&home, &["--json", "vault", "check"], None));
+    assert_eq!(check["data"]["ok"], true, "{check}");
+    for (name, data) in &acked {
+        let out = avfs(&home, &["cat", name], None);
+        assert!(out.stdout == fs::read(data).unwrap(), "{name} damaged");
+    }
+    // Space freed: the same write goes through, and the vault is whole.
+    fs::remove_file(&spare).unwrap();
+    let out = avfs(
+        &home,
+        &["--json", "write", &failed_name],
+        Some(&failed_data),
+    );
+    assert_eq!(json(&out)["ok"], true, "{:?}", json(&out));
+    let out = avfs(&home, &["cat", &failed_name], None);
+    assert!(out.stdout == fs::read(&failed_data).unwrap());
+    let check = json(&avfs(&home, &["--json", "vault", "check"], None));
+    assert_eq!(check["data"]["ok"], true, "{check}");
+    assert!(avfs(&home, &["undo"], None).status.success());
+}
