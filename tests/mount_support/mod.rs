@@ -150,6 +150,8 @@ impl Mounted {
             .arg("-c")
             .arg(script)
             .current_dir(&self.dir)
+            // A build in the mount writes its own target dir, whatever the test run uses.
+            .env_remove("CARGO_TARGET_DIR")
             .env("HOME", self.home.path())
             .env("GIT_AUTHOR_NAME", "t")
             .env("GIT_AUTHOR_EMAIL", "t@example.com")
