@@ -189,10 +189,11 @@ fn secrets_are_hidden_and_secret_env_is_withheld() {
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     let stdout = v["data"]["stdout"]["text"].as_str().unwrap();
     assert!(stdout.contains("visible.txt"), "{stdout}");
-    assert!(
-        !stdout.contains(".env") && !stdout.contains("hunter2"),
-        "{stdout}"
-    );
+    // The secret is listed (so git does not see it deleted) but cannot be read.
+    assert!(stdout.contains(".env"), "{stdout}");
+    assert!(!stdout.contains("hunter2"), "{stdout}");
+    let stderr = v["data"]["stderr"]["text"].as_str().unwrap();
+    assert!(stderr.contains("Permission denied"), "{stderr}");
     assert!(stdout.contains("TOKEN=unset"), "{stdout}");
     // The file itself is untouched.
     assert_eq!(ok(e.avfs(&["cat", ".env"])), "API_KEY=hunter2");

@@ -73,9 +73,12 @@ impl Env {
         v["stdout"]["text"].as_str().unwrap().to_string()
     }
 
-    /// Every path below `dir` as the proxied command sees it.
+    /// Every path below `dir` as the proxied command sees it (a secret directory is
+    /// listed but cannot be opened: find says so on stderr).
     fn listing_in_proxy(&self, dir: &str) -> Vec<String> {
-        let out = self.sh(&format!("cd {dir} && find . -mindepth 1 | LC_ALL=C sort"));
+        let out = self.sh(&format!(
+            "cd {dir} && find . -mindepth 1 2>/dev/null | LC_ALL=C sort"
+        ));
         out.lines().map(str::to_string).collect()
     }
 
@@ -186,12 +189,16 @@ fn ordinary_trees_stay_visible_and_private_keys_stay_hidden() {
     for h in hidden {
         assert!(stored.iter().any(|p| p == h), "{h} not in the vault");
     }
+    // Secrets are listed (a tracked one must not look deleted to git); what is inside a
+    // secret directory is not.
     let expected: Vec<String> = stored
         .iter()
-        .filter(|p| !hidden.contains(&p.as_str()))
+        .filter(|p| !p.starts_with("./.ssh/") && !p.starts_with("./.aws/"))
         .cloned()
         .collect();
     assert_eq!(e.listing_in_proxy("."), expected);
+    let modes = e.sh("stat -c '%a %n' .env .ssh keys/server.pem keys/rsa.pem");
+    assert_eq!(modes, "0 .env\n0 .ssh\n0 keys/server.pem\n0 keys/rsa.pem\n");
 
     // Visible files can be opened by name, hidden ones cannot.
     let certs = e.sh(
@@ -202,11 +209,23 @@ fn ordinary_trees_stay_visible_and_private_keys_stay_hidden() {
         certs,
         format!("{CERTIFICATE}{CERTIFICATE}module.exports = () => 1;\nssh-ed25519 AAAA test\n")
     );
+    // No secret can be read, listed, changed or removed.
     let probe: String = hidden
         .iter()
-        .map(|h| format!("test -e {h} && echo seen:{h}; "))
+        .map(|h| {
+            format!(
+                "cat {h} >/dev/null 2>&1 && echo read:{h}; ls {h}/ >/dev/null 2>&1 && echo listed:{h}; \
+                 touch {h} 2>/dev/null && echo touched:{h}; rm -f {h} 2>/dev/null && echo removed:{h}; "
+            )
+        })
         .collect();
     assert_eq!(e.sh(&format!("{probe}true")), "");
+    // Nor created anew, nor reached through another name.
+    assert_eq!(
+        e.sh("echo x > .env.new 2>/dev/null && echo made; ln .env env-copy 2>/dev/null && echo linked; \
+              mv .env env-moved 2>/dev/null && echo moved; true"),
+        ""
+    );
 
     // The command can create files such names used to hide: its own id_* sources, a
     // copy of a certificate under a *.pem name.
@@ -328,7 +347,7 @@ fn secret_looking_environment_is_withheld_and_the_rest_passes() {
 }
 
 #[test]
-fn the_policy_file_chooses_what_is_hidden() {
+fn the_policy_file_chooses_what_is_refused() {
     let e = Env::new();
     ok(e.avfs(&["write", "-p", "keys/server.pem", "--", PRIVATE_KEY]));
     ok(e.avfs(&["write", "-p", "notes/secret.txt", "x"]));
@@ -339,16 +358,17 @@ fn the_policy_file_chooses_what_is_hidden() {
         &[
             "--policy",
             own.to_str().unwrap(),
-            "--",
-            "find",
-            ".",
-            "-type",
-            "f",
+            "--shell",
+            "cat keys/server.pem notes/secret.txt 2>&1; true",
         ],
         &[],
     );
     assert_eq!(code, 0, "{v}");
-    assert_eq!(v["stdout"]["text"], "", "{v}");
+    assert_eq!(
+        v["stdout"]["text"],
+        "cat: keys/server.pem: Permission denied\ncat: notes/secret.txt: Permission denied\n",
+        "{v}"
+    );
     // Both emptied: everything is visible.
     let open = e.home.path().join("open.toml");
     std::fs::write(
@@ -369,4 +389,49 @@ fn the_policy_file_chooses_what_is_hidden() {
         v["stdout"]["text"], "./keys/server.pem\n./notes/secret.txt\n",
         "{v}"
     );
+}
+
+/// A secret tracked by the project's git stays in its history: the fork's git sees it as
+/// present (modified, since its stat data differs and it cannot be read), refuses
+/// `git add -A` and `git commit -a` loudly instead of recording a deletion, and commits of
+/// named paths keep the secret as it was.
+#[test]
+fn a_tracked_secret_is_never_recorded_as_deleted_by_git() {
+    let e = Env::new();
+    let host = tempfile::tempdir().unwrap();
+    let git = |args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .args(args)
+            .current_dir(host.path())
+            .env("GIT_AUTHOR_NAME", "t")
+            .env("GIT_AUTHOR_EMAIL", "t@example.com")
+            .env("GIT_COMMITTER_NAME", "t")
+            .env("GIT_COMMITTER_EMAIL", "t@example.com")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    git(&["init", "-q", "-b", "main"]);
+    write_tree(
+        host.path(),
+        &[(".env", "API_KEY=hunter2\n"), ("a.txt", "a\n")],
+    );
+    git(&["add", "."]);
+    git(&["commit", "-qm", "init"]);
+    ok(e.avfs(&["import", host.path().to_str().unwrap()]));
+    let status = e.sh("git status --porcelain");
+    assert!(!status.contains("D .env"), "{status}");
+    let (v, code) = e.exec_env(&["--shell", "git add -A"], &[]);
+    assert_ne!(code, 0, "{v}");
+    assert!(
+        v["stderr"]["text"].as_str().unwrap().contains(".env"),
+        "{v}"
+    );
+    e.sh("echo b > a.txt && git -c user.name=t -c user.email=t@example.com commit -qm two a.txt");
+    // In the fork's history .env is what it was; the host copy is byte-identical.
+    assert_eq!(e.sh("git ls-tree -r --name-only HEAD"), ".env\na.txt\n");
+    assert_eq!(e.sh("git log --format=%s"), "two\ninit\n");
+    assert_eq!(ok(e.avfs(&["cat", ".env"])), "API_KEY=hunter2\n");
+    assert_eq!(e.sh("git diff --name-status HEAD~1 HEAD"), "M\ta.txt\n");
 }

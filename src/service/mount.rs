@@ -377,7 +377,8 @@ impl MountSession {
         Ok(self)
     }
 
-    /// Hide these secrets: lookups fail with ENOENT and listings skip them.
+    /// Refuse these secrets: they are listed and can be looked up (mode 000), but their
+    /// content, attributes and names cannot be read or changed (EACCES).
     pub fn with_hidden(mut self, secrets: SecretPaths) -> Self {
         self.hidden = secrets;
         self
@@ -646,13 +647,47 @@ impl MountSession {
         }
     }
 
+    /// The path of `name` in `parent`, for a change: a secret cannot be created, replaced,
+    /// renamed or removed (EACCES).
     fn child(&self, parent: u64, name: &str) -> MResult<VPath> {
-        name_ok(name)?;
-        let path = self.path_of(parent)?.join(name);
+        let path = self.visible_child(parent, name)?;
         if self.is_hidden(&path, None) {
-            return Err(err(rustix::io::Errno::NOENT));
+            return Err(err(rustix::io::Errno::ACCESS));
         }
         Ok(path)
+    }
+
+    /// The path of `name` in `parent`, for a lookup. A secret is there to be seen (its name,
+    /// size and times, mode 000), so tools such as git see a tracked secret as present, not
+    /// deleted; nothing below a secret directory can be looked up (EACCES).
+    fn visible_child(&self, parent: u64, name: &str) -> MResult<VPath> {
+        name_ok(name)?;
+        let dir = self.path_of(parent)?;
+        if self.is_hidden(&dir, None) {
+            return Err(err(rustix::io::Errno::ACCESS));
+        }
+        Ok(dir.join(name))
+    }
+
+    /// EACCES when inode `ino` is a secret: its content, link target, attributes and
+    /// extended attributes are refused to every process using the mount.
+    fn refuse_secret(&self, ino: u64) -> MResult<()> {
+        if self.hidden.is_empty() || ino == ROOT_INO {
+            return Ok(());
+        }
+        match self.path_of(ino) {
+            Ok(path) if self.is_hidden(&path, None) => Err(err(rustix::io::Errno::ACCESS)),
+            _ => Ok(()),
+        }
+    }
+
+    /// What the kernel sees of `node` at `ino`: a secret shows mode 000.
+    fn shown_attr(&self, ino: u64, node: &Node) -> Attr {
+        let mut attr = attr_of(ino, node);
+        if !self.hidden.is_empty() && self.refuse_secret(ino).is_err() {
+            attr.perm = 0;
+        }
+        attr
     }
 
     /// The current node of an inode, with buffered writes applied.
@@ -675,18 +710,19 @@ impl MountSession {
     }
 
     pub fn getattr(&self, ino: u64) -> MResult<Attr> {
-        Ok(attr_of(ino, &self.node(ino)?))
+        Ok(self.shown_attr(ino, &self.node(ino)?))
     }
 
     pub fn lookup(&self, parent: u64, name: &str) -> MResult<Attr> {
-        let path = self.child(parent, name)?;
+        let path = self.visible_child(parent, name)?;
         let node = self.get_node(&path)?;
         let ino = self.ino_of(&path, &node);
         // Buffered writes not yet committed still count.
-        Ok(attr_of(ino, &self.node(ino).unwrap_or(node)))
+        Ok(self.shown_attr(ino, &self.node(ino).unwrap_or(node)))
     }
 
     pub fn readlink(&self, ino: u64) -> MResult<Vec<u8>> {
+        self.refuse_secret(ino)?;
         match self.node(ino)?.kind {
             NodeKind::Symlink { target } => Ok(target.into_bytes()),
             _ => Err(err(rustix::io::Errno::INVAL)),
@@ -863,6 +899,8 @@ impl MountSession {
 
     /// link(2): another name for the regular file `ino`.
     pub fn link(&self, ino: u64, newparent: u64, newname: &str) -> MResult<Attr> {
+        // Another name for a secret would be a readable one.
+        self.refuse_secret(ino)?;
         let target = self.path_of(ino)?;
         let name = self.child(newparent, newname)?;
         // Buffered content must land in the file before it gets a second name.
@@ -938,6 +976,7 @@ impl MountSession {
     }
 
     pub fn setattr(&self, ino: u64, s: SetAttr) -> MResult<Attr> {
+        self.refuse_secret(ino)?;
         self.set_attrs(ino, s, false)
     }
 
@@ -1023,6 +1062,7 @@ impl MountSession {
 
     /// Open an inode.
     pub fn open(&self, ino: u64, flags: i32) -> MResult<Opened> {
+        self.refuse_secret(ino)?;
         let node = self.node(ino)?;
         let acc = flags & libc_flags::O_ACCMODE;
         let writable = acc == libc_flags::O_WRONLY || acc == libc_flags::O_RDWR;
@@ -1406,6 +1446,7 @@ impl MountSession {
     }
 
     pub fn opendir(&self, ino: u64) -> MResult<u64> {
+        self.refuse_secret(ino)?;
         let path = self.path_of(ino)?;
         let children = self.read(|v| v.list(&path))?;
         let parent = path.parent().map(|p| self.ino_for(&p)).unwrap_or(ROOT_INO);
@@ -1414,9 +1455,6 @@ impl MountSession {
             (parent, AttrKind::Dir, "..".to_string()),
         ];
         for c in children {
-            if self.is_hidden(&path.join(&c.name), Some(&c.node)) {
-                continue;
-            }
             let child_ino = self.ino_of(&path.join(&c.name), &c.node);
             entries.push((child_ino, kind_of(&c.node), c.name));
         }
@@ -1465,6 +1503,10 @@ impl MountSession {
     }
 
     pub fn getxattr(&self, ino: u64, name: &str) -> MResult<Vec<u8>> {
+        // A secret shows no extended attributes (`ls -l` asks every entry for its ACL).
+        if self.refuse_secret(ino).is_err() {
+            return Err(err(rustix::io::Errno::NODATA));
+        }
         self.node(ino)?
             .xattrs
             .get(name)
@@ -1473,6 +1515,9 @@ impl MountSession {
     }
 
     pub fn listxattr(&self, ino: u64) -> MResult<Vec<u8>> {
+        if self.refuse_secret(ino).is_err() {
+            return Ok(Vec::new());
+        }
         let mut out = Vec::new();
         for k in self.node(ino)?.xattrs.keys() {
             out.extend_from_slice(k.as_bytes());
@@ -1483,6 +1528,7 @@ impl MountSession {
 
     /// `flags`: XATTR_CREATE (1) fails if present, XATTR_REPLACE (2) fails if absent.
     pub fn setxattr(&self, ino: u64, name: &str, value: &[u8], flags: i32) -> MResult<()> {
+        self.refuse_secret(ino)?;
         // The mount has no POSIX ACLs: stored as a plain xattr, an ACL would say one thing
         // and the mode bits another (`sed -i` copies the original's ACL onto its 0600 temp
         // file, and the edited file stayed 0600). Refused, tools fall back to chmod.
@@ -1508,6 +1554,7 @@ impl MountSession {
     }
 
     pub fn removexattr(&self, ino: u64, name: &str) -> MResult<()> {
+        self.refuse_secret(ino)?;
         if !self.node(ino)?.xattrs.contains_key(name) {
             return Err(err(rustix::io::Errno::NODATA));
         }

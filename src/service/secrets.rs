@@ -73,6 +73,11 @@ impl SecretPaths {
         })
     }
 
+    /// Whether nothing is secret.
+    pub fn is_empty(&self) -> bool {
+        self.names.is_empty() && self.private_keys.is_empty()
+    }
+
     /// The `[secrets] paths` globs.
     pub fn names(&self) -> &[String] {
         &self.names
