@@ -55,6 +55,8 @@ pub enum Error {
     InvalidName { name: String, reason: String },
     #[error("invalid argument: {message}")]
     InvalidArgument { message: String },
+    #[error("`{path}` is a secret under the policy: its content is not given to agents")]
+    SecretRefused { path: String },
     #[error("invalid argument: {option} `{value}` is out of range; it takes {limit}")]
     OutOfRange {
         option: String,
@@ -197,6 +199,7 @@ impl Error {
             Error::HardLinkNotAllowed { .. } => "hard_link_not_allowed",
             Error::InvalidName { .. } => "invalid_name",
             Error::InvalidArgument { .. } | Error::OutOfRange { .. } => "invalid_argument",
+            Error::SecretRefused { .. } => "secret_refused",
             Error::QuotaExceeded { .. } => "quota_exceeded",
             Error::FileTooLarge { .. } => "file_too_large",
             Error::CheckpointNotFound { .. } => "checkpoint_not_found",
@@ -257,6 +260,7 @@ impl Error {
             } => json!({ "quota": quota, "limit": limit, "attempted": attempted }),
             Error::FileTooLarge { size, limit } => json!({ "size": size, "limit": limit }),
             Error::HostPathExists { path } => json!({ "path": path }),
+            Error::SecretRefused { path } => json!({ "path": path }),
             Error::Io { path, source, .. } => {
                 json!({ "path": path, "os_error": source.raw_os_error() })
             }
@@ -311,6 +315,7 @@ impl Error {
             | Error::HardLinkNotAllowed { .. }
             | Error::InvalidName { .. }
             | Error::InvalidArgument { .. }
+            | Error::SecretRefused { .. }
             | Error::OutOfRange { .. } => exit::INVALID,
             Error::QuotaExceeded { .. } | Error::FileTooLarge { .. } => exit::QUOTA,
             Error::NotAVault { .. }

@@ -444,3 +444,66 @@ fn the_server_policy_decides_every_exec() {
         String::from_utf8_lossy(&out.stdout)
     );
 }
+
+/// The MCP tools give an agent no secret's content: read_file of `.env`, of a file under
+/// `.aws/`, or of a `*.pem` holding a private key fails with `secret_refused`; list_files
+/// shows their names (as the mount does); diff patches withhold their content. The CLI
+/// shows a secret in a patch only with --show-secrets.
+#[test]
+fn secrets_do_not_reach_the_agent_through_mcp() {
+    const KEY: &str = "-----BEGIN PRIVATE KEY-----\nMIIEvg\n-----END PRIVATE KEY-----\n";
+    const CERT: &str = "-----BEGIN CERTIFICATE-----\nMIID\n-----END CERTIFICATE-----\n";
+    let home = tempfile::tempdir().unwrap();
+    avfs(home.path(), &["vault", "create", "s"]);
+    avfs(home.path(), &["write", ".env", "API_KEY=hunter2"]);
+    avfs(
+        home.path(),
+        &["write", "-p", "config/.aws/credentials", "aws_secret=x1"],
+    );
+    avfs(home.path(), &["write", "-p", "keys/server.pem", "--", KEY]);
+    avfs(home.path(), &["write", "-p", "certs/ca.pem", "--", CERT]);
+    avfs(home.path(), &["checkpoint", "save", "c1"]);
+    avfs(home.path(), &["write", ".env", "API_KEY=hunter3"]);
+    let mut c = Client::start(home.path(), &["mcp", "--vault", "s"]);
+    c.initialize();
+    for path in [
+        ".env",
+        "config/.aws/credentials",
+        "keys/server.pem",
+        "/keys/../.env",
+    ] {
+        let e = c.err("read_file", json!({ "path": path }));
+        assert_eq!(e["kind"], "secret_refused", "{path}: {e}");
+        let text = e.to_string();
+        assert!(
+            !text.contains("hunter") && !text.contains("MIIEvg"),
+            "{text}"
+        );
+    }
+    let e = c.err("read_file", json!({ "path": ".env", "at": "c1" }));
+    assert_eq!(e["kind"], "secret_refused");
+    assert_eq!(
+        c.ok("read_file", json!({ "path": "certs/ca.pem" }))["content"],
+        CERT
+    );
+    let listed = c.ok("list_files", json!({ "all": true }));
+    assert!(listed.to_string().contains("\".env\""), "{listed}");
+    let diff = c.ok("diff", json!({ "patch": true }));
+    let text = diff.to_string();
+    assert!(text.contains(".env"), "{text}");
+    assert!(!text.contains("hunter"), "{text}");
+    c.finish();
+    // A person asks explicitly to see it.
+    let cli = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_avfs"))
+            .args(args)
+            .env("AVFS_HOME", home.path())
+            .env_remove("AVFS_VAULT")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    assert!(!cli(&["diff", "--patch"]).contains("hunter"));
+    assert!(cli(&["diff", "--patch", "--show-secrets"]).contains("+API_KEY=hunter3"));
+}

@@ -120,6 +120,36 @@ pub fn line_stat(a: &View<'_>, b: &View<'_>, c: &Change) -> Result<Option<(u64, 
     Ok(Some((ins, del)))
 }
 
+/// The unified patch of every change in `changes` from `a` to `b`. With `secrets`, a change
+/// to a secret path (on either side) shows only its header and that its content is
+/// withheld: agent-facing surfaces always pass the policy's secrets; a person's CLI passes
+/// none only when asked (`diff --show-secrets`).
+pub fn patches(
+    a: &View<'_>,
+    b: &View<'_>,
+    changes: &[Change],
+    secrets: Option<&crate::service::secrets::SecretPaths>,
+) -> Result<String> {
+    let mut out = String::new();
+    for c in changes {
+        let old_path = VPath::parse(c.old_path.as_deref().unwrap_or(&c.path))?;
+        let new_path = VPath::parse(&c.path)?;
+        let secret = match secrets {
+            Some(s) => s.refuses(a, &old_path, None)? || s.refuses(b, &new_path, None)?,
+            None => false,
+        };
+        if secret {
+            let (ap, bp) = (old_path.as_str().to_string(), new_path.as_str().to_string());
+            out.push_str(&format!(
+                "diff --git a/{ap} b/{bp}\nSecret file {bp}: content withheld\n"
+            ));
+            continue;
+        }
+        out.push_str(&patch(a, b, c)?);
+    }
+    Ok(out)
+}
+
 /// A git-style unified patch for one change (`git apply` accepts it).
 pub fn patch(a: &View<'_>, b: &View<'_>, c: &Change) -> Result<String> {
     let old_path = c.old_path.as_deref().unwrap_or(&c.path);

@@ -114,6 +114,37 @@ impl SecretPaths {
     }
 }
 
+impl SecretPaths {
+    /// Whether `path` (whose node is `node`, if the caller has it) is a secret in the state
+    /// `view` reads: by name, or a file of a content-checked name that holds a private key.
+    pub fn refuses(
+        &self,
+        view: &crate::model::View<'_>,
+        path: &VPath,
+        node: Option<&crate::model::node::Node>,
+    ) -> crate::error::Result<bool> {
+        if self.hides_by_name(path) {
+            return Ok(true);
+        }
+        if !self.checks_content(path) {
+            return Ok(false);
+        }
+        let node = match node {
+            Some(n) => n.clone(),
+            None => match view.find(path)? {
+                Some(n) => n,
+                None => return Ok(false),
+            },
+        };
+        if !node.is_file() {
+            return Ok(false);
+        }
+        let mut prefix = vec![0u8; KEY_SNIFF_BYTES];
+        let n = view.read_content(&node, 0, &mut prefix)?;
+        Ok(holds_private_key(&prefix[..n]))
+    }
+}
+
 /// Whether `prefix`, the start of a file, holds a PEM private key: a line
 /// `-----BEGIN … PRIVATE KEY-----` (PKCS#8 `PRIVATE KEY`, `ENCRYPTED PRIVATE KEY`, `RSA`,
 /// `EC`, `DSA`, `OPENSSH`, the PGP `PRIVATE KEY BLOCK`, the SSH2 `---- BEGIN … ----` form).

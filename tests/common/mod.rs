@@ -91,6 +91,7 @@ pub fn exit_code_for(kind: &str) -> i32 {
         | "hard_link_not_allowed"
         | "invalid_name"
         | "invalid_argument"
+        | "secret_refused"
         | "not_a_directory"
         | "is_a_directory"
         | "directory_not_empty" => 5,

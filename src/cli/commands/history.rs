@@ -32,6 +32,10 @@ pub struct DiffArgs {
     /// A unified patch (the default when stdout is a terminal).
     #[arg(long, short)]
     pub patch: bool,
+    /// Show the content of secret files (`.env`, private keys; the built-in policy's
+    /// `[secrets]`) in the patch. Without it their content is withheld.
+    #[arg(long)]
+    pub show_secrets: bool,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -127,10 +131,9 @@ pub fn cmd_diff(ctx: &Ctx, a: DiffArgs) -> Result<Reply> {
         let mut human = String::new();
         let mut patch = None;
         if want_patch {
-            let mut p = String::new();
-            for c in &changes {
-                p.push_str(&history::patch(va, vb, c)?);
-            }
+            let policy = agentvfs::service::policy::PolicyEngine::builtin();
+            let secrets = (!a.show_secrets).then(|| policy.secret_paths());
+            let p = history::patches(va, vb, &changes, secrets)?;
             human = p.clone();
             patch = Some(p);
         } else if a.stat {

@@ -396,14 +396,26 @@ impl AvfsServer {
     }
 
     #[tool(
-        description = "Read a file of the workspace (optionally as of a checkpoint). Returns {path, size, encoding, content}: encoding is utf8, or base64 for binary content.",
+        description = "Read a file of the workspace (optionally as of a checkpoint). Returns {path, size, encoding, content}: encoding is utf8, or base64 for binary content. Secret files (the policy's [secrets]: .env, private keys, .ssh/, .aws/) fail with secret_refused.",
         annotations(read_only_hint = true)
     )]
     async fn read_file(
         &self,
         Parameters(p): Parameters<ReadFileParams>,
     ) -> std::result::Result<CallToolResult, McpError> {
-        self.call(p.vault, move |_| {
+        let policy = self.policy.clone();
+        self.call(p.vault, move |ctx| {
+            // An agent never gets a secret's content (the mount refuses it the same way).
+            let engine = super::policy::load(policy.as_ref())?;
+            let (_, ws) = ctx.open()?;
+            let path = ws.resolve_path(&p.path)?;
+            if ws.read_at(p.at.as_deref(), |v| {
+                engine.secret_paths().refuses(v, &path, None)
+            })? {
+                return Err(Error::SecretRefused {
+                    path: path.display(),
+                });
+            }
             Ok(Command::Cat(CatArgs {
                 path: p.path,
                 at: p.at,
@@ -455,7 +467,7 @@ impl AvfsServer {
     }
 
     #[tool(
-        description = "What changed between two states (default: the last checkpoint to the live state): a summary and one entry per changed path, plus a unified patch with patch=true.",
+        description = "What changed between two states (default: the last checkpoint to the live state): a summary and one entry per changed path, plus a unified patch with patch=true (the content of secret files is withheld).",
         annotations(read_only_hint = true)
     )]
     async fn diff(
@@ -469,6 +481,7 @@ impl AvfsServer {
                 name_status: false,
                 stat: false,
                 patch: p.patch,
+                show_secrets: false,
             }))
         })
         .await
