@@ -391,11 +391,16 @@ fn a_policy_can_confine_every_command() {
     assert_eq!(v["confinement"]["landlock"], true, "{v}");
     assert!(!outside.exists());
     // A call's own --policy overrides the session's for that command: secrets it does not
-    // list are visible, env it allows is passed, and the next call is back to the default.
+    // list are readable, env it allows is passed, and the next call is back to the default
+    // (a secret is listed but refused).
     ok(e.avfs(&["--vault", "task", "write", ".env", "KEY=1\n"]));
     e.start("task", "d", &[]);
-    let (v, _) = e.run("d", &["--", "ls", "-A"]);
-    assert_eq!(v["stdout"]["text"], "a.txt\nescape.sh\ninside.txt\n", "{v}");
+    let (v, _) = e.run("d", &["--shell", "cat .env 2>&1; ls -A"]);
+    assert_eq!(
+        v["stdout"]["text"],
+        "cat: .env: Permission denied\n.env\na.txt\nescape.sh\ninside.txt\n",
+        "{v}"
+    );
     let open = e.home.path().join("open.toml");
     std::fs::write(
         &open,
@@ -412,18 +417,19 @@ fn a_policy_can_confine_every_command() {
             "--policy",
             open.to_str().unwrap(),
             "--shell",
-            "ls -A; echo \"$API_TOKEN\"",
+            "cat .env; ls -A; echo \"$API_TOKEN\"",
         ])
         .env("API_TOKEN", "t0ken")
         .output()
         .unwrap();
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(
-        v["data"]["stdout"]["text"], ".env\na.txt\nescape.sh\ninside.txt\nt0ken\n",
+        v["data"]["stdout"]["text"],
+        "KEY=1\n.env\na.txt\nescape.sh\ninside.txt\nt0ken\n",
         "{v}"
     );
-    let (v, _) = e.run("d", &["--", "ls", "-A"]);
-    assert_eq!(v["stdout"]["text"], "a.txt\nescape.sh\ninside.txt\n", "{v}");
+    let (v, _) = e.run("d", &["--shell", "cat .env 2>&1; true"]);
+    assert_eq!(v["stdout"]["text"], "cat: .env: Permission denied\n", "{v}");
     let (v, code) = e.json(&[
         "proxy",
         "exec",
