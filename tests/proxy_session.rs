@@ -397,8 +397,7 @@ fn a_policy_can_confine_every_command() {
     e.start("task", "d", &[]);
     let (v, _) = e.run("d", &["--shell", "cat .env 2>&1; ls -A"]);
     assert_eq!(
-        v["stdout"]["text"],
-        "cat: .env: Permission denied\n.env\na.txt\nescape.sh\ninside.txt\n",
+        v["stdout"]["text"], "cat: .env: Permission denied\n.env\na.txt\nescape.sh\ninside.txt\n",
         "{v}"
     );
     let open = e.home.path().join("open.toml");
@@ -424,8 +423,7 @@ fn a_policy_can_confine_every_command() {
         .unwrap();
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(
-        v["data"]["stdout"]["text"],
-        "KEY=1\n.env\na.txt\nescape.sh\ninside.txt\nt0ken\n",
+        v["data"]["stdout"]["text"], "KEY=1\n.env\na.txt\nescape.sh\ninside.txt\nt0ken\n",
         "{v}"
     );
     let (v, _) = e.run("d", &["--shell", "cat .env 2>&1; true"]);

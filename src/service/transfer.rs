@@ -333,6 +333,7 @@ struct Staging {
 impl Staging {
     fn new(parent: &Path) -> Result<Staging> {
         use std::os::unix::fs::DirBuilderExt;
+        remove_stale_staging(parent);
         for attempt in 0u32.. {
             let name = format!(
                 ".avfs-export-{}-{}",
@@ -356,6 +357,30 @@ impl Staging {
             }
         }
         unreachable!("the loop returns")
+    }
+}
+
+/// Staging directories an export killed before it could clean up left in `parent`: each
+/// names its process, so one whose process is gone is removed.
+fn remove_stale_staging(parent: &Path) {
+    let Ok(entries) = fs::read_dir(parent) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(".avfs-export-"))
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|pid| pid.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let alive = rustix::process::Pid::from_raw(pid)
+            .is_some_and(|p| rustix::process::test_kill_process(p).is_ok());
+        if !alive {
+            let _ = fs::remove_dir_all(entry.path());
+        }
     }
 }
 
