@@ -33,10 +33,16 @@ mkdir -p "$work/tree/sub"
 for n in $(seq 1 300); do echo "file $n" > "$work/tree/sub/f$n"; done
 : > "$work/acked"
 
-# Unmount what a killed daemon left behind (a proxied command's mount is one).
+# Unmount what a killed process left behind: this run's mounts, and a proxied command's
+# mount whose process (named in its path, /tmp/avfs-exec-PID/…) is gone. Mounts of live
+# processes, this run's or anyone else's, are left alone.
 sweep_mounts() {
-  grep -oE " (/tmp/avfs-exec[^ ]*|$work/mnt[^ ]*) fuse" /proc/mounts 2>/dev/null \
-    | awk '{print $1}' | while read -r m; do umount -l "$m" 2>/dev/null; done
+  grep -oE " (/tmp/avfs-exec-[0-9]+/[^ ]*|$work/mnt[^ ]*) fuse" /proc/mounts 2>/dev/null \
+    | awk '{print $1}' | while read -r m; do
+      pid=$(echo "$m" | sed -nE 's|^/tmp/avfs-exec-([0-9]+)/.*|\1|p')
+      if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then continue; fi
+      umount -l "$m" 2>/dev/null
+    done
 }
 
 # Start "$@" in the background and kill -9 it after 0-40 ms; returns its exit status (137

@@ -58,6 +58,7 @@ impl Env {
                 String::from_utf8_lossy(&out.stderr)
             )
         });
+        assert_eq!(v["ok"], true, "{args:?}: {v}");
         (v["data"].clone(), out.status.code().unwrap_or(-1))
     }
 

@@ -511,6 +511,10 @@ impl ProxyRuntime<'_> {
         // Unmounting ends the session, which commits and records the run in the op log.
         let unmounted = mounted.background.umount_and_join();
         let _ = std::fs::remove_dir(&dir);
+        // The per-process parent too, or every exec leaves an empty directory in /tmp.
+        if let Some(parent) = dir.parent() {
+            let _ = std::fs::remove_dir(parent);
+        }
         let result = result?;
         unmounted.map_err(|e| Error::MountFailed {
             dir,
