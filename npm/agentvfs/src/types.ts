@@ -66,6 +66,11 @@ export type ErrorKind =
   | "session_not_found"
   | "session_failed"
   | "io_error"
+  | "revert_conflict"
+  | "file_too_large"
+  | "secret_refused"
+  | "disk_full"
+  | "spawn_failed"
   | "storage_error"
   | "usage";
 
@@ -374,7 +379,7 @@ export interface Envelope {
   /** False if the command was not run (denied, awaiting approval, or not startable). */
   ran: boolean;
   /** What became of the command. */
-  outcome?: "denied" | "approval_required" | "completed" | "timed_out" | "spawn_failed";
+  outcome: "denied" | "approval_required" | "completed" | "timed_out" | "spawn_failed";
   /** Why the command could not be started, when `outcome` is `spawn_failed` (CLI exit 127). */
   spawn_error?: string | null;
   /** For `ask`: pass to `proxyExec({ approve })` (bound to this command, cwd and fork). */

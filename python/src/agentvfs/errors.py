@@ -140,6 +140,26 @@ class SessionFailed(AvfsError): ...
 class HostIOError(AvfsError): ...
 
 
+class RevertConflict(ConflictError):
+    """An undo or rollback whose paths changed again since: `details.conflicts`."""
+
+
+class FileTooLarge(AvfsError):
+    """Past the largest file avfs holds (8 TiB): `details.size`, `details.limit`."""
+
+
+class SecretRefused(InvalidInputError):
+    """A secret's content asked for through an agent-facing surface."""
+
+
+class DiskFull(AvfsError):
+    """No space left for the vault or an export (exit 9); nothing was changed."""
+
+
+class SpawnFailed(AvfsError):
+    """A command could not be started (exit 127)."""
+
+
 ERRORS: dict[str, type[AvfsError]] = {
     "usage": UsageError,
     "storage_error": StorageError,
@@ -172,6 +192,11 @@ ERRORS: dict[str, type[AvfsError]] = {
     "confinement_unavailable": ConfinementUnavailable,
     "session_failed": SessionFailed,
     "io_error": HostIOError,
+    "revert_conflict": RevertConflict,
+    "file_too_large": FileTooLarge,
+    "secret_refused": SecretRefused,
+    "disk_full": DiskFull,
+    "spawn_failed": SpawnFailed,
 }
 
 _BY_EXIT_CODE: dict[int, type[AvfsError]] = {

@@ -24,6 +24,7 @@ Category = Literal[
     "unknown",
 ]
 ChangeStatus = Literal["added", "modified", "deleted", "renamed", "type_changed"]
+ExecOutcome = Literal["denied", "approval_required", "completed", "timed_out", "spawn_failed"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -256,8 +257,8 @@ class Envelope:
     exec_id: int | None = None
     approval_token: str | None = None
     confinement: Confinement = field(default_factory=Confinement)
-    # `denied`, `approval_required`, `completed`, `timed_out` or `spawn_failed`.
-    outcome: str = "completed"
+    # What became of the command.
+    outcome: ExecOutcome
     spawn_error: str | None = None
 
     @property
