@@ -70,7 +70,6 @@ export type ErrorKind =
   | "file_too_large"
   | "secret_refused"
   | "disk_full"
-  | "spawn_failed"
   | "storage_error"
   | "usage";
 
