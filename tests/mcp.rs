@@ -464,6 +464,11 @@ fn secrets_do_not_reach_the_agent_through_mcp() {
     avfs(home.path(), &["write", "-p", "certs/ca.pem", "--", CERT]);
     avfs(home.path(), &["checkpoint", "save", "c1"]);
     avfs(home.path(), &["write", ".env", "API_KEY=hunter3"]);
+    avfs(home.path(), &["ln", "-s", ".env", "notes.txt"]);
+    avfs(
+        home.path(),
+        &["ln", "-s", "../keys/server.pem", "certs/mine.pem"],
+    );
     let mut c = Client::start(home.path(), &["mcp", "--vault", "s"]);
     c.initialize();
     for path in [
@@ -471,6 +476,8 @@ fn secrets_do_not_reach_the_agent_through_mcp() {
         "config/.aws/credentials",
         "keys/server.pem",
         "/keys/../.env",
+        "notes.txt",
+        "certs/mine.pem",
     ] {
         let e = c.err("read_file", json!({ "path": path }));
         assert_eq!(e["kind"], "secret_refused", "{path}: {e}");
@@ -482,6 +489,11 @@ fn secrets_do_not_reach_the_agent_through_mcp() {
     }
     let e = c.err("read_file", json!({ "path": ".env", "at": "c1" }));
     assert_eq!(e["kind"], "secret_refused");
+    // Nor overwritten, directly or through a link.
+    for path in [".env", "notes.txt"] {
+        let e = c.err("write_file", json!({ "path": path, "content": "x" }));
+        assert_eq!(e["kind"], "secret_refused", "{path}: {e}");
+    }
     assert_eq!(
         c.ok("read_file", json!({ "path": "certs/ca.pem" }))["content"],
         CERT

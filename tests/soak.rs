@@ -8,10 +8,22 @@ mod mount_support;
 
 #[test]
 fn agents_on_forks_lose_nothing_and_leave_nothing_behind() {
-    assert!(mount_support::require_fuse(), "the soak mounts: FUSE is required");
+    assert!(
+        mount_support::require_fuse(),
+        "the soak mounts: FUSE is required"
+    );
     let out = std::process::Command::new("python3")
         .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/soak.py"))
-        .args(["--agents", "4", "--forks", "4", "--seconds", "20", "--seed", "7"])
+        .args([
+            "--agents",
+            "4",
+            "--forks",
+            "4",
+            "--seconds",
+            "20",
+            "--seed",
+            "7",
+        ])
         .env("AVFS_BIN", env!("CARGO_BIN_EXE_avfs"))
         .output()
         .expect("run the soak");

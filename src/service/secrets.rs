@@ -143,6 +143,23 @@ impl SecretPaths {
         let n = view.read_content(&node, 0, &mut prefix)?;
         Ok(holds_private_key(&prefix[..n]))
     }
+
+    /// Whether reading `path` would give a secret's content: the path itself, or where its
+    /// symlinks lead (`notes.txt -> .env`), is a secret.
+    pub fn refuses_read(
+        &self,
+        view: &crate::model::View<'_>,
+        path: &VPath,
+    ) -> crate::error::Result<bool> {
+        if self.refuses(view, path, None)? {
+            return Ok(true);
+        }
+        match view.follow(path) {
+            Ok((resolved, node)) => self.refuses(view, &resolved, Some(&node)),
+            // Nothing to read there: the read reports that itself.
+            Err(_) => Ok(false),
+        }
+    }
 }
 
 /// Whether `prefix`, the start of a file, holds a PEM private key: a line

@@ -410,7 +410,7 @@ impl AvfsServer {
             let (_, ws) = ctx.open()?;
             let path = ws.resolve_path(&p.path)?;
             if ws.read_at(p.at.as_deref(), |v| {
-                engine.secret_paths().refuses(v, &path, None)
+                engine.secret_paths().refuses_read(v, &path)
             })? {
                 return Err(Error::SecretRefused {
                     path: path.display(),
@@ -432,7 +432,17 @@ impl AvfsServer {
         &self,
         Parameters(p): Parameters<WriteFileParams>,
     ) -> std::result::Result<CallToolResult, McpError> {
-        self.call(p.vault, move |_| {
+        let policy = self.policy.clone();
+        self.call(p.vault, move |ctx| {
+            // Nor can it change one, as in the mount.
+            let engine = super::policy::load(policy.as_ref())?;
+            let (_, ws) = ctx.open()?;
+            let path = ws.resolve_path(&p.path)?;
+            if ws.read(|v| engine.secret_paths().refuses_read(v, &path))? {
+                return Err(Error::SecretRefused {
+                    path: path.display(),
+                });
+            }
             let mode = match &p.mode {
                 Some(m) => cli_args::<WriteArgs>(&[&format!("--mode={m}"), "--", "x"])?.mode,
                 None => None,
