@@ -478,6 +478,22 @@ impl<'e> Analyzer<'e> {
         }
     }
 
+    /// A path that program text mentions without saying what it does with it (a string
+    /// in inline code): outside the workspace, a person decides (ask).
+    pub fn mentioned_path(&mut self, prog: &str, arg: &Arg, scope: &Scope) {
+        if let Resolved::Outside(why) = resolve(&arg.text, &scope.cwd) {
+            self.facts.push(Fact {
+                categories: vec![Category::Unknown],
+                forced: Some(Action::Ask),
+                rule: "builtin/inline-path".into(),
+                reason: format!("`{prog}` code names `{}`: {why}", arg.raw),
+                offending: Some(arg.raw.clone()),
+                program: Some(prog.to_string()),
+                kind: Kind::Path,
+            });
+        }
+    }
+
     fn dynamic_target(&mut self, prog: &str, arg: &Arg, role: Role) {
         match role {
             Role::Write | Role::Delete | Role::Cd => {

@@ -8,8 +8,15 @@ use crate::service::policy::shell::{Analyzer, Arg, Role, Scope, Stdin};
 /// One thing a program's text names.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Named {
-    Path { text: String, role: Role },
+    Path {
+        text: String,
+        role: Role,
+    },
     Command(String),
+    /// A path the text mentions without saying what it does with it.
+    Mention(String),
+    /// A command the text runs that is known only at run time (sed's `e`).
+    RunsUnknown(&'static str),
 }
 
 impl Analyzer<'_> {
@@ -22,6 +29,12 @@ impl Analyzer<'_> {
                     let mut sub = scope.clone();
                     self.shell_text(&cmd, &mut sub, Stdin::File);
                 }
+                Named::Mention(text) => self.mentioned_path(prog, &body.derived(&text), scope),
+                Named::RunsUnknown(what) => self.dynamic_code(
+                    prog,
+                    format!("`{prog}` {what}, a command known only at run time"),
+                    &body.raw,
+                ),
             }
         }
     }
@@ -41,11 +54,12 @@ fn literals(text: &str, quotes: &[char]) -> Vec<(String, String)> {
         let mut lit = String::new();
         while let Some(d) = chars.next() {
             match d {
-                '\\' => {
-                    if let Some(e) = chars.next() {
-                        lit.push(e);
-                    }
-                }
+                '\\' => match chars.next() {
+                    // `\n`, `\t`, …: a control character, which ends a path word.
+                    Some(e) if e.is_ascii_alphanumeric() => lit.push(' '),
+                    Some(e) => lit.push(e),
+                    None => {}
+                },
                 d if d == c => break,
                 d => lit.push(d),
             }
@@ -56,15 +70,23 @@ fn literals(text: &str, quotes: &[char]) -> Vec<(String, String)> {
     out
 }
 
-/// Words of `text` that are absolute or home-relative paths.
+/// Words of `text` that are absolute or home-relative paths, or relative ones that climb
+/// (`../x`). Open modes and redirections glued to a path (`>/x`, `+</x`) are split off.
 fn path_words(text: &str) -> impl Iterator<Item = &str> {
-    text.split(|c: char| c.is_whitespace() || matches!(c, ';' | '|' | '&' | '(' | ')'))
-        .filter(|w| (w.starts_with('/') && w.len() > 1) || w.starts_with("~/") || *w == "~")
+    text.split(|c: char| {
+        c.is_whitespace() || matches!(c, ';' | '|' | '&' | '(' | ')' | '<' | '>' | '=' | ',' | '+')
+    })
+    .filter(|w| {
+        (w.starts_with('/') && w.len() > 1)
+            || w.starts_with("~/")
+            || *w == "~"
+            || *w == ".."
+            || w.starts_with("../")
+    })
 }
 
-/// What an awk program names: commands it runs (`system("…")`, `print | "…"`), files it
-/// writes (`print > "…"`, `>> "…"`) or reads (`getline < "…"`), and any other literal
-/// host path.
+/// What an awk program names: commands it runs (`system("…")`, `print | "…"`, and
+/// `"…" | getline`), files it writes (`print > "…"`, `>> "…"`) or reads (`getline < "…"`).
 pub(super) fn awk_names(program: &str) -> Vec<Named> {
     let mut out = Vec::new();
     for (before, lit) in literals(program, &['"']) {
@@ -80,32 +102,28 @@ pub(super) fn awk_names(program: &str) -> Vec<Named> {
                 text: lit,
                 role: Role::Read,
             });
-        } else {
-            out.extend(path_words(&lit).map(|w| Named::Path {
-                text: w.to_string(),
-                role: Role::Read,
-            }));
         }
+        // Any other literal is text (`print $1 "/bin"`, `$6 ~ "/home"`), not a path.
     }
     out
 }
 
-/// What inline python or perl code names: each absolute path word in its string
-/// literals. The code may read, write or run it; the policy cannot tell which, so each is
-/// taken as written to.
+/// What inline python or perl code names: each path word in its string literals that is
+/// absolute, home-relative or climbs (`../`). The code may read, write or run it, or only
+/// print it (`print("/api/v1")`); the policy cannot tell which, so each one outside the
+/// workspace is a question for a person (ask), not a denial.
 pub(super) fn inline_code_names(code: &str) -> Vec<Named> {
     literals(code, &['"', '\''])
         .into_iter()
         .flat_map(|(_, lit)| {
             path_words(&lit)
-                .map(|w| Named::Path {
-                    text: w.to_string(),
-                    role: Role::Write,
-                })
+                .map(|w| Named::Mention(w.to_string()))
                 .collect::<Vec<_>>()
         })
         .collect()
 }
+
+const PATTERN_SPACE: &str = "runs its pattern space";
 
 /// What a sed script names: files of `w`/`W` (written) and `r`/`R` (read) commands and of
 /// the `w` flag of `s`, and the commands of `e`.
@@ -133,13 +151,22 @@ pub(super) fn sed_names(script: &str) -> Vec<Named> {
                     break;
                 }
                 'e' => {
-                    if !arg.trim().is_empty() {
-                        out.push(Named::Command(arg.trim().to_string()));
-                    }
+                    let cmd = arg.trim();
+                    out.push(if cmd.is_empty() {
+                        Named::RunsUnknown(PATTERN_SPACE)
+                    } else {
+                        Named::Command(cmd.to_string())
+                    });
                     break;
                 }
                 's' | 'y' => {
                     let (flags, after) = substitution_flags(arg);
+                    // Flags end at `w`, whose file name runs to the end of the line.
+                    if c == 's' && flags.split('w').next().unwrap_or("").contains('e') {
+                        // The pattern space, as rewritten, runs as a command: known only at
+                        // run time.
+                        out.push(Named::RunsUnknown(PATTERN_SPACE));
+                    }
                     if c == 's'
                         && let Some(pos) = flags.find('w')
                     {
@@ -248,8 +275,10 @@ mod tests {
             awk_names(r#"BEGIN{while ((getline l < "/etc/hosts") > 0) n++}"#),
             vec![path("/etc/hosts", Role::Read)]
         );
-        // Regexes and field references are not paths.
+        // Regexes, field references and text are not paths.
         assert!(awk_names(r#"/error/ {print $1, "/"}"#).is_empty());
+        assert!(awk_names(r#"{print $1 "/bin"}"#).is_empty());
+        assert!(awk_names(r#"$6 ~ "/home""#).is_empty());
         assert!(awk_names("$0 ~ /^a\\/b/ {n++}").is_empty());
     }
 
@@ -276,6 +305,10 @@ mod tests {
             sed_names("s/a/b/g; 3,$d; /x/,/y/{p}; e ls"),
             vec![Named::Command("ls".into())]
         );
+        assert_eq!(
+            sed_names("s/.*/touch \\/tmp\\/x/e"),
+            vec![Named::RunsUnknown(PATTERN_SPACE)]
+        );
         // Addresses and substitutions that look like paths name nothing.
         assert!(sed_names("/usr/bin/d").is_empty());
         assert!(sed_names("s/\\/usr\\/local/\\/opt/g").is_empty());
@@ -284,17 +317,26 @@ mod tests {
 
     #[test]
     fn inline_code() {
+        let m = |t: &str| Named::Mention(t.into());
         assert_eq!(
             inline_code_names(r#"import os; os.remove("/etc/hosts")"#),
-            vec![path("/etc/hosts", Role::Write)]
+            vec![m("/etc/hosts")]
         );
         assert_eq!(
             inline_code_names(r#"unlink '/etc/hosts'"#),
-            vec![path("/etc/hosts", Role::Write)]
+            vec![m("/etc/hosts")]
         );
         assert_eq!(
             inline_code_names(r#"import os; os.system('rm -rf ~/x')"#),
-            vec![path("~/x", Role::Write)]
+            vec![m("~/x")]
+        );
+        assert_eq!(
+            inline_code_names(r#"open(F, ">/tmp/x")"#),
+            vec![m("/tmp/x")]
+        );
+        assert_eq!(
+            inline_code_names(r#"open("../../../tmp/x", "w")"#),
+            vec![m("../../../tmp/x")]
         );
         assert!(inline_code_names("print(1 / 2)").is_empty());
         assert!(inline_code_names(r#"open("data/x.txt").read()"#).is_empty());

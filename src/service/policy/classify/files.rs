@@ -277,6 +277,16 @@ impl Analyzer<'_> {
             scripts.push(ops.remove(0));
         }
         let mut writes_other = false;
+        if !o.values(&["-f", "--file"]).is_empty() {
+            // The script is a file the policy does not read: it may write or run anything.
+            self.cat(
+                C::Unknown,
+                "sed",
+                "`sed -f` runs a script file the policy cannot see".into(),
+                None,
+            );
+            writes_other = true;
+        }
         for s in &scripts {
             if s.dynamic || sed_writes(&s.text) {
                 writes_other = true;
