@@ -125,11 +125,55 @@ fn an_import_stopped_part_way_changes_nothing() {
     );
     let log = env.data(&["op", "log", "--limit", "1000"]);
     let log = log.as_array().unwrap();
-    // The part that got in is in history and undone, so undo/redo stay honest.
+    // The part that got in is in history, and reverted by an entry of its own.
     assert_eq!(log.len(), before + 2, "{log:#?}");
-    assert_eq!(log[0]["kind"], "undo");
+    assert_eq!(log[0]["kind"], "rollback");
     assert_eq!(log[1]["kind"], "import");
-    assert_eq!(log[1]["undone"], true);
+    assert_eq!(log[0]["target"], log[1]["id"]);
+    env.data(&["vault", "check"]);
+}
+
+/// A change made by another writer while an import runs stays when the import fails, and
+/// every part of the import goes (the other writer's logged change split it in two).
+#[test]
+fn a_failed_import_takes_back_only_its_own_parts() {
+    let env = TestEnv::with_vault("imp2");
+    let host = env.dir.path().join("tree");
+    fs::create_dir_all(&host).unwrap();
+    for i in 0..20000 {
+        fs::write(host.join(format!("f{i:05}")), b"x").unwrap();
+    }
+    // Sorted last, and over the per-file limit: the import fails at its very end.
+    fs::write(host.join("zz-big"), vec![1u8; 2 << 20]).unwrap();
+    env.data(&["quota", "set", "--max-file-size-mb", "1"]);
+    let mut import = env
+        .std_cmd()
+        .args(["--json", "import", host.to_str().unwrap(), "/imported"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Once some of it is in, another writer logs a change.
+    loop {
+        let out = env
+            .std_cmd()
+            .args(["--json", "ls", "/imported"])
+            .output()
+            .unwrap();
+        let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+        if doc["ok"] == true && !doc["data"].as_array().unwrap().is_empty() {
+            break;
+        }
+        assert!(
+            import.try_wait().unwrap().is_none(),
+            "the import ended too soon"
+        );
+    }
+    env.data(&["write", "/other.txt", "mine"]);
+    let out = import.wait_with_output().unwrap();
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["error"]["kind"], "quota_exceeded", "{doc}");
+    assert_eq!(file_names(&env), BTreeSet::from(["/other.txt".to_string()]));
+    assert_eq!(env.cat(None, "/other.txt"), b"mine");
     env.data(&["vault", "check"]);
 }
 
@@ -266,4 +310,30 @@ fn rollback_of_an_older_command_reverts_only_its_own_changes() {
     let e = env.err(&["rollback", &id], "revert_conflict");
     assert_eq!(e["details"]["conflicts"][0]["path"], "/shared.txt", "{e}");
     assert_eq!(env.files(None), before);
+}
+
+/// Two mounts of one fork: when the first ends, the second's later writes are still in
+/// history (undo takes them back), not lost from it.
+#[test]
+fn a_second_mount_of_a_fork_keeps_its_writes_in_history() {
+    if !require_fuse() {
+        return;
+    }
+    let (home, m1) = mounted("two");
+    let h = home.path();
+    let m2 = h.join("mnt2");
+    fs::create_dir(&m2).unwrap();
+    ok(avfs_in(h, &["mount", "two", m2.to_str().unwrap()]));
+    fs::write(m1.join("a"), b"from m1").unwrap();
+    ok(avfs_in(h, &["unmount", m1.to_str().unwrap()]));
+    fs::write(m2.join("b"), b"from m2").unwrap();
+    ok(avfs_in(h, &["unmount", m2.to_str().unwrap()]));
+    assert_eq!(
+        live_files(h),
+        BTreeSet::from(["/a".to_string(), "/b".to_string()])
+    );
+    let undo = json(avfs_in(h, &["--json", "undo"]));
+    assert_eq!(undo["ok"], true, "{undo}");
+    assert_eq!(live_files(h), BTreeSet::from(["/a".to_string()]));
+    ok(avfs_in(h, &["vault", "check"]));
 }

@@ -110,15 +110,13 @@ impl Edit<'_> {
     }
 }
 
-/// How `Workspace::record_batch` ends.
+/// Whether `Workspace::record_batch` records an entry when the batch changed nothing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BatchEnd {
-    /// Record an entry even when nothing changed, and keep collecting (a session's command).
-    Continue,
-    /// Record an entry even when nothing changed, and close the batch (a mount's end).
-    Close,
-    /// Record an entry only if something changed, under the batch's own label, and close.
-    CloseIfChanged,
+    /// Always (a session's command, a mount's end: each has its own entry).
+    Always,
+    /// Only if something changed, under the batch's own label (a session that ends).
+    IfChanged,
 }
 
 impl Workspace {
@@ -150,25 +148,23 @@ impl Workspace {
             let open = e.unlogged()?;
             let since = open.as_ref().map_or(root, |(_, since)| *since);
             let id = match (end, &open) {
-                (BatchEnd::CloseIfChanged, _) if since == root => None,
-                (BatchEnd::CloseIfChanged, Some((m, _))) => {
+                (BatchEnd::IfChanged, _) if since == root => None,
+                (BatchEnd::IfChanged, Some((m, _))) => {
                     Some(e.append_batch_op(&m.kind.clone(), &m.description.clone(), since, root)?)
                 }
                 _ => Some(e.append_batch_op(kind, description, since, root)?),
             };
-            match end {
-                BatchEnd::Continue => {
-                    let (kind, description) = open
-                        .map(|(m, _)| (m.kind, m.description))
-                        .unwrap_or_else(|| (kind.to_string(), description.to_string()));
-                    e.save_unlogged(Some(&Unlogged {
-                        since: root.to_hex(),
-                        kind,
-                        description,
-                    }))?;
-                }
-                BatchEnd::Close | BatchEnd::CloseIfChanged => e.save_unlogged(None)?,
-            }
+            // The marker stays, starting here: another writer of the same kind (a second
+            // mount of this fork) may still be writing, and its changes must not fall out
+            // of history. With nobody writing, it records nothing.
+            let (kind, description) = open
+                .map(|(m, _)| (m.kind, m.description))
+                .unwrap_or_else(|| (kind.to_string(), description.to_string()));
+            e.save_unlogged(Some(&Unlogged {
+                since: root.to_hex(),
+                kind,
+                description,
+            }))?;
             Ok(id)
         })
     }

@@ -477,9 +477,7 @@ impl MountSession {
             return Ok(None);
         }
         self.commit_all();
-        let id = self
-            .ws
-            .record_batch(kind, description, BatchEnd::Continue)?;
+        let id = self.ws.record_batch(kind, description, BatchEnd::Always)?;
         self.ws.vault().flush_batch()?;
         Ok(id)
     }
@@ -1606,9 +1604,9 @@ impl MountSession {
         // Without a record of its own, the end still records changes nobody recorded yet
         // (under the batch's label): nothing acknowledged stays out of history.
         let end = if self.record_at_finish.load(Ordering::SeqCst) {
-            BatchEnd::Close
+            BatchEnd::Always
         } else {
-            BatchEnd::CloseIfChanged
+            BatchEnd::IfChanged
         };
         let (kind, description) = &self.label;
         self.ws.record_batch(kind, description, end)?;

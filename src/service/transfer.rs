@@ -97,21 +97,30 @@ pub fn import(
     // The batches below are one operation: a batch the vault records when it ends, or,
     // if this process dies part-way, at the next change anyone logs.
     let label = dest.display();
+    let start = ws.last_op_id()?.unwrap_or(0);
     ws.begin_batch("import", &label)?;
     let walked = import_entries(ws, host, dest, walker, progress);
     match walked {
         Ok(report) => {
-            ws.record_batch("import", &label, BatchEnd::Close)?;
+            ws.record_batch("import", &label, BatchEnd::Always)?;
             Ok(report)
         }
         Err(e) => {
-            // Nothing half-imported stays: record what got in, then undo it.
-            let partial = format!("{label} (stopped: {})", e.kind());
-            if ws
-                .record_batch("import", &partial, BatchEnd::CloseIfChanged)?
-                .is_some()
-            {
-                ws.undo()?;
+            // Nothing half-imported stays: record what got in, then revert exactly the
+            // import's own entries (other writers' changes meanwhile stay). A change
+            // made to an imported file meanwhile keeps that part (revert_conflict).
+            ws.record_batch("import", &label, BatchEnd::IfChanged)?;
+            let mine: Vec<i64> = ws
+                .op_log(usize::MAX >> 1)?
+                .into_iter()
+                .take_while(|o| o.id > start)
+                .filter(|o| o.kind == "import" && o.description == label)
+                .map(|o| o.id)
+                .collect();
+            for id in mine {
+                if ws.rollback("import", Some(id)).is_err() {
+                    break;
+                }
             }
             Err(e)
         }
