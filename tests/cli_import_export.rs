@@ -241,3 +241,42 @@ fn export_that_fails_part_way_writes_nothing() {
     env.data(&["export", "--force", "/", dest.to_str().unwrap()]);
     assert_eq!(fs::read(dest.join("a.txt")).unwrap(), b"first in order");
 }
+
+/// --force replaces what is in the way, all or nothing: a host file where the vault has a
+/// directory is replaced; a host directory where the vault has a file is refused before
+/// anything is written (is_a_directory), even with --force; a destination with `..` is
+/// refused.
+#[test]
+fn export_force_replaces_files_but_never_deletes_a_directory() {
+    let env = TestEnv::with_vault("v");
+    env.write(None, "/top.txt", b"vault top");
+    env.data(&["write", "-p", "/d/inner.txt", "vault inner"]);
+    env.write(None, "/zz.txt", b"vault zz");
+    let dest = env.host("dest");
+    fs::create_dir(&dest).unwrap();
+    fs::write(dest.join("top.txt"), b"host top").unwrap();
+    fs::write(dest.join("d"), b"host file d").unwrap();
+    env.data(&["export", "--force", "/", dest.to_str().unwrap()]);
+    assert_eq!(fs::read(dest.join("d/inner.txt")).unwrap(), b"vault inner");
+    assert_eq!(fs::read(dest.join("top.txt")).unwrap(), b"vault top");
+    // A host directory in the way of a vault file: refused, nothing written.
+    let victim = env.host("victim");
+    fs::create_dir_all(victim.join("sub")).unwrap();
+    fs::write(victim.join("sub/p"), b"precious").unwrap();
+    env.err(
+        &["export", "--force", "/top.txt", victim.to_str().unwrap()],
+        "is_a_directory",
+    );
+    assert_eq!(fs::read(victim.join("sub/p")).unwrap(), b"precious");
+    let dest2 = env.host("dest2");
+    fs::create_dir_all(dest2.join("d")).unwrap();
+    fs::write(dest2.join("top.txt"), b"host top").unwrap();
+    fs::create_dir(dest2.join("zz.txt")).unwrap();
+    env.err(
+        &["export", "--force", "/", dest2.to_str().unwrap()],
+        "is_a_directory",
+    );
+    assert_eq!(fs::read(dest2.join("top.txt")).unwrap(), b"host top");
+    let dotdot = format!("{}/d/..", dest.display());
+    env.err(&["export", "--force", "/", &dotdot], "invalid_argument");
+}

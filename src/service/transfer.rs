@@ -302,6 +302,15 @@ pub fn export(
             Err(_) => {}
         }
     }
+    if host
+        .components()
+        .any(|c| matches!(c, std::path::Component::ParentDir))
+    {
+        return Err(Error::invalid(format!(
+            "export destination `{}` has a `..`: name the directory itself",
+            host.display()
+        )));
+    }
     let host = std::path::absolute(host).map_err(|e| Error::io("resolving", host, e))?;
     // Stage in the nearest existing ancestor, so the final moves are renames within one
     // file system; missing parents are staged too.
@@ -314,6 +323,11 @@ pub fn export(
     let below = host.strip_prefix(&anchor).unwrap_or(&host).to_path_buf();
     let stage = Staging::new(&anchor)?;
     // Errors name the host path the entry was going to, not its staging place.
+    let unstaged = |path: PathBuf| {
+        path.strip_prefix(&stage.dir)
+            .map(|rest| anchor.join(rest))
+            .unwrap_or(path)
+    };
     let report =
         write_tree(ws, src, at, &stage.dir.join(&below), progress).map_err(|e| match e {
             Error::Io {
@@ -322,14 +336,19 @@ pub fn export(
                 source,
             } => Error::Io {
                 context,
-                path: path
-                    .strip_prefix(&stage.dir)
-                    .map(|rest| anchor.join(rest))
-                    .unwrap_or(path),
+                path: unstaged(path),
                 source,
+            },
+            Error::DiskFull {
+                path: Some(path),
+                reason,
+            } => Error::DiskFull {
+                path: Some(unstaged(path)),
+                reason,
             },
             e => e,
         })?;
+    check_move(&stage.dir, &anchor, force)?;
     move_into(&stage.dir, &anchor, force)?;
     Ok(report)
 }
@@ -419,13 +438,34 @@ fn move_into(from: &Path, to: &Path, force: bool) -> Result<()> {
                     set_times_from(&dst, &staged)?;
                 }
             }
-            Some(_) if !force => return Err(Error::HostPathExists { path: dst }),
-            Some(e) => {
-                if e.is_dir() {
-                    fs::remove_dir_all(&dst).map_err(|e| Error::io("replacing", &dst, e))?;
-                }
+            // `check_move` refused anything else before a first move.
+            Some(_) => {
+                fs::remove_file(&dst).map_err(|e| Error::io("replacing", &dst, e))?;
                 rename(&src, &dst)?;
             }
+        }
+    }
+    Ok(())
+}
+
+/// Refuse, before anything moves, what `move_into` could not do whole: a name the host
+/// already uses (unless `force`), and a host directory in the way of a file or link, which
+/// even `force` does not delete. Changes nothing.
+fn check_move(from: &Path, to: &Path, force: bool) -> Result<()> {
+    for entry in fs::read_dir(from).map_err(|e| Error::io("reading", from, e))? {
+        let entry = entry.map_err(|e| Error::io("reading", from, e))?;
+        let (src, dst) = (entry.path(), to.join(entry.file_name()));
+        let staged = fs::symlink_metadata(&src).map_err(|e| Error::io("reading", &src, e))?;
+        match fs::symlink_metadata(&dst).ok() {
+            None => {}
+            Some(e) if e.is_dir() && staged.is_dir() => check_move(&src, &dst, force)?,
+            Some(e) if e.is_dir() => {
+                return Err(Error::IsADirectory {
+                    path: dst.display().to_string(),
+                });
+            }
+            Some(_) if !force => return Err(Error::HostPathExists { path: dst }),
+            Some(_) => {}
         }
     }
     Ok(())
