@@ -349,7 +349,7 @@ pub fn export(
             e => e,
         })?;
     check_move(&stage.dir, &anchor, force)?;
-    move_into(&stage.dir, &anchor, force)?;
+    move_into(&stage.dir, &anchor)?;
     Ok(report)
 }
 
@@ -422,7 +422,7 @@ impl Drop for Staging {
 /// directory) is renamed in whole; a directory onto an existing directory is merged, then
 /// given the staged directory's mode and times; with `force`, anything else in the way is
 /// replaced.
-fn move_into(from: &Path, to: &Path, force: bool) -> Result<()> {
+fn move_into(from: &Path, to: &Path) -> Result<()> {
     for entry in fs::read_dir(from).map_err(|e| Error::io("reading", from, e))? {
         let entry = entry.map_err(|e| Error::io("reading", from, e))?;
         let (src, dst) = (entry.path(), to.join(entry.file_name()));
@@ -432,7 +432,7 @@ fn move_into(from: &Path, to: &Path, force: bool) -> Result<()> {
             None => rename(&src, &dst)?,
             Some(e) if e.is_dir() && staged.is_dir() => {
                 if fs::rename(&src, &dst).is_err() {
-                    move_into(&src, &dst, force)?;
+                    move_into(&src, &dst)?;
                     fs::set_permissions(&dst, staged.permissions())
                         .map_err(|e| Error::io("setting mode of", &dst, e))?;
                     set_times_from(&dst, &staged)?;
