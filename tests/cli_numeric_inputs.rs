@@ -99,6 +99,19 @@ fn every_numeric_option_takes_extremes_without_panic_or_wrap() {
 }
 
 #[test]
+fn modes_are_octal_digits_only() {
+    let env = TestEnv::with_vault("v");
+    env.write(None, "/f", b"x");
+    for bad in ["+5", "-5", "8", "0o", "", "77777", "7 55"] {
+        let out = env.std_cmd().args(["--json", "chmod", bad, "/f"]).output().unwrap();
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(doc["ok"], false, "chmod {bad:?}: {doc}");
+    }
+    env.data(&["chmod", "0o750", "/f"]);
+    assert_eq!(env.data(&["stat", "/f"])["mode"], 0o750);
+}
+
+#[test]
 fn prune_older_than_a_huge_age_keeps_everything() {
     let env = TestEnv::with_vault("v");
     env.write(None, "/a.txt", b"a");

@@ -192,8 +192,11 @@ pub enum MetaCmd {
 }
 
 fn parse_mode(s: &str) -> std::result::Result<u32, String> {
-    u32::from_str_radix(s.trim_start_matches("0o"), 8)
-        .ok()
+    let digits = s.strip_prefix("0o").unwrap_or(s);
+    // from_str_radix takes a sign (`+5`); a mode is octal digits only.
+    Some(digits)
+        .filter(|d| !d.is_empty() && d.bytes().all(|b| (b'0'..=b'7').contains(&b)))
+        .and_then(|d| u32::from_str_radix(d, 8).ok())
         .filter(|m| *m <= 0o7777)
         .ok_or_else(|| format!("`{s}` is not an octal mode like 644 or 755"))
 }
