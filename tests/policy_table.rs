@@ -575,7 +575,7 @@ fn secrets_come_from_the_policy() {
     let env = engine.secret_env_patterns();
     for p in [
         "*_TOKEN",
-        "*_SECRET*",
+        "*SECRET*",
         "AWS_*",
         "*_KEY",
         "*PASSWORD*",
@@ -595,6 +595,15 @@ fn secrets_come_from_the_policy() {
         "client_secret",
         "PGPASSWORD",
         "MYSQL_PWD",
+        // Run together in capitals: no word boundary, caught by substring.
+        "CLIENTSECRET",
+        "SECRETKEY",
+        "PRIVATEKEY",
+        "DBPASS",
+        "SSHPASS",
+        "ACCESSKEY",
+        "AUTHORIZATION",
+        "PASSPHRASE",
     ] {
         assert!(withheld(name), "{name} is passed");
     }
