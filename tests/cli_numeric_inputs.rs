@@ -103,7 +103,11 @@ fn modes_are_octal_digits_only() {
     let env = TestEnv::with_vault("v");
     env.write(None, "/f", b"x");
     for bad in ["+5", "-5", "8", "0o", "", "77777", "7 55"] {
-        let out = env.std_cmd().args(["--json", "chmod", bad, "/f"]).output().unwrap();
+        let out = env
+            .std_cmd()
+            .args(["--json", "chmod", bad, "/f"])
+            .output()
+            .unwrap();
         let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!(doc["ok"], false, "chmod {bad:?}: {doc}");
     }

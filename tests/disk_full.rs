@@ -127,6 +127,23 @@ fn a_full_disk_is_disk_full_changes_nothing_and_work_resumes() {
     }
     let check = json(&avfs(&home, &["--json", "vault", "check"], None));
     assert_eq!(check["data"]["ok"], true, "{check}");
+    // Not one byte left (SQLite cannot even map its shared memory): still disk_full, not
+    // a damaged vault.
+    let last = disk.mnt.join("last-byte");
+    {
+        use std::io::Write;
+        let mut f = fs::File::create(&last).unwrap();
+        while f.write_all(&[0u8; 4096]).is_ok() {}
+        while f.write_all(&[0u8; 1]).is_ok() {}
+    }
+    for args in [vec!["--json", "ls", "/"], vec!["--json", "vault", "check"]] {
+        let out = avfs(&home, &args, None);
+        let doc = json(&out);
+        if doc["ok"] == false {
+            assert_eq!(doc["error"]["kind"], "disk_full", "{args:?}: {doc}");
+        }
+    }
+    fs::remove_file(&last).unwrap();
     for (name, data) in &acked {
         let out = avfs(&home, &["cat", name], None);
         assert!(out.stdout == fs::read(data).unwrap(), "{name} damaged");

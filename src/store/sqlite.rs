@@ -310,6 +310,10 @@ fn configure_checked(conn: &Connection, path: &Path) -> Result<()> {
 
 fn damaged(path: &Path, e: Error) -> Error {
     match e {
+        // SQLite cannot even set up its shared memory on a full disk: that is no damage.
+        Error::CorruptVault { reason } | Error::Storage(reason) if no_space_left(path) => {
+            Error::DiskFull { path: None, reason }
+        }
         Error::CorruptVault { reason } | Error::Storage(reason) => Error::CorruptVault {
             reason: format!("{}: {reason}", path.display()),
         },
@@ -317,7 +321,18 @@ fn damaged(path: &Path, e: Error) -> Error {
     }
 }
 
+/// Whether the file system holding `path` has no space left for it.
+fn no_space_left(path: &Path) -> bool {
+    rustix::fs::statvfs(path).is_ok_and(|s| s.f_bavail == 0 || s.f_favail == 0)
+}
+
 fn not_a_vault(path: &Path, e: rusqlite::Error) -> Error {
+    if no_space_left(path) {
+        return Error::DiskFull {
+            path: None,
+            reason: e.to_string(),
+        };
+    }
     Error::NotAVault {
         path: path.to_path_buf(),
         reason: e.to_string(),
