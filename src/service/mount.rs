@@ -243,6 +243,8 @@ pub struct MountSession {
     /// Record an op-log entry when the session ends (off for a long-lived session, which
     /// records each command's changes itself with `record`).
     record_at_finish: AtomicBool,
+    /// The entry `finish` recorded.
+    finished_as: Arc<Mutex<Option<i64>>>,
     /// Nodes by path. The session is the only writer of the workspace while mounted, so an
     /// entry stays valid until a change through the session touches it: a change to `p`
     /// drops `p`, its parent (whose times change) and everything below `p`. `generation`
@@ -357,6 +359,7 @@ impl MountSession {
             dirs: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             record_at_finish: AtomicBool::new(true),
+            finished_as: Arc::default(),
             nodes: Mutex::new(BTreeMap::new()),
             generation: AtomicU64::new(0),
             stop_flusher,
@@ -1609,8 +1612,16 @@ impl MountSession {
             BatchEnd::IfChanged
         };
         let (kind, description) = &self.label;
-        self.ws.record_batch(kind, description, end)?;
+        let id = self.ws.record_batch(kind, description, end)?;
+        *lock(&self.finished_as) = id;
         self.ws.vault().sync()
+    }
+
+    /// Where `finish` puts the id of the op-log entry it recorded: a caller that hands the
+    /// session to a mount keeps this to learn the id after the unmount (reading the newest
+    /// entry instead could name another writer's).
+    pub fn finished_as(&self) -> Arc<Mutex<Option<i64>>> {
+        self.finished_as.clone()
     }
 }
 

@@ -309,8 +309,16 @@ impl ProxyRuntime<'_> {
             },
             _ => {}
         }
+        // An approval used by a command that never started stays valid.
+        let rearm = |e: Error| -> Error {
+            if let (Action::Ask, Some(token)) = (decision.action, &opts.approve) {
+                let key = self.approval_key(token);
+                let _ = self.ws.vault().set_setting(&key, Some(&self.binding(&req)));
+            }
+            e
+        };
         // Refuse before anything changes, not after the checkpoint.
-        confinement.check_available()?;
+        confinement.check_available().map_err(rearm)?;
         let take_checkpoint = match opts.checkpoint {
             CheckpointMode::Always => true,
             CheckpointMode::Never => false,
@@ -319,11 +327,12 @@ impl ProxyRuntime<'_> {
         let before = if take_checkpoint {
             let cp = self
                 .ws
-                .checkpoint_save(None, Some(&format!("before: {text}")))?;
+                .checkpoint_save(None, Some(&format!("before: {text}")))
+                .map_err(rearm)?;
             envelope.checkpoint = Some(cp.name);
             cp.root
         } else {
-            self.ws.snapshot_root()?
+            self.ws.snapshot_root().map_err(rearm)?
         };
         let outcome = match live {
             Some(live) => {
@@ -336,10 +345,9 @@ impl ProxyRuntime<'_> {
                 result
             }
             None => {
-                let result = self.run_mounted(&req, &cwd, readonly, opts, &text, confinement);
-                if !readonly && !matches!(result, Err(ref e) if !is_spawn_failure(e)) {
-                    envelope.exec_id = self.ws.last_op_id()?;
-                }
+                let (result, exec_id) =
+                    self.run_mounted(&req, &cwd, readonly, opts, &text, confinement);
+                envelope.exec_id = exec_id;
                 result
             }
         };
@@ -362,13 +370,7 @@ impl ProxyRuntime<'_> {
             // stays valid for a run that can start.
             Err(e) if is_spawn_failure(&e) => {
                 envelope.outcome = ExecOutcome::SpawnFailed;
-                envelope.spawn_error = Some(e.to_string());
-                if let (Action::Ask, Some(token)) = (decision.action, &opts.approve) {
-                    let key = self.approval_key(token);
-                    self.ws
-                        .vault()
-                        .set_setting(&key, Some(&self.binding(&req)))?;
-                }
+                envelope.spawn_error = Some(rearm(e).to_string());
             }
             Err(e) => return Err(e),
         }
@@ -498,29 +500,36 @@ impl ProxyRuntime<'_> {
         opts: &ExecOptions,
         text: &str,
         confinement: Confinement,
-    ) -> Result<runner::RunResult> {
-        let dir = private_dir("avfs-exec")?;
-        let session = MountSession::new(self.ws.clone(), None, readonly)?
-            .with_label(EXEC_OP, text)?
-            .with_hidden(self.policy.secret_paths().clone());
-        let mounted = crate::fuse::spawn(session, &dir).map_err(|e| Error::MountFailed {
-            dir: dir.clone(),
-            reason: e.to_string(),
-        })?;
-        let result = self.run_in(&dir, req, cwd, opts, confinement);
-        // Unmounting ends the session, which commits and records the run in the op log.
-        let unmounted = mounted.background.umount_and_join();
-        let _ = std::fs::remove_dir(&dir);
-        // The per-process parent too, or every exec leaves an empty directory in /tmp.
-        if let Some(parent) = dir.parent() {
-            let _ = std::fs::remove_dir(parent);
-        }
-        let result = result?;
-        unmounted.map_err(|e| Error::MountFailed {
-            dir,
-            reason: format!("unmount after the run failed: {e}"),
-        })?;
-        Ok(result)
+    ) -> (Result<runner::RunResult>, Option<i64>) {
+        // The run's own op-log entry, recorded when the mount ends, even when the run fails.
+        let mut exec_id = None;
+        let result = (|| {
+            let dir = private_dir("avfs-exec")?;
+            let session = MountSession::new(self.ws.clone(), None, readonly)?
+                .with_label(EXEC_OP, text)?
+                .with_hidden(self.policy.secret_paths().clone());
+            let finished_as = session.finished_as();
+            let mounted = crate::fuse::spawn(session, &dir).map_err(|e| Error::MountFailed {
+                dir: dir.clone(),
+                reason: e.to_string(),
+            })?;
+            let result = self.run_in(&dir, req, cwd, opts, confinement);
+            // Unmounting ends the session, which commits and records the run in the op log.
+            let unmounted = mounted.background.umount_and_join();
+            let _ = std::fs::remove_dir(&dir);
+            // The per-process parent too, or every exec leaves an empty directory in /tmp.
+            if let Some(parent) = dir.parent() {
+                let _ = std::fs::remove_dir(parent);
+            }
+            exec_id = *finished_as.lock().unwrap_or_else(|p| p.into_inner());
+            let result = result?;
+            unmounted.map_err(|e| Error::MountFailed {
+                dir,
+                reason: format!("unmount after the run failed: {e}"),
+            })?;
+            Ok(result)
+        })();
+        (result, exec_id)
     }
 
     #[cfg(not(feature = "fuse"))]
@@ -532,8 +541,8 @@ impl ProxyRuntime<'_> {
         _opts: &ExecOptions,
         _text: &str,
         _confinement: Confinement,
-    ) -> Result<runner::RunResult> {
-        Err(Error::FuseUnavailable)
+    ) -> (Result<runner::RunResult>, Option<i64>) {
+        (Err(Error::FuseUnavailable), None)
     }
 }
 
