@@ -613,4 +613,17 @@ fn damaged_vault_files_are_corrupt_vault_and_check_reports_them() {
         .execute("UPDATE workspaces SET base = 'not an id'", [])
         .unwrap();
     check_problems("a row of the wrong type");
+    // A damaged pending-changes marker (writes fail on it): vault check names it.
+    fs::write(&file, &good).unwrap();
+    env.data(&["import", env.dir.path().to_str().unwrap(), "/imp"]);
+    let n = rusqlite::Connection::open(&file)
+        .unwrap()
+        .execute(
+            "UPDATE settings SET value = 'garbage' WHERE key LIKE 'unlogged.%'",
+            [],
+        )
+        .unwrap();
+    assert_eq!(n, 1);
+    let report = env.err(&["vault", "check"], "corrupt_vault");
+    assert!(report.to_string().contains("marker"), "{report}");
 }

@@ -24,6 +24,24 @@ fn key(ws: i64) -> String {
     format!("unlogged.{ws}")
 }
 
+/// What is wrong with workspace `ws`'s marker, if anything (for `vault check`).
+pub(crate) fn marker_problem(r: &dyn crate::store::StoreRead, ws: i64) -> Result<Option<String>> {
+    let Some(text) = r.setting(&key(ws))? else {
+        return Ok(None);
+    };
+    Ok(match serde_json::from_str::<Unlogged>(&text) {
+        Err(e) => Some(format!("pending-changes marker is unreadable: {e}")),
+        Ok(m) => match ObjectId::from_hex(&m.since) {
+            None => Some("pending-changes marker names no root".into()),
+            Some(root) if !r.has_object(&root)? => Some(format!(
+                "pending-changes marker names missing root {}",
+                root.short()
+            )),
+            Some(_) => None,
+        },
+    })
+}
+
 impl Edit<'_> {
     fn unlogged(&self) -> Result<Option<(Unlogged, ObjectId)>> {
         let Some(text) = self.w.setting(&key(self.ws.id))? else {

@@ -460,6 +460,14 @@ impl Vault {
                     }),
                 }
             }
+            for ws in r.workspaces()? {
+                if let Some(problem) = super::unlogged::marker_problem(r, ws.id)? {
+                    problems.push(Problem {
+                        object: None,
+                        problem: format!("workspace {}: {problem}", ws.name),
+                    });
+                }
+            }
             if problems.is_empty() {
                 // Hard links of each live state (objects are known to be sound by now).
                 for ws in r.workspaces()? {
