@@ -31,9 +31,15 @@ pub(crate) struct ChunkIndex {
 
 const CACHE_LIMIT: usize = 8192;
 
-/// The value cached under `id`, or `load`'s, kept (a full cache starts over).
+/// Chunk lists cached at once: a list of a large sparse file written in many places can
+/// run to megabytes, and every commit of it is a new list.
+const CHUNK_LIST_CACHE_LIMIT: usize = 128;
+
+/// The value cached under `id`, or `load`'s, kept (a cache of `limit` entries starts over
+/// when full).
 fn cached<T: Clone>(
     map: &Mutex<HashMap<ObjectId, T>>,
+    limit: usize,
     id: &ObjectId,
     load: impl FnOnce() -> Result<T>,
 ) -> Result<T> {
@@ -42,7 +48,7 @@ fn cached<T: Clone>(
     }
     let v = load()?;
     let mut map = map.lock().unwrap_or_else(|p| p.into_inner());
-    if map.len() >= CACHE_LIMIT {
+    if map.len() >= limit {
         map.clear();
     }
     map.insert(*id, v.clone());
@@ -51,13 +57,13 @@ fn cached<T: Clone>(
 
 impl ObjectCache {
     pub(crate) fn tree(&self, r: &dyn StoreRead, id: &ObjectId) -> Result<Arc<Tree>> {
-        cached(&self.trees, id, || {
+        cached(&self.trees, CACHE_LIMIT, id, || {
             Ok(Arc::new(decode(load(r, id, kind::TREE)?.as_slice())?))
         })
     }
 
     pub(crate) fn chunk_index(&self, r: &dyn StoreRead, id: &ObjectId) -> Result<Arc<ChunkIndex>> {
-        cached(&self.chunk_lists, id, || {
+        cached(&self.chunk_lists, CHUNK_LIST_CACHE_LIMIT, id, || {
             let chunks: Vec<ChunkRef> = decode(&load(r, id, kind::CHUNK_LIST)?)?;
             let starts = chunks
                 .iter()
@@ -78,7 +84,7 @@ impl ObjectCache {
     }
 
     pub(crate) fn root(&self, r: &dyn StoreRead, id: &ObjectId) -> Result<Node> {
-        cached(&self.roots, id, || {
+        cached(&self.roots, CACHE_LIMIT, id, || {
             decode(load(r, id, kind::ROOT)?.as_slice())
         })
     }
