@@ -206,6 +206,14 @@ fn live_files(home: &std::path::Path) -> BTreeSet<String> {
         .collect()
 }
 
+/// `avfs undo`, which must take back a mount's entry.
+fn undo_a_mount(home: &std::path::Path) {
+    let undo = json(avfs_in(home, &["--json", "undo"]));
+    assert_eq!(undo["ok"], true, "{undo}");
+    let description = undo["data"]["description"].as_str().unwrap();
+    assert!(description.ends_with(" mount"), "{undo}");
+}
+
 #[test]
 fn undoing_a_mount_session_keeps_what_the_cli_wrote_meanwhile() {
     if !require_fuse() {
@@ -216,15 +224,7 @@ fn undoing_a_mount_session_keeps_what_the_cli_wrote_meanwhile() {
     ok(avfs_in(h, &["write", "cli.txt", "from the cli"]));
     fs::write(dir.join("m.txt"), b"from the mount").unwrap();
     ok(avfs_in(h, &["unmount", dir.to_str().unwrap()]));
-    let undo = json(avfs_in(h, &["--json", "undo"]));
-    assert_eq!(undo["ok"], true, "{undo}");
-    assert!(
-        undo["data"]["description"]
-            .as_str()
-            .unwrap()
-            .ends_with(" mount"),
-        "{undo}"
-    );
+    undo_a_mount(h);
     assert_eq!(live_files(h), BTreeSet::from(["/cli.txt".to_string()]));
     ok(avfs_in(h, &["vault", "check"]));
 }
@@ -257,15 +257,7 @@ fn a_killed_mount_daemon_leaves_its_acknowledged_writes_in_history() {
     ok(avfs_in(h, &["unmount", dir.to_str().unwrap()]));
     assert_eq!(live_files(h).len(), 51);
     // The acknowledged writes are one operation in history: undo takes them back...
-    let undo = json(avfs_in(h, &["--json", "undo"]));
-    assert_eq!(undo["ok"], true, "{undo}");
-    assert!(
-        undo["data"]["description"]
-            .as_str()
-            .unwrap()
-            .ends_with(" mount"),
-        "{undo}"
-    );
+    undo_a_mount(h);
     assert_eq!(live_files(h), BTreeSet::from(["/base.txt".to_string()]));
     // ...and redo brings every one of them back.
     ok(avfs_in(h, &["redo"]));

@@ -8,6 +8,17 @@ use crate::service::policy::shell::{
     Analyzer, Arg, Resolved, Role, Scope, chdir, resolve, snippet,
 };
 
+/// tar's options whose value is a command it runs.
+const TAR_RUNS: [&str; 7] = [
+    "-I",
+    "--use-compress-program",
+    "--to-command",
+    "--rsh-command",
+    "--info-script",
+    "-F",
+    "--new-volume-script",
+];
+
 impl Analyzer<'_> {
     pub(super) fn cd(&mut self, name: &str, args: &[Arg], scope: &mut Scope) {
         let o = getopt(&args[1..], "", &[], false);
@@ -670,16 +681,7 @@ impl Analyzer<'_> {
         let archive = o.values(&["-f", "--file"]);
         let dirs = o.values(&["-C", "--directory"]);
         // The commands tar runs are decided like commands on the line.
-        let runs = [
-            "-I",
-            "--use-compress-program",
-            "--to-command",
-            "--rsh-command",
-            "--info-script",
-            "-F",
-            "--new-volume-script",
-        ];
-        for v in o.values(&runs) {
+        for v in o.values(&TAR_RUNS) {
             if !v.dynamic {
                 self.embedded("tar", v, vec![Named::Command(v.text.clone())], scope);
             }
@@ -703,16 +705,7 @@ impl Analyzer<'_> {
         ]);
         let mode_extract = o.has(&["-x", "--extract", "--get"]);
         let mode_list = o.has(&["-t", "--list", "-d", "--diff", "--compare"]);
-        if o.has(&[
-            "-I",
-            "--use-compress-program",
-            "--to-command",
-            "--rsh-command",
-            "--info-script",
-            "-F",
-            "--new-volume-script",
-            "--checkpoint-action",
-        ]) {
+        if o.has(&TAR_RUNS) || o.has(&["--checkpoint-action"]) {
             self.push(
                 &[C::Unknown],
                 "builtin/unknown",
