@@ -17,9 +17,24 @@ use crate::store::StoreRead;
 /// because an id always names the same bytes.
 #[derive(Default)]
 pub(crate) struct ObjectCache {
-    trees: Mutex<HashMap<ObjectId, Arc<Tree>>>,
-    roots: Mutex<HashMap<ObjectId, Node>>,
-    chunk_lists: Mutex<HashMap<ObjectId, Arc<ChunkIndex>>>,
+    trees: Mutex<Cached<Arc<Tree>>>,
+    roots: Mutex<Cached<Node>>,
+    chunk_lists: Mutex<Cached<Arc<ChunkIndex>>>,
+}
+
+/// One kind of decoded object, with their total weight (entries held).
+struct Cached<T> {
+    map: HashMap<ObjectId, T>,
+    weight: usize,
+}
+
+impl<T> Default for Cached<T> {
+    fn default() -> Self {
+        Cached {
+            map: HashMap::new(),
+            weight: 0,
+        }
+    }
 }
 
 /// A large file's chunk list, with where each chunk starts: a read finds its first chunk by
@@ -29,64 +44,81 @@ pub(crate) struct ChunkIndex {
     pub(crate) chunks: Vec<ChunkRef>,
 }
 
+/// Objects cached at once, of each kind.
 const CACHE_LIMIT: usize = 8192;
 
-/// Chunk lists cached at once: a list of a large sparse file written in many places can
-/// run to megabytes, and every commit of it is a new list.
-const CHUNK_LIST_CACHE_LIMIT: usize = 128;
+/// The most tree entries (or chunk-list entries) cached at once, across all cached trees
+/// (lists): what bounds the memory. Every change to a large directory is a new tree, and a
+/// long-lived mount or session daemon sees thousands of them; counting objects alone let a
+/// daemon grow without bound while agents kept writing into one directory.
+const WEIGHT_LIMIT: usize = 1 << 18;
 
-/// The value cached under `id`, or `load`'s, kept (a cache of `limit` entries starts over
-/// when full).
+/// The value cached under `id`, or `load`'s, kept (a cache past its limits starts over).
 fn cached<T: Clone>(
-    map: &Mutex<HashMap<ObjectId, T>>,
-    limit: usize,
+    cache: &Mutex<Cached<T>>,
     id: &ObjectId,
+    weight: impl Fn(&T) -> usize,
     load: impl FnOnce() -> Result<T>,
 ) -> Result<T> {
-    if let Some(v) = map.lock().unwrap_or_else(|p| p.into_inner()).get(id) {
+    if let Some(v) = cache.lock().unwrap_or_else(|p| p.into_inner()).map.get(id) {
         return Ok(v.clone());
     }
     let v = load()?;
-    let mut map = map.lock().unwrap_or_else(|p| p.into_inner());
-    if map.len() >= limit {
-        map.clear();
+    let w = weight(&v) + 1;
+    let mut c = cache.lock().unwrap_or_else(|p| p.into_inner());
+    if c.map.len() >= CACHE_LIMIT || c.weight + w > WEIGHT_LIMIT {
+        c.map.clear();
+        c.weight = 0;
     }
-    map.insert(*id, v.clone());
+    if c.map.insert(*id, v.clone()).is_none() {
+        c.weight += w;
+    }
     Ok(v)
 }
 
 impl ObjectCache {
     pub(crate) fn tree(&self, r: &dyn StoreRead, id: &ObjectId) -> Result<Arc<Tree>> {
-        cached(&self.trees, CACHE_LIMIT, id, || {
-            Ok(Arc::new(decode(load(r, id, kind::TREE)?.as_slice())?))
-        })
+        cached(
+            &self.trees,
+            id,
+            |t| t.entries.len(),
+            || Ok(Arc::new(decode(load(r, id, kind::TREE)?.as_slice())?)),
+        )
     }
 
     pub(crate) fn chunk_index(&self, r: &dyn StoreRead, id: &ObjectId) -> Result<Arc<ChunkIndex>> {
-        cached(&self.chunk_lists, CHUNK_LIST_CACHE_LIMIT, id, || {
-            let chunks: Vec<ChunkRef> = decode(&load(r, id, kind::CHUNK_LIST)?)?;
-            let starts = chunks
-                .iter()
-                .scan(0u64, |pos, c| {
-                    let start = *pos;
-                    *pos += c.len;
-                    Some(start)
-                })
-                .collect();
-            Ok(Arc::new(ChunkIndex { starts, chunks }))
-        })
+        cached(
+            &self.chunk_lists,
+            id,
+            |l| l.chunks.len(),
+            || {
+                let chunks: Vec<ChunkRef> = decode(&load(r, id, kind::CHUNK_LIST)?)?;
+                let starts = chunks
+                    .iter()
+                    .scan(0u64, |pos, c| {
+                        let start = *pos;
+                        *pos += c.len;
+                        Some(start)
+                    })
+                    .collect();
+                Ok(Arc::new(ChunkIndex { starts, chunks }))
+            },
+        )
     }
 
     /// The chunk index of `id` if it is cached (no store access).
     fn cached_chunk_index(&self, id: &ObjectId) -> Option<Arc<ChunkIndex>> {
         let lists = self.chunk_lists.lock().unwrap_or_else(|p| p.into_inner());
-        lists.get(id).cloned()
+        lists.map.get(id).cloned()
     }
 
     pub(crate) fn root(&self, r: &dyn StoreRead, id: &ObjectId) -> Result<Node> {
-        cached(&self.roots, CACHE_LIMIT, id, || {
-            decode(load(r, id, kind::ROOT)?.as_slice())
-        })
+        cached(
+            &self.roots,
+            id,
+            |_| 0,
+            || decode(load(r, id, kind::ROOT)?.as_slice()),
+        )
     }
 }
 
