@@ -469,6 +469,8 @@ fn secrets_do_not_reach_the_agent_through_mcp() {
         home.path(),
         &["ln", "-s", "../keys/server.pem", "certs/mine.pem"],
     );
+    // A hard link made by a person: its other name is the secret's content too.
+    avfs(home.path(), &["ln", ".env", "innocent.txt"]);
     let mut c = Client::start(home.path(), &["mcp", "--vault", "s"]);
     c.initialize();
     for path in [
@@ -478,6 +480,7 @@ fn secrets_do_not_reach_the_agent_through_mcp() {
         "/keys/../.env",
         "notes.txt",
         "certs/mine.pem",
+        "innocent.txt",
     ] {
         let e = c.err("read_file", json!({ "path": path }));
         assert_eq!(e["kind"], "secret_refused", "{path}: {e}");

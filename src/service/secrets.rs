@@ -123,24 +123,53 @@ impl SecretPaths {
         path: &VPath,
         node: Option<&crate::model::node::Node>,
     ) -> crate::error::Result<bool> {
+        if self.is_empty() {
+            return Ok(false);
+        }
+        let node = match node {
+            Some(n) => Some(n.clone()),
+            None => view.find(path)?,
+        };
+        if self.refuses_one(view, path, node.as_ref())? {
+            return Ok(true);
+        }
+        // A hard-linked file is a secret if any of its names is: look for the others (a
+        // walk of the tree, paid only for hard-linked files).
+        let Some(link) = node.as_ref().and_then(|n| n.link).filter(|l| l.nlink > 1) else {
+            return Ok(false);
+        };
+        let mut secret = false;
+        view.walk(&VPath::root(), &mut |p, n| {
+            if !secret
+                && p != path
+                && n.link.is_some_and(|l| l.inode == link.inode)
+                && self.refuses_one(view, p, Some(n))?
+            {
+                secret = true;
+            }
+            Ok(())
+        })?;
+        Ok(secret)
+    }
+
+    /// `refuses` for this one name of a file.
+    fn refuses_one(
+        &self,
+        view: &crate::model::View<'_>,
+        path: &VPath,
+        node: Option<&crate::model::node::Node>,
+    ) -> crate::error::Result<bool> {
         if self.hides_by_name(path) {
             return Ok(true);
         }
         if !self.checks_content(path) {
             return Ok(false);
         }
-        let node = match node {
-            Some(n) => n.clone(),
-            None => match view.find(path)? {
-                Some(n) => n,
-                None => return Ok(false),
-            },
-        };
-        if !node.is_file() {
+        let Some(node) = node.filter(|n| n.is_file()) else {
             return Ok(false);
-        }
+        };
         let mut prefix = vec![0u8; KEY_SNIFF_BYTES];
-        let n = view.read_content(&node, 0, &mut prefix)?;
+        let n = view.read_content(node, 0, &mut prefix)?;
         Ok(holds_private_key(&prefix[..n]))
     }
 
