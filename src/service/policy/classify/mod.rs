@@ -92,15 +92,24 @@ pub(super) fn getopt(args: &[Arg], short_val: &str, long_val: &[&str], posix: bo
             continue;
         }
         if let Some(long) = t.strip_prefix("--") {
+            // GNU getopt takes any unambiguous prefix of a long option (`--use-compress-prog`).
+            let full = |n: &str| -> String {
+                let mut hits = long_val.iter().filter(|l| l.starts_with(n));
+                match (long_val.contains(&n), hits.next(), hits.next()) {
+                    (false, Some(only), None) if !n.is_empty() => (*only).to_string(),
+                    _ => n.to_string(),
+                }
+            };
             if let Some((n, v)) = long.split_once('=') {
-                out.push(Opt::Value(format!("--{n}"), a.derived(v)));
-            } else if long_val.contains(&long) {
+                out.push(Opt::Value(format!("--{}", full(n)), a.derived(v)));
+            } else if long_val.contains(&full(long).as_str()) {
+                let t = format!("--{}", full(long));
                 match args.get(i) {
                     Some(v) => {
-                        out.push(Opt::Value(t.to_string(), v.clone()));
+                        out.push(Opt::Value(t, v.clone()));
                         i += 1;
                     }
-                    None => out.push(Opt::Flag(t.to_string())),
+                    None => out.push(Opt::Flag(t)),
                 }
             } else {
                 out.push(Opt::Flag(t.to_string()));
@@ -934,5 +943,20 @@ mod tests {
         assert_eq!(o.values(&["-o"])[0].text, "out");
         assert_eq!(o.values(&["--data"])[0].text, "@f");
         assert_eq!(o.operands()[0].text, "url");
+        // Unambiguous prefixes of long options, with = and without.
+        let args: Vec<Arg> = ["--use-compress-prog=x", "--to-com", "y", "--r=z"]
+            .iter()
+            .map(|s| Arg::literal(s))
+            .collect();
+        let o = getopt(
+            &args,
+            "",
+            &["use-compress-program", "to-command", "record-size", "rsh"],
+            false,
+        );
+        assert_eq!(o.values(&["--use-compress-program"])[0].text, "x");
+        assert_eq!(o.values(&["--to-command"])[0].text, "y");
+        // Ambiguous: left as written.
+        assert_eq!(o.values(&["--r"])[0].text, "z");
     }
 }
