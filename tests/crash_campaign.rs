@@ -8,24 +8,6 @@ mod mount_support;
 
 #[test]
 fn kill_9_at_random_moments_loses_nothing_acknowledged() {
-    assert!(
-        mount_support::require_fuse(),
-        "the campaign mounts: FUSE is required"
-    );
-    let out = std::process::Command::new("bash")
-        .arg(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/scripts/crash_campaign.sh"
-        ))
-        .args(["60", "4242"])
-        .env("AVFS_BIN", env!("CARGO_BIN_EXE_avfs"))
-        .output()
-        .expect("run the campaign");
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr),
-    );
-    assert!(out.status.success(), "{stdout}\n{stderr}");
-    assert!(stdout.contains("60 iterations"), "{stdout}");
-    println!("{stdout}");
+    let out = mount_support::run_script("bash", "crash_campaign.sh", &["60", "4242"]);
+    assert!(out.contains("60 iterations"), "{out}");
 }

@@ -4,25 +4,12 @@ mod mount_support;
 
 use std::process::Command;
 
-use mount_support::{avfs_in, ok, require_fuse};
+use mount_support::{ProxyEnv, ok};
 use serde_json::Value;
 
-struct Env {
-    home: tempfile::TempDir,
-}
+type Env = ProxyEnv;
 
-impl Env {
-    fn new() -> Env {
-        assert!(require_fuse() || std::env::var("AVFS_CI_ALLOW_NO_FUSE").is_ok());
-        let home = tempfile::tempdir().unwrap();
-        ok(avfs_in(home.path(), &["vault", "create", "w"]));
-        Env { home }
-    }
-
-    fn avfs(&self, args: &[&str]) -> std::process::Output {
-        avfs_in(self.home.path(), args)
-    }
-
+impl ProxyEnv {
     /// `avfs --json proxy exec …`: the envelope and the exit code.
     fn exec(&self, args: &[&str]) -> (Value, i32) {
         let mut full = vec!["--json", "proxy", "exec"];

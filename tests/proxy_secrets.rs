@@ -8,9 +8,8 @@ mod mount_support;
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::Output;
 
-use mount_support::{avfs_env, avfs_in, ok, require_fuse};
+use mount_support::{ProxyEnv, avfs_env, ok};
 use serde_json::Value;
 
 const PRIVATE_KEY: &str = "-----BEGIN PRIVATE KEY-----\n\
@@ -29,22 +28,9 @@ const CERTIFICATE: &str = "-----BEGIN CERTIFICATE-----\n\
     MIIDdzCCAl+gAwIBAgIEAgAAuTANBgkqhkiG9w0BAQUFADBaMQswCQYDVQQGEwJJ\n\
     -----END CERTIFICATE-----\n";
 
-struct Env {
-    home: tempfile::TempDir,
-}
+type Env = ProxyEnv;
 
-impl Env {
-    fn new() -> Env {
-        assert!(require_fuse() || std::env::var("AVFS_CI_ALLOW_NO_FUSE").is_ok());
-        let home = tempfile::tempdir().unwrap();
-        ok(avfs_in(home.path(), &["vault", "create", "w"]));
-        Env { home }
-    }
-
-    fn avfs(&self, args: &[&str]) -> Output {
-        avfs_in(self.home.path(), args)
-    }
-
+impl ProxyEnv {
     /// `avfs --json proxy exec ARGS` with these environment variables added: the envelope's
     /// data and the exit code.
     fn exec_env(&self, args: &[&str], env: &[(&str, &str)]) -> (Value, i32) {

@@ -8,13 +8,10 @@ mod mount_support;
 
 #[test]
 fn agents_on_forks_lose_nothing_and_leave_nothing_behind() {
-    assert!(
-        mount_support::require_fuse(),
-        "the soak mounts: FUSE is required"
-    );
-    let out = std::process::Command::new("python3")
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/soak.py"))
-        .args([
+    let out = mount_support::run_script(
+        "python3",
+        "soak.py",
+        &[
             "--agents",
             "4",
             "--forks",
@@ -23,15 +20,7 @@ fn agents_on_forks_lose_nothing_and_leave_nothing_behind() {
             "20",
             "--seed",
             "7",
-        ])
-        .env("AVFS_BIN", env!("CARGO_BIN_EXE_avfs"))
-        .output()
-        .expect("run the soak");
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr),
+        ],
     );
-    assert!(out.status.success(), "{stdout}\n{stderr}");
-    assert!(stdout.contains("failed 0"), "{stdout}");
-    println!("{stdout}");
+    assert!(out.contains("failed 0"), "{out}");
 }

@@ -29,6 +29,48 @@ pub fn uring_expected() -> bool {
             .is_ok_and(|v| v.trim() == "Y" || root)
 }
 
+/// A fresh vault `w` in a temporary `$AVFS_HOME`, for tests of proxied commands (each test
+/// file adds the helpers it needs in its own `impl ProxyEnv`).
+pub struct ProxyEnv {
+    pub home: tempfile::TempDir,
+}
+
+impl ProxyEnv {
+    pub fn new() -> ProxyEnv {
+        require_fuse();
+        let home = tempfile::tempdir().unwrap();
+        ok(avfs_in(home.path(), &["vault", "create", "w"]));
+        ProxyEnv { home }
+    }
+
+    pub fn avfs(&self, args: &[&str]) -> Output {
+        avfs_in(self.home.path(), args)
+    }
+}
+
+/// Run one of the project's scripts with the binary under test (`AVFS_BIN`), FUSE
+/// required; returns its stdout after checking it succeeded.
+pub fn run_script(interpreter: &str, script: &str, args: &[&str]) -> String {
+    assert!(require_fuse(), "the script mounts: FUSE is required");
+    let out = Command::new(interpreter)
+        .arg(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("scripts")
+                .join(script),
+        )
+        .args(args)
+        .env("AVFS_BIN", env!("CARGO_BIN_EXE_avfs"))
+        .output()
+        .expect("run the script");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{script}: {stdout}\n{stderr}");
+    println!("{stdout}");
+    stdout
+}
+
 pub struct Mounted {
     pub home: tempfile::TempDir,
     pub dir: PathBuf,
