@@ -208,10 +208,11 @@ impl Workspace {
         kind: &str,
         plan: impl FnOnce(&[OpRecord]) -> Result<Plan>,
     ) -> Result<OpInfo> {
-        let ops = self.edit(kind, &[], |e| {
+        let (ops, target, description) = self.edit(kind, &[], |e| {
             let mut ops = e.w.ops(Some(e.ws.id), usize::MAX >> 1)?;
             ops.reverse();
             let plan = plan(&ops)?;
+            let (target, description) = (plan.target, plan.description.clone());
             // A logged edit starts on the folded live state: the base is the live root.
             let current = e.ws.base;
             let root = match plan.goal {
@@ -234,14 +235,16 @@ impl Workspace {
             }
             e.undo_target = plan.target;
             e.describe(plan.description);
-            Ok(ops)
+            Ok((ops, target, description))
         })?;
-        // The new entry is the newest; the ones read above tell which are undone.
+        // The new entry: the newest one like it (another writer's may have come after it);
+        // the entries read above tell which are undone.
         let mut ops = ops;
         let mine = self.vault.store.read(|r| {
             let ws = self.record(r)?;
-            let newest = r.ops(Some(ws.id), 1)?;
-            Ok(newest.into_iter().next())
+            Ok(r.ops(Some(ws.id), 256)?
+                .into_iter()
+                .find(|o| o.kind == kind && o.target == target && o.description == description))
         })?;
         let mine = mine.ok_or_else(|| Error::Storage("op log entry missing after write".into()))?;
         ops.push(mine.clone());
