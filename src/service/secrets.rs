@@ -173,6 +173,23 @@ impl SecretPaths {
         Ok(holds_private_key(&prefix[..n]))
     }
 
+    /// For an agent-facing read or write of `raw` (as of checkpoint `at`, or live): the
+    /// path, or a typed `secret_refused` when it is a secret or leads to one.
+    pub fn check_agent_access(
+        &self,
+        ws: &crate::model::Workspace,
+        raw: &str,
+        at: Option<&str>,
+    ) -> crate::error::Result<VPath> {
+        let path = ws.resolve_path(raw)?;
+        if ws.read_at(at, |v| self.refuses_read(v, &path))? {
+            return Err(crate::error::Error::SecretRefused {
+                path: path.display(),
+            });
+        }
+        Ok(path)
+    }
+
     /// Whether reading `path` would give a secret's content: the path itself, or where its
     /// symlinks lead (`notes.txt -> .env`), is a secret.
     pub fn refuses_read(

@@ -406,16 +406,10 @@ impl AvfsServer {
         let policy = self.policy.clone();
         self.call(p.vault, move |ctx| {
             // An agent never gets a secret's content (the mount refuses it the same way).
-            let engine = super::policy::load(policy.as_ref())?;
             let (_, ws) = ctx.open()?;
-            let path = ws.resolve_path(&p.path)?;
-            if ws.read_at(p.at.as_deref(), |v| {
-                engine.secret_paths().refuses_read(v, &path)
-            })? {
-                return Err(Error::SecretRefused {
-                    path: path.display(),
-                });
-            }
+            super::policy::load(policy.as_ref())?
+                .secret_paths()
+                .check_agent_access(&ws, &p.path, p.at.as_deref())?;
             Ok(Command::Cat(CatArgs {
                 path: p.path,
                 at: p.at,
@@ -435,14 +429,10 @@ impl AvfsServer {
         let policy = self.policy.clone();
         self.call(p.vault, move |ctx| {
             // Nor can it change one, as in the mount.
-            let engine = super::policy::load(policy.as_ref())?;
             let (_, ws) = ctx.open()?;
-            let path = ws.resolve_path(&p.path)?;
-            if ws.read(|v| engine.secret_paths().refuses_read(v, &path))? {
-                return Err(Error::SecretRefused {
-                    path: path.display(),
-                });
-            }
+            super::policy::load(policy.as_ref())?
+                .secret_paths()
+                .check_agent_access(&ws, &p.path, None)?;
             let mode = match &p.mode {
                 Some(m) => cli_args::<WriteArgs>(&[&format!("--mode={m}"), "--", "x"])?.mode,
                 None => None,
