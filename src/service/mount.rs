@@ -691,6 +691,15 @@ impl MountSession {
         attr
     }
 
+    /// `shown_attr` when the caller has the path (a lookup): no inode-table search.
+    fn shown_attr_at(&self, ino: u64, path: &VPath, node: &Node) -> Attr {
+        let mut attr = attr_of(ino, node);
+        if !self.hidden.is_empty() && self.is_hidden(path, Some(node)) {
+            attr.perm = 0;
+        }
+        attr
+    }
+
     /// The current node of an inode, with buffered writes applied.
     fn node(&self, ino: u64) -> MResult<Node> {
         if let Some(d) = lock(&self.dirty).get(&ino) {
@@ -719,7 +728,8 @@ impl MountSession {
         let node = self.get_node(&path)?;
         let ino = self.ino_of(&path, &node);
         // Buffered writes not yet committed still count.
-        Ok(self.shown_attr(ino, &self.node(ino).unwrap_or(node)))
+        let node = self.node(ino).unwrap_or(node);
+        Ok(self.shown_attr_at(ino, &path, &node))
     }
 
     pub fn readlink(&self, ino: u64) -> MResult<Vec<u8>> {
