@@ -60,6 +60,7 @@ fn new_inode(ino: u64, kind: AttrKind, mode: u32, uid: u32, gid: u32) -> Inode {
             mtime: t,
             ctime: t,
             nlink: if kind == AttrKind::Dir { 2 } else { 1 },
+            rdev: 0,
         },
         data: Vec::new(),
         entries: BTreeMap::new(),
@@ -218,7 +219,15 @@ impl Backend for Floor {
         }
     }
 
-    fn mknod(&self, parent: u64, name: &str, mode: u32, uid: u32, gid: u32) -> MResult<Attr> {
+    fn mknod(
+        &self,
+        parent: u64,
+        name: &str,
+        mode: u32,
+        _rdev: u64,
+        uid: u32,
+        gid: u32,
+    ) -> MResult<Attr> {
         let kind = match mode & libc::S_IFMT {
             libc::S_IFIFO => AttrKind::Fifo,
             0 | libc::S_IFREG => AttrKind::File,

@@ -111,12 +111,18 @@ fn ln_refusals_are_typed_and_change_nothing() {
     let before = env.state(None);
     let e = env.err(&["ln", "dir", "dir2"], "hard_link_not_allowed");
     assert_eq!(e["details"]["path"], "/dir");
-    env.err(&["ln", "sym", "sym2"], "hard_link_not_allowed");
     env.err(&["ln", "missing", "m2"], "path_not_found");
     env.err(&["ln", "f", "dir"], "already_exists");
     env.err(&["ln", "f", "nodir/x"], "path_not_found");
     env.err(&["ln", "f", "\u{1}inodes"], "invalid_path");
     assert_eq!(env.state(None), before);
+    // A symlink is linked itself, as link(2) and GNU `ln` do: two names, one symlink.
+    let linked = env.data(&["ln", "sym", "sym2"]);
+    assert_eq!(
+        (linked["type"].as_str(), linked["nlink"].as_u64()),
+        (Some("symlink"), Some(2))
+    );
+    assert_eq!(linked["target"], "f");
     // -s still makes a symlink, stored verbatim.
     assert_eq!(
         env.data(&["ln", "-s", "nowhere", "dangling"])["type"],
@@ -180,6 +186,46 @@ fn merge_combines_link_changes_from_both_sides() {
     env.err(&["stat", "a"], "path_not_found");
     env.write(None, "c", b"one file");
     assert_eq!(env.cat(None, "b"), b"one file");
+    assert_eq!(env.data(&["vault", "check"])["ok"], true);
+}
+
+/// A hard-linked symlink (linked itself, like link(2)) lives through forks, merges, undo
+/// and redo like a linked file: one node, every name, the right link count.
+#[test]
+fn a_linked_symlink_forks_merges_and_undoes_like_a_linked_file() {
+    let env = TestEnv::with_vault("v");
+    env.data(&["ln", "-s", "t1", "s"]);
+    env.data(&["ln", "s", "s2"]);
+    env.data(&["vault", "fork", "v", "task"]);
+    // The fork gives it a third name; the parent drops one.
+    env.data(&common::sel(Some("task"), &["ln", "s2", "s3"]));
+    env.data(&["rm", "s"]);
+    let m = env.data(&["merge", "task"]);
+    assert_eq!(
+        (m["applied"].clone(), m["conflicts"].clone()),
+        (json!(true), json!([]))
+    );
+    for p in ["s2", "s3"] {
+        let st = env.data(&["stat", p]);
+        assert_eq!(
+            (st["type"].as_str(), st["target"].as_str()),
+            (Some("symlink"), Some("t1"))
+        );
+        assert_eq!(st["nlink"], 2, "{p}");
+    }
+    env.err(&["stat", "s"], "path_not_found");
+    assert_eq!(env.data(&["vault", "check"])["ok"], true);
+    env.data(&["undo"]);
+    assert_eq!(nlink(&env, None, "s2"), 1);
+    env.err(&["stat", "s3"], "path_not_found");
+    env.data(&["redo"]);
+    assert_eq!(nlink(&env, None, "s3"), 2);
+    // Both forks change the shared symlink's mode: a conflict named by its names.
+    env.data(&["vault", "fork", "v", "task2"]);
+    env.data(&common::sel(Some("task2"), &["chmod", "700", "s3"]));
+    env.data(&["chmod", "750", "s2"]);
+    let e = env.err(&["merge", "task2"], "merge_conflict");
+    assert_eq!(paths(&e["details"]["conflicts"]), ["/s2", "/s3"], "{e}");
     assert_eq!(env.data(&["vault", "check"])["ok"], true);
 }
 

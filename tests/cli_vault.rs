@@ -464,7 +464,7 @@ fn newer_format_is_unsupported() {
     ] {
         let e = env.err(args, "unsupported_format");
         assert_eq!(e["details"]["found"], 99);
-        assert_eq!(e["details"]["supported"], 2);
+        assert_eq!(e["details"]["supported"], agentvfs::store::FORMAT_VERSION);
     }
     let p = env.vault_file("v");
     env.err(

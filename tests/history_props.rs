@@ -54,7 +54,7 @@ enum Obs {
     Dir(u32),
     File(u32, Vec<u8>),
     Symlink(String),
-    Fifo(u32),
+    Special(char, u64, u32),
 }
 
 type Tree = BTreeMap<String, Obs>;
@@ -75,10 +75,10 @@ fn observe(v: &agentvfs::model::View<'_>) -> Tree {
                 NodeKind::Dir { .. } => Obs::Dir(n.attrs.mode),
                 NodeKind::File { .. } => Obs::File(n.attrs.mode, v.read_node(&n).unwrap()),
                 NodeKind::Symlink { target } => Obs::Symlink(target.clone()),
-                NodeKind::Fifo => Obs::Fifo(n.attrs.mode),
-                NodeKind::Link { .. } | NodeKind::Inode { .. } => {
-                    panic!("a view handed out a stored hard-link node at {p}")
+                kind if kind.is_special() => {
+                    Obs::Special(kind.type_letter(), n.rdev(), n.attrs.mode)
                 }
+                _ => panic!("a view handed out a stored hard-link node at {p}"),
             };
             (p.display(), obs)
         })

@@ -425,6 +425,105 @@ fn hard_links_made_in_the_mount_are_kept_in_the_vault() {
     assert_eq!(stat("sub/c")["nlink"], 2);
 }
 
+/// Device nodes, sockets, and hard links to every kind but a directory: made in the mount,
+/// they keep their type, device number and link count in the vault, after a remount, and
+/// through export and import. A device node never opens: the mount is `nodev`.
+#[test]
+fn special_files_and_links_to_every_kind_are_kept() {
+    let m = Mounted::new("special");
+    m.sh(
+        "umask 022 && mknod c1 c 1 3 && mknod b1 b 7 5 && mkfifo p1 && ln -s target sl \
+          && python3 -c 'import socket; socket.socket(socket.AF_UNIX).bind(\"sock\")' \
+          && for n in c1 b1 p1 sl sock; do ln $n $n.2; done",
+    );
+    let shown = "stat -c '%n %F %t:%T %h %a' c1 c1.2 b1 b1.2 p1.2 sl.2 sock.2";
+    let want = "c1 character special file 1:3 2 644\n\
+                c1.2 character special file 1:3 2 644\n\
+                b1 block special file 7:5 2 644\n\
+                b1.2 block special file 7:5 2 644\n\
+                p1.2 fifo 0:0 2 644\n\
+                sl.2 symbolic link 0:0 2 777\n\
+                sock.2 socket 0:0 2 755\n";
+    // (A socket takes 0777 less the umask: sh's 022 here.)
+    assert_eq!(m.sh(shown), want);
+    assert_eq!(m.sh("readlink sl.2"), "target\n");
+    // nodev: opening a device node through the mount is refused, for root too.
+    let open = fs::File::open(m.dir.join("c1")).map_err(|e| e.raw_os_error());
+    assert_eq!(open.err(), Some(Some(libc_eacces())));
+    let same_ino = |a: &str, b: &str| {
+        let (x, y) = (
+            fs::symlink_metadata(m.dir.join(a)).unwrap(),
+            fs::symlink_metadata(m.dir.join(b)).unwrap(),
+        );
+        x.ino() == y.ino() && x.nlink() == 2
+    };
+    for n in ["c1", "b1", "p1", "sl", "sock"] {
+        assert!(same_ino(n, &format!("{n}.2")), "{n}");
+    }
+    m.unmount();
+
+    // In the vault, and mounted again.
+    let stat = |vault: &str, p: &str| -> serde_json::Value {
+        let out = mount_support::ok(m.avfs(&["--vault", vault, "--json", "stat", p]));
+        serde_json::from_str::<serde_json::Value>(&out).unwrap()["data"].clone()
+    };
+    let b = stat("special", "b1.2");
+    assert_eq!(
+        (b["type"].as_str(), b["nlink"].as_u64()),
+        (Some("blockdev"), Some(2))
+    );
+    assert_eq!(b["device"], serde_json::json!({"major": 7, "minor": 5}));
+    assert_eq!(stat("special", "sock")["type"], "socket");
+    assert_eq!(stat("special", "sl")["target"], "target");
+    mount_support::ok(m.avfs(&["--vault", "special", "vault", "check"]));
+    mount_support::ok(m.avfs(&["mount", "special", m.dir.to_str().unwrap()]));
+    assert_eq!(m.sh(shown), want);
+    for n in ["c1", "b1", "p1", "sl", "sock"] {
+        assert!(same_ino(n, &format!("{n}.2")), "{n} after a remount");
+    }
+    // The last other name goes: the node stands alone again, and the vault stays sound.
+    m.sh("rm c1.2 sl");
+    assert_eq!(m.sh("stat -c '%n %h' c1 sl.2"), "c1 1\nsl.2 1\n");
+    m.unmount();
+    mount_support::ok(m.avfs(&["--vault", "special", "vault", "check"]));
+
+    // Export makes them on the host, hard links included; import brings them back.
+    let host = tempfile::tempdir().unwrap();
+    let out = host.path().join("x");
+    mount_support::ok(m.avfs(&["--vault", "special", "export", "/", out.to_str().unwrap()]));
+    let host_stat = std::process::Command::new("stat")
+        .args(["-c", "%n %F %t:%T %h"])
+        .args(["b1", "b1.2", "c1", "p1", "sock", "sl.2"])
+        .current_dir(&out)
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&host_stat.stdout),
+        "b1 block special file 7:5 2\n\
+         b1.2 block special file 7:5 2\n\
+         c1 character special file 1:3 1\n\
+         p1 fifo 0:0 2\n\
+         sock socket 0:0 2\n\
+         sl.2 symbolic link 0:0 1\n"
+    );
+    mount_support::ok(m.avfs(&["vault", "create", "back"]));
+    mount_support::ok(m.avfs(&["--vault", "back", "import", out.to_str().unwrap(), "/"]));
+    let p = stat("back", "p1.2");
+    assert_eq!(
+        (p["type"].as_str(), p["nlink"].as_u64()),
+        (Some("fifo"), Some(2))
+    );
+    assert_eq!(
+        stat("back", "c1")["device"],
+        serde_json::json!({"major": 1, "minor": 3})
+    );
+    mount_support::ok(m.avfs(&["--vault", "back", "vault", "check"]));
+}
+
+fn libc_eacces() -> i32 {
+    rustix::io::Errno::ACCESS.raw_os_error()
+}
+
 #[test]
 fn readdir_offsets_stay_stable_while_entries_change() {
     let m = Mounted::new("readdir");

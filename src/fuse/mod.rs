@@ -44,7 +44,16 @@ pub trait Backend: Send + Sync + 'static {
     fn getattr(&self, ino: u64) -> MResult<Attr>;
     fn setattr(&self, ino: u64, s: SetAttr) -> MResult<Attr>;
     fn readlink(&self, ino: u64) -> MResult<Vec<u8>>;
-    fn mknod(&self, parent: u64, name: &str, mode: u32, uid: u32, gid: u32) -> MResult<Attr>;
+    /// `rdev` is a Linux `dev_t` (decoded from the wire).
+    fn mknod(
+        &self,
+        parent: u64,
+        name: &str,
+        mode: u32,
+        rdev: u64,
+        uid: u32,
+        gid: u32,
+    ) -> MResult<Attr>;
     fn mkdir(&self, parent: u64, name: &str, mode: u32, uid: u32, gid: u32) -> MResult<Attr>;
     fn symlink(&self, parent: u64, name: &str, target: &str, uid: u32, gid: u32) -> MResult<Attr>;
     /// Create and open a file: its attributes and the open handle.
@@ -118,7 +127,7 @@ impl Backend for MountSession {
         getattr(ino: u64) -> MResult<Attr>;
         setattr(ino: u64, s: SetAttr) -> MResult<Attr>;
         readlink(ino: u64) -> MResult<Vec<u8>>;
-        mknod(parent: u64, name: &str, mode: u32, uid: u32, gid: u32) -> MResult<Attr>;
+        mknod(parent: u64, name: &str, mode: u32, rdev: u64, uid: u32, gid: u32) -> MResult<Attr>;
         mkdir(parent: u64, name: &str, mode: u32, uid: u32, gid: u32) -> MResult<Attr>;
         symlink(parent: u64, name: &str, target: &str, uid: u32, gid: u32) -> MResult<Attr>;
         create(parent: u64, name: &str, mode: u32, flags: i32, uid: u32, gid: u32)
@@ -204,6 +213,9 @@ fn file_type(k: AttrKind) -> FileType {
         AttrKind::Dir => FileType::Directory,
         AttrKind::Symlink => FileType::Symlink,
         AttrKind::Fifo => FileType::NamedPipe,
+        AttrKind::CharDevice => FileType::CharDevice,
+        AttrKind::BlockDevice => FileType::BlockDevice,
+        AttrKind::Socket => FileType::Socket,
     }
 }
 
@@ -221,7 +233,7 @@ fn attr(a: &Attr) -> FileAttr {
         nlink: a.nlink,
         uid: a.uid,
         gid: a.gid,
-        rdev: 0,
+        rdev: wire::dev_to_wire(a.rdev),
         blksize: 4096,
         flags: 0,
     }
@@ -337,12 +349,13 @@ impl Filesystem for Fs {
         n: &OsStr,
         mode: u32,
         umask: u32,
-        _rdev: u32,
+        rdev: u32,
         reply: ReplyEntry,
     ) {
         let r = name(n).and_then(|n| {
+            let rdev = wire::dev_from_wire(rdev);
             self.session
-                .mknod(parent.0, n, mode & !umask, req.uid(), req.gid())
+                .mknod(parent.0, n, mode & !umask, rdev, req.uid(), req.gid())
                 .map_err(e)
         });
         entry_reply(reply, r)
@@ -731,6 +744,10 @@ fn config(name: &str, readonly: bool) -> Config {
         MountOption::FSName(name.into()),
         MountOption::Subtype(name.into()),
         MountOption::DefaultPermissions,
+        // Device nodes are kept as metadata; none may open a host device through the
+        // mount, nor a set-ID program made in it run with another's privileges.
+        MountOption::NoDev,
+        MountOption::NoSuid,
         if readonly {
             MountOption::RO
         } else {

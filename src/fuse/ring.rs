@@ -367,9 +367,11 @@ fn dispatch(s: &dyn Backend, h: &InHeader, a: OpIn, p: Payload) -> Result<Reply,
             s.symlink(ino, n, target, h.uid, h.gid).map(Reply::Entry)
         }
         // fuse_mknod_in: mode, rdev, umask; fuse_mkdir_in: mode, umask.
-        op::MKNOD => s
-            .mknod(ino, name1(&p)?.0, a.u32(0) & !a.u32(8), h.uid, h.gid)
-            .map(Reply::Entry),
+        op::MKNOD => {
+            let rdev = wire::dev_from_wire(a.u32(4));
+            s.mknod(ino, name1(&p)?.0, a.u32(0) & !a.u32(8), rdev, h.uid, h.gid)
+                .map(Reply::Entry)
+        }
         op::MKDIR => s
             .mkdir(ino, name1(&p)?.0, a.u32(0) & !a.u32(4), h.uid, h.gid)
             .map(Reply::Entry),

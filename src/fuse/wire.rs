@@ -176,7 +176,7 @@ impl<'a> Out<'a> {
         self.u32(a.nlink);
         self.u32(a.uid);
         self.u32(a.gid);
-        self.u32(0); // rdev
+        self.u32(dev_to_wire(a.rdev));
         self.u32(4096); // blksize
         self.u32(0); // flags
     }
@@ -253,7 +253,24 @@ fn mode_type(k: AttrKind) -> u32 {
         AttrKind::Dir => libc::S_IFDIR,
         AttrKind::Symlink => libc::S_IFLNK,
         AttrKind::Fifo => libc::S_IFIFO,
+        AttrKind::CharDevice => libc::S_IFCHR,
+        AttrKind::BlockDevice => libc::S_IFBLK,
+        AttrKind::Socket => libc::S_IFSOCK,
     }
+}
+
+/// A device number as the FUSE protocol carries it (the kernel's 32-bit `new_encode_dev`:
+/// 12 bits of major, 20 of minor) from a Linux `dev_t`.
+pub fn dev_to_wire(dev: u64) -> u32 {
+    let (major, minor) = (rustix::fs::major(dev), rustix::fs::minor(dev));
+    (minor & 0xff) | ((major & 0xfff) << 8) | ((minor & !0xff) << 12)
+}
+
+/// A Linux `dev_t` from the FUSE protocol's 32-bit device number.
+pub fn dev_from_wire(dev: u32) -> u64 {
+    let major = (dev & 0xfff00) >> 8;
+    let minor = (dev & 0xff) | ((dev >> 12) & 0xfff00);
+    rustix::fs::makedev(major, minor)
 }
 
 fn mode(a: &Attr) -> u32 {
@@ -286,6 +303,19 @@ mod tests {
             mtime: 1_500_000_000,
             ctime: 3,
             nlink: 2,
+            rdev: rustix::fs::makedev(259, 0x12345),
+        }
+    }
+
+    #[test]
+    fn device_numbers_cross_the_wire_both_ways() {
+        for (major, minor) in [(0, 0), (1, 3), (8, 17), (259, 0x12345), (0xfff, 0xfffff)] {
+            let dev = rustix::fs::makedev(major, minor);
+            let back = dev_from_wire(dev_to_wire(dev));
+            assert_eq!(
+                (rustix::fs::major(back), rustix::fs::minor(back)),
+                (major, minor)
+            );
         }
     }
 
@@ -311,6 +341,8 @@ mod tests {
         assert_eq!(u32_at(&buf, 92), 500_000_000);
         assert_eq!(u32_at(&buf, 100), libc::S_IFDIR | 0o4755);
         assert_eq!(u32_at(&buf, 104), 2);
+        // rdev as the kernel's new_encode_dev: minor's low byte, major, minor's rest.
+        assert_eq!(u32_at(&buf, 116), 0x45 | (259 << 8) | (0x12300 << 12));
         assert_eq!(u32_at(&buf, 120), 4096);
 
         let mut buf = vec![0u8; 64];

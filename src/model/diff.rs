@@ -218,12 +218,14 @@ fn inodes_differ(a: &View<'_>, b: &View<'_>) -> Result<bool> {
     let (fa, fb) = (files(a, da)?, files(b, db)?);
     Ok(fa.iter().any(|(name, x)| {
         fb.get(name).is_some_and(|y| {
-            let (NodeKind::Inode { content: ca, .. }, NodeKind::Inode { content: cb, .. }) =
-                (&x.kind, &y.kind)
-            else {
-                return true;
+            let body_differs = match (&x.kind, &y.kind) {
+                (NodeKind::Inode { content: ca, .. }, NodeKind::Inode { content: cb, .. }) => {
+                    ca != cb
+                }
+                (NodeKind::Shared { kind: ka, .. }, NodeKind::Shared { kind: kb, .. }) => ka != kb,
+                _ => true,
             };
-            ca != cb || x.attrs.mode != y.attrs.mode
+            body_differs || x.attrs.mode != y.attrs.mode
         })
     }))
 }

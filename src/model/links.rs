@@ -1,5 +1,6 @@
-//! Hard links. A hard-linked file is one `Inode` node kept in a reserved directory at the
-//! root of the same tree, and each of its names is a small `Link` node naming it. Both live
+//! Hard links. A hard-linked file is one `Inode` node (`Shared` for a symlink, FIFO, device
+//! or socket) kept in a reserved directory at the root of the same tree, and each of its
+//! names is a small `Link` node naming it. Both live
 //! in the versioned tree, so checkpoints, forks, restore, undo, diff and merge carry them
 //! like any other change. Views resolve a name to its file and hide the reserved
 //! directory; `Edit` sends changes made through a name to the shared inode.
@@ -54,35 +55,54 @@ pub(crate) fn resolve(view: &View<'_>, inode: u64) -> Result<Node> {
     as_file(body, inode)
 }
 
-/// An `Inode` as the `File` its names show.
+/// A stored body (`Inode` or `Shared`) as the node its names show, carrying `LinkInfo`.
 pub(crate) fn as_file(mut body: Node, inode: u64) -> Result<Node> {
-    let NodeKind::Inode {
-        nlink,
-        size,
-        content,
-    } = body.kind
-    else {
-        return Err(Error::CorruptVault {
-            reason: format!("hard-linked inode {inode:x} is not a file"),
-        });
+    let (nlink, kind) = match body.kind {
+        NodeKind::Inode {
+            nlink,
+            size,
+            content,
+        } => (nlink, NodeKind::File { size, content }),
+        NodeKind::Shared { nlink, kind } => (nlink, *kind),
+        _ => {
+            return Err(Error::CorruptVault {
+                reason: format!("hard-linked inode {inode:x} is not an inode"),
+            });
+        }
     };
-    body.kind = NodeKind::File { size, content };
+    body.kind = kind;
     body.link = Some(LinkInfo { inode, nlink });
     Ok(body)
 }
 
-/// A file as the `Inode` stored for it.
+/// A node as the body stored for it with `nlink` names: `Inode` for a regular file,
+/// `Shared` for any other kind but a directory.
 pub(crate) fn as_inode(mut file: Node, nlink: u64) -> Result<Node> {
-    let NodeKind::File { size, content } = file.kind else {
-        return Err(Error::invalid("only regular files can be hard-linked"));
-    };
-    file.kind = NodeKind::Inode {
-        nlink,
-        size,
-        content,
+    file.kind = match file.kind {
+        NodeKind::File { size, content } => NodeKind::Inode {
+            nlink,
+            size,
+            content,
+        },
+        NodeKind::Dir { .. } => return Err(Error::invalid("directories cannot be hard-linked")),
+        NodeKind::Link { .. } | NodeKind::Inode { .. } | NodeKind::Shared { .. } => {
+            return Err(Error::invalid("a stored hard link is not a node to link"));
+        }
+        kind => NodeKind::Shared {
+            nlink,
+            kind: Box::new(kind),
+        },
     };
     file.link = None;
     Ok(file)
+}
+
+/// What a node adds to the regular-file totals: (1, size) for a regular file.
+fn counted(node: &Node) -> (i64, i64) {
+    match node.kind {
+        NodeKind::File { size, .. } => (1, size as i64),
+        _ => (0, 0),
+    }
 }
 
 fn link_node(inode: u64) -> Node {
@@ -107,9 +127,9 @@ impl Edit<'_> {
         self.view().lookup_raw(path)
     }
 
-    /// Give the regular file at `target` another name, `name` (link(2)). Both names then
-    /// show one file: same content and attributes, and a change through either is seen
-    /// through both. Returns the file as `name` shows it.
+    /// Give the node at `target` (anything but a directory) another name, `name` (link(2)).
+    /// Both names then show one file: same content and attributes, and a change through
+    /// either is seen through both. Returns the file as `name` shows it.
     pub fn link(&mut self, target: &VPath, name: &VPath) -> Result<Node> {
         let (node, _) = self.stored(target)?.ok_or_else(|| Error::PathNotFound {
             path: target.display(),
@@ -118,11 +138,8 @@ impl Edit<'_> {
             path: target.display(),
             reason: reason.to_string(),
         };
-        match &node.kind {
-            NodeKind::Dir { .. } => return Err(refuse("it is a directory")),
-            NodeKind::Symlink { .. } => return Err(refuse("it is a symbolic link")),
-            NodeKind::Fifo => return Err(refuse("it is a FIFO")),
-            _ => {}
+        if node.is_dir() {
+            return Err(refuse("it is a directory"));
         }
         refuse_reserved(name)?;
         if self.view().lookup_raw(name)?.is_some() {
@@ -156,13 +173,16 @@ impl Edit<'_> {
         resolve(&self.view(), inode)
     }
 
-    /// Write `file` (a regular file, e.g. a resolved node after a change) as the new state
-    /// of `inode`, keeping its link count.
+    /// Write `file` (a resolved node after a change, of the same kind) as the new state of
+    /// `inode`, keeping its link count.
     pub(crate) fn write_inode(&mut self, inode: u64, file: Node) -> Result<()> {
         let old = resolve(&self.view(), inode)?;
         let nlink = old.link.map_or(1, |l| l.nlink);
-        self.quota.check_file_size(file.size())?;
-        self.account(0, file.size() as i64 - old.size() as i64)?;
+        if file.is_file() {
+            self.quota.check_file_size(file.size())?;
+        }
+        let ((of, ob), (nf, nb)) = (counted(&old), counted(&file));
+        self.account(nf - of, nb - ob)?;
         self.put_inode(inode, as_inode(file, nlink)?)
     }
 
@@ -174,7 +194,8 @@ impl Edit<'_> {
             file.attrs.ctime = self.now;
             return self.put_inode(inode, as_inode(file, nlink - 1)?);
         }
-        self.account(-1, -(file.size() as i64))?;
+        let (f, b) = counted(&file);
+        self.account(-f, -b)?;
         self.drop_inode(inode)
     }
 
@@ -222,7 +243,8 @@ impl Edit<'_> {
         for (p, inode) in self.links_below(path)? {
             let mut file = resolve(&self.view(), inode)?;
             file.link = None;
-            self.account(1, file.size() as i64)?;
+            let (f, b) = counted(&file);
+            self.account(f, b)?;
             self.ensure_dir(&Self::parent_of(&p)?)?;
             self.put_raw(&p, Some(&file))?;
         }
@@ -342,7 +364,7 @@ pub(crate) fn reconcile_merge(
                 reason: format!("merge left names of hard-linked inode {inode:x} without it"),
             });
         };
-        if let NodeKind::Inode { nlink, .. } = &mut body.kind {
+        if let Some(nlink) = body.kind.nlink_mut() {
             *nlink = count;
         }
         inodes.insert(name, body);
@@ -384,13 +406,27 @@ pub(crate) fn verify(view: &View<'_>) -> Result<Vec<String>> {
     for c in view.children_raw(&dir, &node, overlaid)? {
         let inode = u64::from_str_radix(&c.name, 16).ok();
         let count = inode.and_then(|i| names.remove(&i)).unwrap_or(0);
-        match c.node.kind {
-            NodeKind::Inode { nlink, .. } if nlink == count && count > 0 => {}
-            NodeKind::Inode { nlink, .. } => problems.push(format!(
+        let mut kind = c.node.kind;
+        match kind.nlink_mut() {
+            Some(nlink) if *nlink == count && count > 0 => {}
+            Some(nlink) => problems.push(format!(
                 "hard-linked inode {} has link count {nlink} but {count} names",
                 c.name
             )),
-            _ => problems.push(format!("reserved entry {} is not an inode", c.name)),
+            None => problems.push(format!("reserved entry {} is not an inode", c.name)),
+        }
+        if let NodeKind::Shared { kind, .. } = &kind
+            && (kind.is_shared_body()
+                || matches!(
+                    **kind,
+                    NodeKind::File { .. } | NodeKind::Dir { .. } | NodeKind::Link { .. }
+                ))
+        {
+            problems.push(format!(
+                "hard-linked inode {} holds a {} body",
+                c.name,
+                kind.type_name()
+            ));
         }
     }
     for inode in names.keys() {

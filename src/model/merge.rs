@@ -127,10 +127,12 @@ impl Merger<'_, '_> {
         theirs: Option<Node>,
     ) -> Result<Option<Node>> {
         if let (Some(b), Some(o), Some(t)) = (base, &ours, &theirs)
-            && let (NodeKind::Inode { .. }, NodeKind::Inode { .. }, NodeKind::Inode { .. }) =
-                (&b.kind, &o.kind, &t.kind)
+            && b.kind.is_shared_body()
+            && o.kind.is_shared_body()
+            && t.kind.is_shared_body()
         {
-            // A hard-linked file merges like a file; `reconcile_merge` sets its link count.
+            // A hard-linked file merges like the node its names show; `reconcile_merge`
+            // sets its link count.
             let file = |n: &Node| links::as_file(n.clone(), 0);
             let merged = self.merge(path, Some(&file(b)?), Some(file(o)?), Some(file(t)?))?;
             return merged.map(|f| links::as_inode(f, 1)).transpose();

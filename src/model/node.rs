@@ -1,6 +1,7 @@
 //! The immutable objects of a vault and the node metadata they carry: file content (one chunk
 //! or a list of fixed-size chunks, with holes for sparse files), directory trees and roots.
-//! Hard links are two stored kinds (`Link`, `Inode`) that a `View` resolves; see `links.rs`.
+//! Hard links are stored kinds (`Link`, and `Inode` or `Shared`) that a `View` resolves; see
+//! `links.rs`.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -116,6 +117,98 @@ pub enum NodeKind {
         size: u64,
         content: Option<ObjectId>,
     },
+    /// A character device node. Metadata only: mounts are `nodev`, so it never opens there.
+    /// `rdev` is the device number as Linux `dev_t` encodes it (`makedev`).
+    CharDevice {
+        rdev: u64,
+    },
+    /// A block device node; as `CharDevice`.
+    BlockDevice {
+        rdev: u64,
+    },
+    /// A Unix-domain socket's name. Only the name is kept: a socket bound in a mount works
+    /// while the mount lives, like one on a native file system while its process lives.
+    Socket,
+    /// Anything but a regular file or a directory (a symlink, FIFO, device or socket) with
+    /// `nlink` names: `Inode` for the other kinds. `kind` is never `Dir`, `File`, `Link`,
+    /// `Inode` or `Shared`. Stored only, in the reserved directory.
+    Shared {
+        nlink: u64,
+        kind: Box<NodeKind>,
+    },
+}
+
+impl NodeKind {
+    /// The link count of a stored hard-linked body (`Inode` or `Shared`), to read or set.
+    pub(crate) fn nlink_mut(&mut self) -> Option<&mut u64> {
+        match self {
+            NodeKind::Inode { nlink, .. } | NodeKind::Shared { nlink, .. } => Some(nlink),
+            _ => None,
+        }
+    }
+
+    /// A stored hard-linked body.
+    pub(crate) fn is_shared_body(&self) -> bool {
+        matches!(self, NodeKind::Inode { .. } | NodeKind::Shared { .. })
+    }
+
+    /// Bytes of a regular file, the target length of a symlink, 0 otherwise.
+    pub fn size(&self) -> u64 {
+        match self {
+            NodeKind::File { size, .. } | NodeKind::Inode { size, .. } => *size,
+            NodeKind::Symlink { target } => target.len() as u64,
+            NodeKind::Shared { kind, .. } => kind.size(),
+            _ => 0,
+        }
+    }
+
+    /// Short type name used in listings and JSON.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            NodeKind::File { .. } | NodeKind::Link { .. } | NodeKind::Inode { .. } => "file",
+            NodeKind::Dir { .. } => "dir",
+            NodeKind::Symlink { .. } => "symlink",
+            NodeKind::Fifo => "fifo",
+            NodeKind::CharDevice { .. } => "chardev",
+            NodeKind::BlockDevice { .. } => "blockdev",
+            NodeKind::Socket => "socket",
+            NodeKind::Shared { kind, .. } => kind.type_name(),
+        }
+    }
+
+    /// The type letter `ls -l` shows: `-`, `d`, `l`, `p`, `c`, `b` or `s`.
+    pub fn type_letter(&self) -> char {
+        match self {
+            NodeKind::File { .. } | NodeKind::Link { .. } | NodeKind::Inode { .. } => '-',
+            NodeKind::Dir { .. } => 'd',
+            NodeKind::Symlink { .. } => 'l',
+            NodeKind::Fifo => 'p',
+            NodeKind::CharDevice { .. } => 'c',
+            NodeKind::BlockDevice { .. } => 'b',
+            NodeKind::Socket => 's',
+            NodeKind::Shared { kind, .. } => kind.type_letter(),
+        }
+    }
+
+    /// Whether mknod(2) makes this kind on a host: a FIFO, device or socket.
+    pub fn is_special(&self) -> bool {
+        matches!(
+            self,
+            NodeKind::Fifo
+                | NodeKind::CharDevice { .. }
+                | NodeKind::BlockDevice { .. }
+                | NodeKind::Socket
+        )
+    }
+
+    /// The device number of a device node (Linux `dev_t`), 0 for anything else.
+    pub fn rdev(&self) -> u64 {
+        match self {
+            NodeKind::CharDevice { rdev } | NodeKind::BlockDevice { rdev } => *rdev,
+            NodeKind::Shared { kind, .. } => kind.rdev(),
+            _ => 0,
+        }
+    }
 }
 
 /// Where a node resolved through a hard-linked name came from. Never stored.
@@ -180,22 +273,12 @@ impl Node {
 
     /// Bytes of a regular file, the target length of a symlink, 0 otherwise.
     pub fn size(&self) -> u64 {
-        match &self.kind {
-            NodeKind::File { size, .. } => *size,
-            NodeKind::Symlink { target } => target.len() as u64,
-            NodeKind::Inode { size, .. } => *size,
-            _ => 0,
-        }
+        self.kind.size()
     }
 
     /// Short type name used in listings and JSON.
     pub fn type_name(&self) -> &'static str {
-        match self.kind {
-            NodeKind::File { .. } | NodeKind::Link { .. } | NodeKind::Inode { .. } => "file",
-            NodeKind::Dir { .. } => "dir",
-            NodeKind::Symlink { .. } => "symlink",
-            NodeKind::Fifo => "fifo",
-        }
+        self.kind.type_name()
     }
 
     /// The id that identifies this node's content (file content or directory tree).
@@ -222,7 +305,10 @@ impl Node {
             ) => a == b && ca == cb,
             (NodeKind::Dir { tree: a, .. }, NodeKind::Dir { tree: b, .. }) => a == b,
             (NodeKind::Symlink { target: a }, NodeKind::Symlink { target: b }) => a == b,
-            (NodeKind::Fifo, NodeKind::Fifo) => true,
+            (NodeKind::Fifo, NodeKind::Fifo) | (NodeKind::Socket, NodeKind::Socket) => true,
+            (NodeKind::CharDevice { rdev: a }, NodeKind::CharDevice { rdev: b })
+            | (NodeKind::BlockDevice { rdev: a }, NodeKind::BlockDevice { rdev: b }) => a == b,
+            (a @ NodeKind::Shared { .. }, b @ NodeKind::Shared { .. }) => a == b,
             (NodeKind::Link { inode: a }, NodeKind::Link { inode: b }) => a == b,
             (a @ NodeKind::Inode { .. }, b @ NodeKind::Inode { .. }) => a == b,
             _ => false,
@@ -231,13 +317,42 @@ impl Node {
 
     /// The full st_mode including the file-type bits.
     pub fn st_mode(&self) -> u32 {
-        let ty = match self.kind {
-            NodeKind::File { .. } | NodeKind::Link { .. } | NodeKind::Inode { .. } => 0o100000,
-            NodeKind::Dir { .. } => 0o040000,
-            NodeKind::Symlink { .. } => 0o120000,
-            NodeKind::Fifo => 0o010000,
-        };
-        ty | (self.attrs.mode & 0o7777)
+        kind_type_bits(&self.kind) | (self.attrs.mode & 0o7777)
+    }
+
+    /// The device number of a device node (Linux `dev_t`), 0 for anything else.
+    pub fn rdev(&self) -> u64 {
+        self.kind.rdev()
+    }
+
+    /// The node a type-and-mode word from mknod(2) asks for (`S_IFREG`/0, `S_IFIFO`,
+    /// `S_IFCHR`, `S_IFBLK`, `S_IFSOCK`), or `None` for a type mknod cannot make.
+    pub fn special_kind(st_mode: u32, rdev: u64) -> Option<NodeKind> {
+        Some(match st_mode & 0o170000 {
+            0 | 0o100000 => NodeKind::File {
+                size: 0,
+                content: None,
+            },
+            0o010000 => NodeKind::Fifo,
+            0o020000 => NodeKind::CharDevice { rdev },
+            0o060000 => NodeKind::BlockDevice { rdev },
+            0o140000 => NodeKind::Socket,
+            _ => return None,
+        })
+    }
+}
+
+/// The file-type bits of st_mode for a kind.
+fn kind_type_bits(kind: &NodeKind) -> u32 {
+    match kind {
+        NodeKind::File { .. } | NodeKind::Link { .. } | NodeKind::Inode { .. } => 0o100000,
+        NodeKind::Dir { .. } => 0o040000,
+        NodeKind::Symlink { .. } => 0o120000,
+        NodeKind::Fifo => 0o010000,
+        NodeKind::CharDevice { .. } => 0o020000,
+        NodeKind::BlockDevice { .. } => 0o060000,
+        NodeKind::Socket => 0o140000,
+        NodeKind::Shared { kind, .. } => kind_type_bits(kind),
     }
 }
 

@@ -16,6 +16,7 @@ use crate::model::diff::{Change, ChangeStatus, StateRef, diff_views};
 use crate::model::node::{Node, NodeKind};
 use crate::model::path::VPath;
 use crate::service::history::node_at;
+use crate::service::transfer::make_special;
 
 /// A host path that does not match the base the change was made against.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
@@ -79,9 +80,17 @@ fn host_matches(v: &View<'_>, host: &Path, node: Option<&Node>) -> Result<bool> 
                     && fs::read_link(host).ok().as_deref() == Some(Path::new(target))
             }
             NodeKind::Dir { .. } => m.is_dir() && m.permissions().mode() & 0o7777 == n.attrs.mode,
-            NodeKind::Fifo => {
-                use std::os::unix::fs::FileTypeExt;
-                m.file_type().is_fifo()
+            kind => {
+                use std::os::unix::fs::{FileTypeExt, MetadataExt};
+                let ft = m.file_type();
+                let same_type = match kind {
+                    NodeKind::Fifo => ft.is_fifo(),
+                    NodeKind::CharDevice { .. } => ft.is_char_device(),
+                    NodeKind::BlockDevice { .. } => ft.is_block_device(),
+                    NodeKind::Socket => ft.is_socket(),
+                    _ => false,
+                };
+                same_type && m.rdev() == n.rdev()
             }
         },
     })
@@ -242,16 +251,7 @@ fn write_node(v: &View<'_>, hp: &Path, node: &Node) -> Result<()> {
                 .map_err(|e| Error::io("creating symlink", hp, e))?;
             return Ok(());
         }
-        NodeKind::Fifo => {
-            rustix::fs::mknodat(
-                rustix::fs::CWD,
-                hp,
-                rustix::fs::FileType::Fifo,
-                rustix::fs::Mode::from_raw_mode(node.attrs.mode),
-                0,
-            )
-            .map_err(|e| Error::io("creating fifo", hp, e.into()))?;
-        }
+        _ => make_special(hp, node)?,
     }
     fs::set_permissions(hp, fs::Permissions::from_mode(node.attrs.mode))
         .map_err(|e| Error::io("setting mode of", hp, e))

@@ -13,7 +13,7 @@ use crate::model::path::VPath;
 pub struct NodeInfo {
     pub path: String,
     pub name: String,
-    /// `file`, `dir`, `symlink` or `fifo`.
+    /// `file`, `dir`, `symlink`, `fifo`, `chardev`, `blockdev` or `socket`.
     #[serde(rename = "type")]
     pub kind: String,
     pub size: u64,
@@ -32,10 +32,19 @@ pub struct NodeInfo {
     pub content_id: Option<String>,
     /// Symlink target.
     pub target: Option<String>,
+    /// A device node's number; `None` for anything else.
+    pub device: Option<DeviceNumber>,
     pub tags: Vec<String>,
     pub meta: BTreeMap<String, String>,
     /// Extended attribute names and base64 values.
     pub xattrs: BTreeMap<String, String>,
+}
+
+/// A device node's major and minor number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+pub struct DeviceNumber {
+    pub major: u32,
+    pub minor: u32,
 }
 
 impl NodeInfo {
@@ -62,6 +71,14 @@ impl NodeInfo {
                 NodeKind::Symlink { target } => Some(target.clone()),
                 _ => None,
             },
+            device: matches!(
+                node.kind,
+                NodeKind::CharDevice { .. } | NodeKind::BlockDevice { .. }
+            )
+            .then(|| DeviceNumber {
+                major: rustix::fs::major(node.rdev()),
+                minor: rustix::fs::minor(node.rdev()),
+            }),
             tags: node.tags.iter().cloned().collect(),
             meta: node.meta.clone(),
             xattrs: node
@@ -80,12 +97,7 @@ impl NodeInfo {
 
 /// `drwxr-xr-x` style mode string, with setuid/setgid/sticky letters.
 pub fn mode_string(node: &Node) -> String {
-    let ty = match node.kind {
-        NodeKind::File { .. } | NodeKind::Link { .. } | NodeKind::Inode { .. } => '-',
-        NodeKind::Dir { .. } => 'd',
-        NodeKind::Symlink { .. } => 'l',
-        NodeKind::Fifo => 'p',
-    };
+    let ty = node.kind.type_letter();
     let m = node.attrs.mode;
     let mut s = String::with_capacity(10);
     s.push(ty);

@@ -66,6 +66,8 @@ pub struct Attr {
     pub mtime: i64,
     pub ctime: i64,
     pub nlink: u32,
+    /// A device node's number (Linux `dev_t`); 0 for anything else.
+    pub rdev: u64,
 }
 
 impl Attr {
@@ -82,6 +84,7 @@ impl Attr {
             mtime: 0,
             ctime: 0,
             nlink: 0,
+            rdev: 0,
         }
     }
 }
@@ -92,6 +95,9 @@ pub enum AttrKind {
     Dir,
     Symlink,
     Fifo,
+    CharDevice,
+    BlockDevice,
+    Socket,
 }
 
 /// Attributes to set; `None` leaves one alone.
@@ -272,19 +278,24 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-fn kind_of(n: &Node) -> AttrKind {
-    match n.kind {
+fn kind_of(kind: &NodeKind) -> AttrKind {
+    match kind {
         NodeKind::File { .. } | NodeKind::Link { .. } | NodeKind::Inode { .. } => AttrKind::File,
         NodeKind::Dir { .. } => AttrKind::Dir,
         NodeKind::Symlink { .. } => AttrKind::Symlink,
         NodeKind::Fifo => AttrKind::Fifo,
+        NodeKind::CharDevice { .. } => AttrKind::CharDevice,
+        NodeKind::BlockDevice { .. } => AttrKind::BlockDevice,
+        NodeKind::Socket => AttrKind::Socket,
+        // Views resolve hard-linked bodies; a name never shows one, but it has a type.
+        NodeKind::Shared { kind, .. } => kind_of(kind),
     }
 }
 
 fn attr_of(ino: u64, n: &Node) -> Attr {
     Attr {
         ino,
-        kind: kind_of(n),
+        kind: kind_of(&n.kind),
         size: n.size(),
         perm: n.attrs.mode & 0o7777,
         uid: n.attrs.uid,
@@ -292,7 +303,10 @@ fn attr_of(ino: u64, n: &Node) -> Attr {
         atime: n.attrs.atime,
         mtime: n.attrs.mtime,
         ctime: n.attrs.ctime,
-        nlink: if n.is_dir() { 2 } else { n.nlink() as u32 },
+        // A directory's count of subdirectories is not kept: 1 says "unknown", as btrfs
+        // does, so no tool takes 2 to mean "no subdirectories".
+        nlink: if n.is_dir() { 1 } else { n.nlink() as u32 },
+        rdev: n.rdev(),
     }
 }
 
@@ -784,16 +798,19 @@ impl MountSession {
         self.create_node("mount.mkdir", parent, name, dir, true)
     }
 
-    /// mknod for regular files and FIFOs; devices and sockets are not stored.
-    pub fn mknod(&self, parent: u64, name: &str, mode: u32, uid: u32, gid: u32) -> MResult<Attr> {
-        let kind = match mode & 0o170000 {
-            0o010000 => NodeKind::Fifo,
-            0 | 0o100000 => NodeKind::File {
-                size: 0,
-                content: None,
-            },
-            _ => return Err(err(rustix::io::Errno::PERM)),
-        };
+    /// mknod(2): a regular file, FIFO, character or block device (`rdev`, a Linux `dev_t`)
+    /// or socket. A device node is metadata only: the mount is `nodev`, so it never opens.
+    /// (Who may make a device node, CAP_MKNOD, the kernel checks before asking.)
+    pub fn mknod(
+        &self,
+        parent: u64,
+        name: &str,
+        mode: u32,
+        rdev: u64,
+        uid: u32,
+        gid: u32,
+    ) -> MResult<Attr> {
+        let kind = Node::special_kind(mode, rdev).ok_or(err(rustix::io::Errno::INVAL))?;
         self.create_node(
             "mount.mknod",
             parent,
@@ -1467,7 +1484,7 @@ impl MountSession {
         ];
         for c in children {
             let child_ino = self.ino_of(&path.join(&c.name), &c.node);
-            entries.push((child_ino, kind_of(&c.node), c.name));
+            entries.push((child_ino, kind_of(&c.node.kind), c.name));
         }
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
         lock(&self.dirs).insert(fh, entries);

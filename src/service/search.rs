@@ -5,7 +5,6 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::model::Workspace;
-use crate::model::node::NodeKind;
 use crate::model::path::VPath;
 
 /// A size filter: `+N` (more than), `-N` (less than) or `N` (exactly), in bytes with an
@@ -78,18 +77,18 @@ pub fn find(ws: &Workspace, root: &VPath, q: &FindQuery) -> Result<Vec<FoundEntr
         None => None,
     };
     if let Some(k) = q.kind
-        && !matches!(k, 'f' | 'd' | 'l' | 'p')
+        && !matches!(k, 'f' | 'd' | 'l' | 'p' | 'c' | 'b' | 's')
     {
-        return Err(Error::invalid(format!("bad type `{k}`: use f, d, l or p")));
+        return Err(Error::invalid(format!(
+            "bad type `{k}`: use f, d, l, p, c, b or s"
+        )));
     }
     ws.read(|view| {
         let mut out = Vec::new();
         view.walk(root, &mut |path, node| {
-            let type_char = match node.kind {
-                NodeKind::File { .. } | NodeKind::Link { .. } | NodeKind::Inode { .. } => 'f',
-                NodeKind::Dir { .. } => 'd',
-                NodeKind::Symlink { .. } => 'l',
-                NodeKind::Fifo => 'p',
+            let type_char = match node.kind.type_letter() {
+                '-' => 'f',
+                letter => letter,
             };
             let ok = !path.is_root()
                 && glob.as_ref().is_none_or(|g| g.is_match(path.name()))

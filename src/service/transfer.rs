@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::fs::{self, File, FileTimes};
-use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -24,10 +24,13 @@ pub struct TransferReport {
     pub files: u64,
     pub dirs: u64,
     pub symlinks: u64,
-    /// Extra names of files already counted in `files` (hard links), kept as hard links.
+    /// FIFOs, device nodes and sockets.
+    pub special: u64,
+    /// Extra names of nodes already counted above (hard links), kept as hard links.
     pub hard_links: u64,
     pub bytes: u64,
-    /// Host entries that were not transferred (sockets, devices), with the reason.
+    /// Host entries that were not transferred (a file type avfs does not keep), with the
+    /// reason.
     pub skipped: Vec<String>,
 }
 
@@ -60,7 +63,8 @@ enum Staged {
     Dir(VPath, Attrs),
     File(VPath, Attrs, Vec<u8>),
     Symlink(VPath, Attrs, String),
-    Fifo(VPath, Attrs),
+    /// A FIFO, device node or socket.
+    Special(VPath, Attrs, NodeKind),
     /// Another name of the file imported at the second path.
     HardLink(VPath, VPath),
 }
@@ -163,8 +167,7 @@ fn import_entries(
             report.dirs += 1;
             dirs.push((path.clone(), attrs.clone()));
             Staged::Dir(path, attrs)
-        } else if ft.is_file()
-            && meta.nlink() > 1
+        } else if meta.nlink() > 1
             && let Some(first) = linked.get(&(meta.dev(), meta.ino()))
         {
             report.hard_links += 1;
@@ -182,14 +185,22 @@ fn import_entries(
             let target = fs::read_link(entry.path())
                 .map_err(|e| Error::io("reading link", entry.path(), e))?;
             report.symlinks += 1;
+            if meta.nlink() > 1 {
+                linked.insert((meta.dev(), meta.ino()), path.clone());
+            }
             Staged::Symlink(path, attrs, target.to_string_lossy().into_owned())
-        } else if ft.is_fifo() {
-            Staged::Fifo(path, attrs)
         } else {
-            report
-                .skipped
-                .push(format!("{rel_str}: not a file, directory, symlink or fifo"));
-            continue;
+            let Some(kind) = Node::special_kind(meta.mode(), meta.rdev()) else {
+                report
+                    .skipped
+                    .push(format!("{rel_str}: a file type avfs does not keep"));
+                continue;
+            };
+            if meta.nlink() > 1 {
+                linked.insert((meta.dev(), meta.ino()), path.clone());
+            }
+            report.special += 1;
+            Staged::Special(path, attrs, kind)
         };
         batch.push(staged);
         if batch.len() >= BATCH_ENTRIES || batch_bytes >= BATCH_BYTES {
@@ -251,7 +262,7 @@ fn write_staged(e: &mut Edit<'_>, staged: Staged) -> Result<()> {
         Staged::Symlink(path, attrs, target) => {
             e.put_node(&path, Node::new(NodeKind::Symlink { target }, attrs))?;
         }
-        Staged::Fifo(path, attrs) => e.put_node(&path, Node::new(NodeKind::Fifo, attrs))?,
+        Staged::Special(path, attrs, kind) => e.put_node(&path, Node::new(kind, attrs))?,
         Staged::HardLink(path, first) => {
             // Importing over an earlier import: the name is made anew.
             if e.view().lookup(&path)?.is_some() {
@@ -507,6 +518,16 @@ fn write_tree(
             } else {
                 host.join(rel)
             };
+            // Another name of a hard-linked node already written: a host hard link.
+            if let Some(first) = node.link.and_then(|l| linked.get(&l.inode)) {
+                fs::hard_link(first, &out).map_err(|e| Error::io("creating hard link", &out, e))?;
+                report.hard_links += 1;
+                progress(report.files + report.dirs + report.symlinks, report.bytes);
+                return Ok(());
+            }
+            if let Some(l) = node.link {
+                linked.insert(l.inode, out.clone());
+            }
             match &node.kind {
                 NodeKind::Dir { .. } => {
                     fs::create_dir_all(&out).map_err(|e| Error::io("creating", &out, e))?;
@@ -514,21 +535,9 @@ fn write_tree(
                     report.dirs += 1;
                 }
                 NodeKind::File { .. } | NodeKind::Link { .. } | NodeKind::Inode { .. } => {
-                    match node.link.and_then(|l| linked.get(&l.inode).map(|f| (l, f))) {
-                        Some((_, first)) => {
-                            fs::hard_link(first, &out)
-                                .map_err(|e| Error::io("creating hard link", &out, e))?;
-                            report.hard_links += 1;
-                        }
-                        None => {
-                            write_host_file(view, &out, node)?;
-                            if let Some(l) = node.link {
-                                linked.insert(l.inode, out.clone());
-                            }
-                            report.files += 1;
-                            report.bytes += node.size();
-                        }
-                    }
+                    write_host_file(view, &out, node)?;
+                    report.files += 1;
+                    report.bytes += node.size();
                 }
                 NodeKind::Symlink { target } => {
                     std::os::unix::fs::symlink(target, &out)
@@ -536,15 +545,15 @@ fn write_tree(
                     set_link_times(&out, &node.attrs)?;
                     report.symlinks += 1;
                 }
-                NodeKind::Fifo => {
-                    rustix::fs::mknodat(
-                        rustix::fs::CWD,
-                        &out,
-                        rustix::fs::FileType::Fifo,
-                        rustix::fs::Mode::from_raw_mode(node.attrs.mode),
-                        0,
-                    )
-                    .map_err(|e| Error::io("creating fifo", &out, e.into()))?;
+                kind if kind.is_special() => {
+                    make_special(&out, node)?;
+                    set_link_times(&out, &node.attrs)?;
+                    report.special += 1;
+                }
+                kind => {
+                    return Err(Error::CorruptVault {
+                        reason: format!("a view showed a stored {} node", kind.type_name()),
+                    });
                 }
             }
             if is_root {
@@ -561,6 +570,35 @@ fn write_tree(
         }
         Ok(report)
     })
+}
+
+/// Make a FIFO, device node or socket name on the host (mknod(2)). A device node needs
+/// CAP_MKNOD: without it the host's EPERM comes back, naming the path.
+pub(crate) fn make_special(out: &Path, node: &Node) -> Result<()> {
+    use rustix::fs::FileType;
+    let (ty, what) = match node.kind {
+        NodeKind::Fifo => (FileType::Fifo, "creating fifo"),
+        NodeKind::CharDevice { .. } => (FileType::CharacterDevice, "creating device node"),
+        NodeKind::BlockDevice { .. } => (FileType::BlockDevice, "creating device node"),
+        NodeKind::Socket => (FileType::Socket, "creating socket"),
+        _ => {
+            return Err(Error::invalid(format!(
+                "{} is not a special file",
+                out.display()
+            )));
+        }
+    };
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        out,
+        ty,
+        rustix::fs::Mode::from_raw_mode(node.attrs.mode),
+        node.rdev(),
+    )
+    .map_err(|e| Error::io(what, out, e.into()))?;
+    // mknod(2) applied the umask.
+    fs::set_permissions(out, fs::Permissions::from_mode(node.attrs.mode))
+        .map_err(|e| Error::io("setting mode of", out, e))
 }
 
 fn write_host_file(view: &View<'_>, out: &Path, node: &Node) -> Result<()> {

@@ -20,7 +20,7 @@ use crate::error::{Error, Result};
 use crate::model::id::ObjectId;
 
 /// The newest on-disk format this build reads and writes.
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
 
 const APPLICATION_ID: i32 = 0x6176_6673; // "avfs"
 const BUSY_TIMEOUT: Duration = Duration::from_secs(60);
@@ -97,6 +97,9 @@ CREATE TRIGGER audit_append_only_delete BEFORE DELETE ON audit
     // v2: trees may hold hard links (link nodes and the hidden inode directory). No table
     // changes; the bump makes builds that cannot read links refuse such a vault as
     // `unsupported_format` instead of misreading it.
+    "",
+    // v3: trees may hold device nodes, sockets and hard links to any non-directory (the
+    // `CharDevice`, `BlockDevice`, `Socket` and `Shared` kinds). No table changes, as v2.
     "",
 ];
 

@@ -163,14 +163,14 @@ export interface CheckpointInfo {
 // ---------------------------------------------------------------------------------------
 // Files
 
-/** `file`, `dir`, `symlink` or `fifo`. */
-export type NodeType = "file" | "dir" | "symlink" | "fifo";
+/** `file`, `dir`, `symlink`, `fifo`, `chardev`, `blockdev` or `socket`. */
+export type NodeType = "file" | "dir" | "symlink" | "fifo" | "chardev" | "blockdev" | "socket";
 
 /** A node as `ls` and `stat` show it. */
 export interface NodeInfo {
   path: string;
   name: string;
-  /** `file`, `dir`, `symlink` or `fifo`. */
+  /** `file`, `dir`, `symlink`, `fifo`, `chardev`, `blockdev` or `socket`. */
   type: NodeType | (string & {});
   size: number;
   /** Permission bits, e.g. 493 for 0o755. */
@@ -188,6 +188,8 @@ export interface NodeInfo {
   content_id?: string | null;
   /** Symlink target. */
   target?: string | null;
+  /** A device node's number; null for anything else. */
+  device?: { major: number; minor: number } | null;
   tags: string[];
   meta: Record<string, string>;
   /** Extended attribute names and base64 values. */
@@ -231,7 +233,7 @@ export type ChangeStatus = "added" | "modified" | "deleted" | "renamed" | "type_
 export interface Change {
   path: string;
   status: ChangeStatus;
-  /** `file`, `dir`, `symlink` or `fifo` (the new type; the old one for deletions). */
+  /** `file`, `dir`, `symlink`, `fifo`, `chardev`, `blockdev` or `socket` (the new type; the old one for deletions). */
   type: NodeType | (string & {});
   /** For renames: where it came from. */
   old_path?: string | null;

@@ -102,6 +102,14 @@ class Checkpoint:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class DeviceNumber:
+    """A device node's number (`NodeInfo.device`)."""
+
+    major: int
+    minor: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class NodeInfo:
     path: str
     name: str
@@ -120,6 +128,7 @@ class NodeInfo:
     xattrs: dict[str, str]
     content_id: str | None = None
     target: str | None = None
+    device: DeviceNumber | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

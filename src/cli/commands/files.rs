@@ -148,7 +148,8 @@ pub struct FindArgs {
     /// Where to search.
     #[arg(default_value = "/")]
     pub path: String,
-    /// f (file), d (directory), l (symlink) or p (fifo).
+    /// f (file), d (directory), l (symlink), p (fifo), c (character device), b (block
+    /// device) or s (socket).
     #[arg(short = 't', long = "type")]
     pub kind: Option<char>,
     /// +N (more than), -N (less than) or N bytes; k, M, G suffixes allowed.
@@ -212,7 +213,11 @@ fn entry_row(info: &NodeInfo, long: bool) -> Vec<String> {
         vec![
             info.mode_string.clone(),
             info.nlink.to_string(),
-            info.size.to_string(),
+            // A device shows its number where a size would be, as `ls -l` does.
+            match info.device {
+                Some(d) => format!("{}, {}", d.major, d.minor),
+                None => info.size.to_string(),
+            },
             time(info.mtime),
             name,
         ]
@@ -510,6 +515,9 @@ pub fn cmd_stat(ctx: &Ctx, a: StatArgs) -> Result<Reply> {
     ];
     if let NodeKind::Symlink { target } = &node.kind {
         rows.push(vec!["target".into(), target.clone()]);
+    }
+    if let Some(d) = info.device {
+        rows.push(vec!["device".into(), format!("{}, {}", d.major, d.minor)]);
     }
     if let Some(id) = &info.content_id {
         rows.push(vec!["content".into(), id.clone()]);
