@@ -422,3 +422,35 @@ fn a_tracked_secret_is_never_recorded_as_deleted_by_git() {
     assert_eq!(ok(e.avfs(&["cat", ".env"])), "API_KEY=hunter2\n");
     assert_eq!(e.sh("git diff --name-status HEAD~1 HEAD"), "M\ta.txt\n");
 }
+
+/// A secret with a second, innocent-looking name (host hard links kept by `import`) is a
+/// secret under both: the command reads neither, and a name made later by `ln` in the
+/// mount is refused too.
+#[test]
+fn a_hard_link_to_a_secret_is_as_hidden_as_the_secret() {
+    let e = Env::new();
+    let host = tempfile::tempdir().unwrap();
+    write_tree(
+        host.path(),
+        &[(".env", "API_KEY=hunter2\n"), ("plain.txt", "plain\n")],
+    );
+    std::fs::hard_link(host.path().join(".env"), host.path().join("notes.txt")).unwrap();
+    ok(e.avfs(&["import", host.path().to_str().unwrap()]));
+    assert_eq!(e.sh("cat plain.txt"), "plain\n");
+    for script in ["cat notes.txt", "cat .env", "cp notes.txt copy.txt"] {
+        let (v, code) = e.exec_env(&["--shell", script], &[]);
+        assert_ne!(code, 0, "`{script}` read the secret: {v}");
+        assert!(
+            !v["stdout"]["text"].as_str().unwrap().contains("hunter2"),
+            "{v}"
+        );
+    }
+    // Linking the plain file under a secret name makes both names secrets.
+    let (v, code) = e.exec_env(
+        &["--shell", "ln plain.txt .env.local && cat plain.txt"],
+        &[],
+    );
+    assert_ne!(code, 0, "{v}");
+    // The person at the CLI still reads them.
+    assert_eq!(ok(e.avfs(&["cat", "notes.txt"])), "API_KEY=hunter2\n");
+}

@@ -268,6 +268,9 @@ pub struct MountSession {
     /// Whether a file content holds a private key, by content id (ids are immutable, so an
     /// answer never goes stale).
     private_keys: Mutex<HashMap<ObjectId, bool>>,
+    /// Hard-linked files (by the model's inode) known to be secrets, or not, under any of
+    /// their names; forgotten whenever a name comes or goes.
+    linked_secrets: Mutex<HashMap<u64, bool>>,
 }
 
 const NODE_CACHE_LIMIT: usize = 200_000;
@@ -381,6 +384,7 @@ impl MountSession {
             label: (kind.into(), description.into()),
             hidden: SecretPaths::default(),
             private_keys: Mutex::new(HashMap::new()),
+            linked_secrets: Mutex::new(HashMap::new()),
         })
     }
 
@@ -405,17 +409,47 @@ impl MountSession {
     /// file the policy hides when it holds a private key and it does. `node` is the entry's
     /// node when the caller has it; a path that does not exist is hidden only by name.
     fn is_hidden(&self, path: &VPath, node: Option<&Node>) -> bool {
+        if self.hidden.is_empty() {
+            return false;
+        }
         if self.hidden.hides_by_name(path) {
             return true;
         }
-        if !self.hidden.checks_content(path) {
-            return false;
+        let fetched;
+        let node = match node {
+            Some(n) => n,
+            None => match self.get_node(path) {
+                Ok(n) => {
+                    fetched = n;
+                    &fetched
+                }
+                Err(_) => return false,
+            },
+        };
+        // A hard-linked file is a secret under every name if it is one under any.
+        if let Some(link) = node.link.filter(|l| l.nlink > 1) {
+            return self.linked_secret(link.inode, path, node);
         }
-        match node {
-            Some(n) => self.holds_private_key(n),
-            None => self
-                .get_node(path)
-                .is_ok_and(|n| self.holds_private_key(&n)),
+        self.hidden.checks_content(path) && self.holds_private_key(node)
+    }
+
+    /// Whether a hard-linked file is a secret under any of its names: a walk of the tree,
+    /// done once per file until a name comes or goes. An error hides it: that is safe.
+    fn linked_secret(&self, inode: u64, path: &VPath, node: &Node) -> bool {
+        if let Some(known) = lock(&self.linked_secrets).get(&inode) {
+            return *known;
+        }
+        let secret = self
+            .read(|v| self.hidden.refuses(v, path, Some(node)))
+            .unwrap_or(true);
+        lock(&self.linked_secrets).insert(inode, secret);
+        secret
+    }
+
+    /// Names came or went: what is known of hard-linked secrets may be stale.
+    fn forget_linked_secrets(&self) {
+        if !self.hidden.is_empty() {
+            lock(&self.linked_secrets).clear();
         }
     }
 
@@ -917,6 +951,7 @@ impl MountSession {
                 }
             }
         })?;
+        self.forget_linked_secrets();
         let ino = lock(&self.inodes).by_path.get(&path).copied();
         self.forget_path(&path);
         if let Some(ino) = ino {
@@ -934,6 +969,7 @@ impl MountSession {
         // Buffered content must land in the file before it gets a second name.
         self.commit(ino)?;
         let node = self.edit("mount.link", &[&target, &name], |e| e.link(&target, &name))?;
+        self.forget_linked_secrets();
         if let Some(l) = node.link {
             let mut inodes = lock(&self.inodes);
             inodes.by_link.insert(l.inode, ino);
@@ -986,6 +1022,7 @@ impl MountSession {
             }
             e.rename(&from, &to)
         })?;
+        self.forget_linked_secrets();
         if exchange {
             let tmp = VPath::parse("\u{1}avfs-exchange").unwrap_or_default();
             self.move_paths(&to, &tmp);
@@ -1356,6 +1393,10 @@ impl MountSession {
                 // memory, so a long write holds at most about DIRTY_LIMIT of it.
                 d.base = node_with_content(&node, stored, len);
                 d.buf.rebase(len as usize);
+                // New content under every name: it may now hold a private key.
+                if node.link.is_some() {
+                    self.forget_linked_secrets();
+                }
                 Ok(Ok(()))
             }
             other => {
