@@ -16,7 +16,9 @@ use fuser::{
     ReplyWrite, ReplyXattr, Request, Session, TimeOrNow, WriteFlags,
 };
 
-use crate::service::mount::{Attr, AttrKind, FsStats, MResult, MountSession, Opened, SetAttr};
+use crate::service::mount::{
+    Attr, AttrKind, FsStats, MResult, MountSession, Opened, SetAttr, SetTime,
+};
 
 /// The daemon is the only writer of its workspace and every change reaches it through the
 /// kernel, which drops what a change makes stale (the entry, the parent's attributes, the
@@ -175,10 +177,6 @@ fn uring_wanted() -> bool {
     std::env::var_os("AVFS_FUSE_URING").is_none_or(|v| v != "0")
 }
 
-fn now_ns() -> i64 {
-    ns(TimeOrNow::Now)
-}
-
 fn time(ns: i64) -> SystemTime {
     if ns >= 0 {
         UNIX_EPOCH + Duration::from_nanos(ns as u64)
@@ -195,6 +193,14 @@ fn ns(t: TimeOrNow) -> i64 {
     match t.duration_since(UNIX_EPOCH) {
         Ok(d) => d.as_nanos() as i64,
         Err(e) => -(e.duration().as_nanos() as i64),
+    }
+}
+
+/// UTIME_NOW stays "now" for the session to give the change's own time.
+fn set_time(t: TimeOrNow) -> SetTime {
+    match t {
+        TimeOrNow::SpecificTime(_) => SetTime::At(ns(t)),
+        TimeOrNow::Now => SetTime::Now,
     }
 }
 
@@ -299,7 +305,7 @@ impl Filesystem for Fs {
         size: Option<u64>,
         atime: Option<TimeOrNow>,
         mtime: Option<TimeOrNow>,
-        _ctime: Option<SystemTime>,
+        ctime: Option<SystemTime>,
         _fh: Option<FileHandle>,
         _crtime: Option<SystemTime>,
         _chgtime: Option<SystemTime>,
@@ -312,8 +318,9 @@ impl Filesystem for Fs {
             uid,
             gid,
             size,
-            atime: atime.map(ns),
-            mtime: mtime.map(ns),
+            atime: atime.map(set_time),
+            mtime: mtime.map(set_time),
+            ctime: ctime.map(|t| ns(TimeOrNow::SpecificTime(t))),
             // CAP_FSETID, approximated: the kernel does not pass it on for a truncate.
             keep_setid: req.uid() == 0,
         };

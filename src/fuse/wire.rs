@@ -49,6 +49,7 @@ pub mod fattr {
     pub const MTIME: u32 = 1 << 5;
     pub const ATIME_NOW: u32 = 1 << 7;
     pub const MTIME_NOW: u32 = 1 << 8;
+    pub const CTIME: u32 = 1 << 10;
 }
 
 /// `fuse_write_in.write_flags`: the writer lacks CAP_FSETID, so set-ID bits go.

@@ -101,10 +101,22 @@ pub struct SetAttr {
     pub uid: Option<u32>,
     pub gid: Option<u32>,
     pub size: Option<u64>,
-    pub atime: Option<i64>,
-    pub mtime: Option<i64>,
+    pub atime: Option<SetTime>,
+    pub mtime: Option<SetTime>,
+    /// The kernel's own clock reading for this change, when it keeps the file's change
+    /// time itself (regular files under the writeback cache): the change happens then.
+    pub ctime: Option<i64>,
     /// The caller may keep set-ID bits across a size change (CAP_FSETID).
     pub keep_setid: bool,
+}
+
+/// A time to set: a given instant, or the moment of the change itself (UTIME_NOW), which
+/// is also the change time, so `utimensat(UTIME_NOW, UTIME_NOW)` leaves atime, mtime and
+/// ctime equal as on a native file system.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SetTime {
+    At(i64),
+    Now,
 }
 
 /// An open file handle and how the kernel should treat it.
@@ -997,7 +1009,7 @@ impl MountSession {
         if self.refuses_writes() {
             return Err(err(rustix::io::Errno::ROFS));
         }
-        let now = now_ns();
+        let now = s.ctime.unwrap_or_else(now_ns);
         {
             let mut dirty = lock(&self.dirty);
             if let Some(d) = dirty.get_mut(&ino) {
@@ -1026,6 +1038,12 @@ impl MountSession {
             Err(e) => return self.set_attrs_unlinked(ino, &s, now).ok_or(e),
         };
         let node = self.edit("mount.setattr", &[&path], |e| {
+            // One instant for the whole change (ctime, and any time set to "now"): the
+            // kernel's when it sent one, else the edit's own.
+            if let Some(t) = s.ctime {
+                e.set_now(t);
+            }
+            let now = e.now();
             if let Some(size) = s.size {
                 let (n, _) = e.view().lookup(&path)?.ok_or_else(|| Error::PathNotFound {
                     path: path.display(),
@@ -1685,11 +1703,15 @@ fn apply_setattr(n: &mut Node, s: &SetAttr, now: i64) {
     if let Some(g) = s.gid {
         n.attrs.gid = g;
     }
+    let at = |t: SetTime| match t {
+        SetTime::At(t) => t,
+        SetTime::Now => now,
+    };
     if let Some(a) = s.atime {
-        n.attrs.atime = a;
+        n.attrs.atime = at(a);
     }
     if let Some(m) = s.mtime {
-        n.attrs.mtime = m;
+        n.attrs.mtime = at(m);
     }
     n.attrs.ctime = now;
 }
