@@ -777,6 +777,10 @@ impl MountSession {
                 }
                 return Ok(());
             }
+            let mut node = node;
+            if let Some((dir, _)) = e.view().lookup(&path.parent().unwrap_or_default())? {
+                inherit_setgid(&mut node, &dir);
+            }
             e.put_node(&path, node)
         })?;
         self.lookup(parent, name)
@@ -1663,6 +1667,19 @@ fn node_with_content(node: &Node, content: Option<ObjectId>, size: u64) -> Node 
 fn set_size(n: &mut Node, size: u64) {
     if let NodeKind::File { size: s, .. } = &mut n.kind {
         *s = size;
+    }
+}
+
+/// A node made in a set-group-ID directory belongs to the directory's group, not the
+/// creator's, and a directory made there is set-group-ID too (the BSD rule Linux applies
+/// to such directories; the kernel leaves it to a FUSE file system).
+fn inherit_setgid(node: &mut Node, dir: &Node) {
+    if dir.attrs.mode & 0o2000 == 0 {
+        return;
+    }
+    node.attrs.gid = dir.attrs.gid;
+    if node.is_dir() {
+        node.attrs.mode |= 0o2000;
     }
 }
 
