@@ -17,7 +17,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use agentvfs::fuse::{Backend, serve_backend};
-use agentvfs::service::mount::{Attr, AttrKind, FsStats, MResult, Opened, SetAttr, SetTime};
+use agentvfs::service::mount::{
+    Attr, AttrKind, FsStats, MResult, Opened, SetAttr, SetTime, Writer,
+};
 
 const ROOT: u64 = 1;
 
@@ -360,7 +362,7 @@ impl Backend for Floor {
         _fh: u64,
         offset: u64,
         data: &[u8],
-        _kill_setid: bool,
+        _kill_setid: Option<Writer>,
     ) -> MResult<u32> {
         let mut inodes = self.lock();
         let n = node(&mut inodes, ino)?;

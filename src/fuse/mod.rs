@@ -17,7 +17,7 @@ use fuser::{
 };
 
 use crate::service::mount::{
-    Attr, AttrKind, FsStats, MResult, MountSession, Opened, SetAttr, SetTime,
+    Attr, AttrKind, FsStats, MResult, MountSession, Opened, SetAttr, SetTime, Writer,
 };
 
 /// The daemon is the only writer of its workspace and every change reaches it through the
@@ -80,7 +80,7 @@ pub trait Backend: Send + Sync + 'static {
         fh: u64,
         offset: u64,
         data: &[u8],
-        kill_setid: bool,
+        kill_setid: Option<Writer>,
     ) -> MResult<u32>;
     /// Whether close(2) has anything to do; once not, FLUSH is answered ENOSYS.
     fn needs_flush(&self) -> bool;
@@ -132,7 +132,7 @@ impl Backend for MountSession {
             exchange: bool) -> MResult<()>;
         open(ino: u64, flags: i32) -> MResult<Opened>;
         read_data_into(ino: u64, fh: u64, offset: u64, buf: &mut [u8]) -> MResult<usize>;
-        write_data(ino: u64, fh: u64, offset: u64, data: &[u8], kill_setid: bool)
+        write_data(ino: u64, fh: u64, offset: u64, data: &[u8], kill_setid: Option<Writer>)
             -> MResult<u32>;
         needs_flush() -> bool;
         flush(ino: u64) -> MResult<()>;
@@ -471,7 +471,7 @@ impl Filesystem for Fs {
 
     fn write(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
@@ -481,7 +481,12 @@ impl Filesystem for Fs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        let kill = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
+        let kill = write_flags
+            .contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID)
+            .then(|| Writer {
+                gid: req.gid(),
+                pid: req.pid(),
+            });
         match self.session.write_data(ino.0, fh.0, offset, data, kill) {
             Ok(n) => reply.written(n),
             Err(err) => reply.error(e(err)),

@@ -18,7 +18,7 @@ use io_uring::{IoUring, cqueue, opcode, squeue, types};
 
 use super::wire::{self, InHeader, OpIn, Out, Payload, fattr, op};
 use super::{Backend, TTL, XattrFit, fopen_bits, lookup_entry, xattr_fit};
-use crate::service::mount::{Attr, AttrKind, FsStats, SetAttr, SetTime};
+use crate::service::mount::{Attr, AttrKind, FsStats, SetAttr, SetTime, Writer};
 
 const CMD_REGISTER: u32 = 1;
 const CMD_COMMIT_AND_FETCH: u32 = 2;
@@ -397,7 +397,10 @@ fn dispatch(s: &dyn Backend, h: &InHeader, a: OpIn, p: Payload) -> Result<Reply,
         // fuse_write_in: fh, offset, size, flags... (READ is answered in `answer`.)
         op::WRITE => {
             let data = &p.0[..(a.u32(16) as usize).min(p.0.len())];
-            let kill = a.u32(20) & wire::WRITE_KILL_SUIDGID != 0;
+            let kill = (a.u32(20) & wire::WRITE_KILL_SUIDGID != 0).then_some(Writer {
+                gid: h.gid,
+                pid: h.pid,
+            });
             s.write_data(ino, a.u64(0), a.u64(8), data, kill)
                 .map(Reply::Written)
         }

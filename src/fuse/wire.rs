@@ -78,6 +78,7 @@ pub struct InHeader {
     pub nodeid: u64,
     pub uid: u32,
     pub gid: u32,
+    pub pid: u32,
 }
 
 impl InHeader {
@@ -88,6 +89,7 @@ impl InHeader {
             nodeid: u64_at(b, 16),
             uid: u32_at(b, 24),
             gid: u32_at(b, 28),
+            pid: u32_at(b, 32),
         }
     }
 }

@@ -110,6 +110,31 @@ pub struct SetAttr {
     pub keep_setid: bool,
 }
 
+/// The process behind a write, as the kernel names it in the request.
+#[derive(Debug, Clone, Copy)]
+pub struct Writer {
+    pub gid: u32,
+    /// 0 when the process is outside the daemon's pid namespace.
+    pub pid: u32,
+}
+
+impl Writer {
+    /// Whether the writer is in group `gid`: its own group, or one of its supplementary
+    /// groups (from /proc). `None` when they cannot be read (the process is gone or not
+    /// visible from here).
+    fn in_group(&self, gid: u32) -> Option<bool> {
+        if self.gid == gid {
+            return Some(true);
+        }
+        if self.pid == 0 {
+            return None;
+        }
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid)).ok()?;
+        let groups = status.lines().find_map(|l| l.strip_prefix("Groups:"))?;
+        Some(groups.split_whitespace().any(|g| g.parse() == Ok(gid)))
+    }
+}
+
 /// A time to set: a given instant, or the moment of the change itself (UTIME_NOW), which
 /// is also the change time, so `utimensat(UTIME_NOW, UTIME_NOW)` leaves atime, mtime and
 /// ctime equal as on a native file system.
@@ -1225,14 +1250,14 @@ impl MountSession {
     }
 
     /// Write at `offset` (at the end for an O_APPEND handle). `kill_setid`: the writer
-    /// may not keep set-ID bits (the kernel says so per write).
+    /// may not keep set-ID bits (the kernel says so per write), and who it is.
     pub fn write_data(
         &self,
         ino: u64,
         fh: u64,
         offset: u64,
         data: &[u8],
-        kill_setid: bool,
+        kill_setid: Option<Writer>,
     ) -> MResult<u32> {
         let append = !self.writeback.load(Ordering::Relaxed)
             && lock(&self.handles).get(fh).is_some_and(|h| h.append);
@@ -1257,7 +1282,7 @@ impl MountSession {
         d: &mut Dirty,
         start: usize,
         data: &[u8],
-        kill_setid: bool,
+        kill_setid: Option<Writer>,
     ) -> MResult<bool> {
         let end = start + data.len();
         let len = d.buf.len();
@@ -1275,7 +1300,7 @@ impl MountSession {
             }
         }
         d.buf.write(start, data);
-        kill_privs(&mut d.node, !kill_setid);
+        kill_privs_on_write(&mut d.node, kill_setid);
         let now = now_ns();
         set_size(&mut d.node, d.buf.len() as u64);
         d.node.attrs.mtime = now;
@@ -1700,6 +1725,26 @@ fn kill_privs(n: &mut Node, keep_setid: bool) {
         if group_exec {
             n.attrs.mode &= !0o2000;
         }
+    }
+}
+
+/// A write by `writer` without CAP_FSETID (`None`: one that may keep set-ID bits). Beyond
+/// `kill_privs`, set-group-ID goes when the writer is not in the file's group, as the
+/// kernel's `setattr_should_drop_sgid` decides for a native file system.
+fn kill_privs_on_write(n: &mut Node, writer: Option<Writer>) {
+    let Some(w) = writer else {
+        return kill_privs(n, true);
+    };
+    let had_setuid = n.attrs.mode & 0o4000 != 0;
+    kill_privs(n, false);
+    if !n.is_file() || n.attrs.mode & 0o2000 == 0 {
+        return;
+    }
+    // The kernel flags a write only when some bit must go: with no set-user-ID bit, that
+    // was this one, whatever the writer's groups.
+    let member = w.in_group(n.attrs.gid).unwrap_or(had_setuid);
+    if !member {
+        n.attrs.mode &= !0o2000;
     }
 }
 
