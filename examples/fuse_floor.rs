@@ -17,7 +17,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use agentvfs::fuse::{Backend, serve_backend};
-use agentvfs::service::mount::{Attr, AttrKind, FsStats, MResult, Opened, SetAttr};
+use agentvfs::service::mount::{
+    Attr, AttrKind, FsStats, MResult, Opened, SetAttr, SetTime, Writer,
+};
 
 const ROOT: u64 = 1;
 
@@ -200,13 +202,18 @@ impl Backend for Floor {
             n.attr.size = size;
             n.attr.mtime = now();
         }
+        let now = s.ctime.unwrap_or_else(now);
+        let at = |t| match t {
+            SetTime::At(t) => t,
+            SetTime::Now => now,
+        };
         if let Some(t) = s.atime {
-            n.attr.atime = t;
+            n.attr.atime = at(t);
         }
         if let Some(t) = s.mtime {
-            n.attr.mtime = t;
+            n.attr.mtime = at(t);
         }
-        n.attr.ctime = now();
+        n.attr.ctime = now;
         Ok(n.attr.clone())
     }
 
@@ -364,7 +371,7 @@ impl Backend for Floor {
         _fh: u64,
         offset: u64,
         data: &[u8],
-        _kill_setid: bool,
+        _kill_setid: Option<Writer>,
     ) -> MResult<u32> {
         let mut inodes = self.lock();
         let n = node(&mut inodes, ino)?;

@@ -16,7 +16,9 @@ use fuser::{
     ReplyWrite, ReplyXattr, Request, Session, TimeOrNow, WriteFlags,
 };
 
-use crate::service::mount::{Attr, AttrKind, FsStats, MResult, MountSession, Opened, SetAttr};
+use crate::service::mount::{
+    Attr, AttrKind, FsStats, MResult, MountSession, Opened, SetAttr, SetTime, Writer,
+};
 
 /// The daemon is the only writer of its workspace and every change reaches it through the
 /// kernel, which drops what a change makes stale (the entry, the parent's attributes, the
@@ -87,7 +89,7 @@ pub trait Backend: Send + Sync + 'static {
         fh: u64,
         offset: u64,
         data: &[u8],
-        kill_setid: bool,
+        kill_setid: Option<Writer>,
     ) -> MResult<u32>;
     /// Whether close(2) has anything to do; once not, FLUSH is answered ENOSYS.
     fn needs_flush(&self) -> bool;
@@ -139,7 +141,7 @@ impl Backend for MountSession {
             exchange: bool) -> MResult<()>;
         open(ino: u64, flags: i32) -> MResult<Opened>;
         read_data_into(ino: u64, fh: u64, offset: u64, buf: &mut [u8]) -> MResult<usize>;
-        write_data(ino: u64, fh: u64, offset: u64, data: &[u8], kill_setid: bool)
+        write_data(ino: u64, fh: u64, offset: u64, data: &[u8], kill_setid: Option<Writer>)
             -> MResult<u32>;
         needs_flush() -> bool;
         flush(ino: u64) -> MResult<()>;
@@ -184,10 +186,6 @@ fn uring_wanted() -> bool {
     std::env::var_os("AVFS_FUSE_URING").is_none_or(|v| v != "0")
 }
 
-fn now_ns() -> i64 {
-    ns(TimeOrNow::Now)
-}
-
 fn time(ns: i64) -> SystemTime {
     if ns >= 0 {
         UNIX_EPOCH + Duration::from_nanos(ns as u64)
@@ -204,6 +202,14 @@ fn ns(t: TimeOrNow) -> i64 {
     match t.duration_since(UNIX_EPOCH) {
         Ok(d) => d.as_nanos() as i64,
         Err(e) => -(e.duration().as_nanos() as i64),
+    }
+}
+
+/// UTIME_NOW stays "now" for the session to give the change's own time.
+fn set_time(t: TimeOrNow) -> SetTime {
+    match t {
+        TimeOrNow::SpecificTime(_) => SetTime::At(ns(t)),
+        TimeOrNow::Now => SetTime::Now,
     }
 }
 
@@ -311,7 +317,7 @@ impl Filesystem for Fs {
         size: Option<u64>,
         atime: Option<TimeOrNow>,
         mtime: Option<TimeOrNow>,
-        _ctime: Option<SystemTime>,
+        ctime: Option<SystemTime>,
         _fh: Option<FileHandle>,
         _crtime: Option<SystemTime>,
         _chgtime: Option<SystemTime>,
@@ -324,8 +330,9 @@ impl Filesystem for Fs {
             uid,
             gid,
             size,
-            atime: atime.map(ns),
-            mtime: mtime.map(ns),
+            atime: atime.map(set_time),
+            mtime: mtime.map(set_time),
+            ctime: ctime.map(|t| ns(TimeOrNow::SpecificTime(t))),
             // CAP_FSETID, approximated: the kernel does not pass it on for a truncate.
             keep_setid: req.uid() == 0,
         };
@@ -477,7 +484,7 @@ impl Filesystem for Fs {
 
     fn write(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
@@ -487,7 +494,12 @@ impl Filesystem for Fs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        let kill = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
+        let kill = write_flags
+            .contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID)
+            .then(|| Writer {
+                gid: req.gid(),
+                pid: req.pid(),
+            });
         match self.session.write_data(ino.0, fh.0, offset, data, kill) {
             Ok(n) => reply.written(n),
             Err(err) => reply.error(e(err)),

@@ -18,7 +18,7 @@ use io_uring::{IoUring, cqueue, opcode, squeue, types};
 
 use super::wire::{self, InHeader, OpIn, Out, Payload, fattr, op};
 use super::{Backend, TTL, XattrFit, fopen_bits, lookup_entry, xattr_fit};
-use crate::service::mount::{Attr, AttrKind, FsStats, SetAttr};
+use crate::service::mount::{Attr, AttrKind, FsStats, SetAttr, SetTime, Writer};
 
 const CMD_REGISTER: u32 = 1;
 const CMD_COMMIT_AND_FETCH: u32 = 2;
@@ -342,9 +342,9 @@ fn dispatch(s: &dyn Backend, h: &InHeader, a: OpIn, p: Payload) -> Result<Reply,
             let has = |bit| valid & bit != 0;
             let time = |bit, now, sec_at, nsec_at| {
                 if has(now) {
-                    Some(super::now_ns())
+                    Some(SetTime::Now)
                 } else if has(bit) {
-                    Some(wire::ns(a.u64(sec_at), a.u32(nsec_at)))
+                    Some(SetTime::At(wire::ns(a.u64(sec_at), a.u32(nsec_at))))
                 } else {
                     None
                 }
@@ -356,6 +356,7 @@ fn dispatch(s: &dyn Backend, h: &InHeader, a: OpIn, p: Payload) -> Result<Reply,
                 size: has(fattr::SIZE).then(|| a.u64(16)),
                 atime: time(fattr::ATIME, fattr::ATIME_NOW, 32, 56),
                 mtime: time(fattr::MTIME, fattr::MTIME_NOW, 40, 60),
+                ctime: has(fattr::CTIME).then(|| wire::ns(a.u64(48), a.u32(64))),
                 keep_setid: h.uid == 0,
             };
             s.setattr(ino, set).map(Reply::Attr)
@@ -398,7 +399,10 @@ fn dispatch(s: &dyn Backend, h: &InHeader, a: OpIn, p: Payload) -> Result<Reply,
         // fuse_write_in: fh, offset, size, flags... (READ is answered in `answer`.)
         op::WRITE => {
             let data = &p.0[..(a.u32(16) as usize).min(p.0.len())];
-            let kill = a.u32(20) & wire::WRITE_KILL_SUIDGID != 0;
+            let kill = (a.u32(20) & wire::WRITE_KILL_SUIDGID != 0).then_some(Writer {
+                gid: h.gid,
+                pid: h.pid,
+            });
             s.write_data(ino, a.u64(0), a.u64(8), data, kill)
                 .map(Reply::Written)
         }

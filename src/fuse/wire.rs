@@ -49,6 +49,7 @@ pub mod fattr {
     pub const MTIME: u32 = 1 << 5;
     pub const ATIME_NOW: u32 = 1 << 7;
     pub const MTIME_NOW: u32 = 1 << 8;
+    pub const CTIME: u32 = 1 << 10;
 }
 
 /// `fuse_write_in.write_flags`: the writer lacks CAP_FSETID, so set-ID bits go.
@@ -77,6 +78,7 @@ pub struct InHeader {
     pub nodeid: u64,
     pub uid: u32,
     pub gid: u32,
+    pub pid: u32,
 }
 
 impl InHeader {
@@ -87,6 +89,7 @@ impl InHeader {
             nodeid: u64_at(b, 16),
             uid: u32_at(b, 24),
             gid: u32_at(b, 28),
+            pid: u32_at(b, 32),
         }
     }
 }

@@ -596,6 +596,12 @@ impl<'a> Edit<'a> {
         self.now
     }
 
+    /// Make the change at `now` instead: a caller that was handed the moment of the change
+    /// (a mount, by the kernel) stamps every time it sets with it.
+    pub fn set_now(&mut self, now: i64) {
+        self.now = now;
+    }
+
     fn flush_totals(&mut self) -> Result<()> {
         self.w
             .update_workspace_state(self.ws.id, &self.ws.base, self.ws.files, self.ws.bytes)

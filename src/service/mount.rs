@@ -107,10 +107,47 @@ pub struct SetAttr {
     pub uid: Option<u32>,
     pub gid: Option<u32>,
     pub size: Option<u64>,
-    pub atime: Option<i64>,
-    pub mtime: Option<i64>,
+    pub atime: Option<SetTime>,
+    pub mtime: Option<SetTime>,
+    /// The kernel's own clock reading for this change, when it keeps the file's change
+    /// time itself (regular files under the writeback cache): the change happens then.
+    pub ctime: Option<i64>,
     /// The caller may keep set-ID bits across a size change (CAP_FSETID).
     pub keep_setid: bool,
+}
+
+/// The process behind a write, as the kernel names it in the request.
+#[derive(Debug, Clone, Copy)]
+pub struct Writer {
+    pub gid: u32,
+    /// 0 when the process is outside the daemon's pid namespace.
+    pub pid: u32,
+}
+
+impl Writer {
+    /// Whether the writer is in group `gid`: its own group, or one of its supplementary
+    /// groups (from /proc). `None` when they cannot be read (the process is gone or not
+    /// visible from here).
+    fn in_group(&self, gid: u32) -> Option<bool> {
+        if self.gid == gid {
+            return Some(true);
+        }
+        if self.pid == 0 {
+            return None;
+        }
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid)).ok()?;
+        let groups = status.lines().find_map(|l| l.strip_prefix("Groups:"))?;
+        Some(groups.split_whitespace().any(|g| g.parse() == Ok(gid)))
+    }
+}
+
+/// A time to set: a given instant, or the moment of the change itself (UTIME_NOW), which
+/// is also the change time, so `utimensat(UTIME_NOW, UTIME_NOW)` leaves atime, mtime and
+/// ctime equal as on a native file system.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SetTime {
+    At(i64),
+    Now,
 }
 
 /// An open file handle and how the kernel should treat it.
@@ -813,6 +850,10 @@ impl MountSession {
                 }
                 return Ok(());
             }
+            let mut node = node;
+            if let Some((dir, _)) = e.view().lookup(&path.parent().unwrap_or_default())? {
+                inherit_setgid(&mut node, &dir);
+            }
             e.put_node(&path, node)
         })?;
         self.lookup(parent, name)
@@ -1051,7 +1092,7 @@ impl MountSession {
         if self.refuses_writes() {
             return Err(err(rustix::io::Errno::ROFS));
         }
-        let now = now_ns();
+        let now = s.ctime.unwrap_or_else(now_ns);
         {
             let mut dirty = lock(&self.dirty);
             if let Some(d) = dirty.get_mut(&ino) {
@@ -1080,6 +1121,12 @@ impl MountSession {
             Err(e) => return self.set_attrs_unlinked(ino, &s, now).ok_or(e),
         };
         let node = self.edit("mount.setattr", &[&path], |e| {
+            // One instant for the whole change (ctime, and any time set to "now"): the
+            // kernel's when it sent one, else the edit's own.
+            if let Some(t) = s.ctime {
+                e.set_now(t);
+            }
+            let now = e.now();
             if let Some(size) = s.size {
                 let (n, _) = e.view().lookup(&path)?.ok_or_else(|| Error::PathNotFound {
                     path: path.display(),
@@ -1257,14 +1304,14 @@ impl MountSession {
     }
 
     /// Write at `offset` (at the end for an O_APPEND handle). `kill_setid`: the writer
-    /// may not keep set-ID bits (the kernel says so per write).
+    /// may not keep set-ID bits (the kernel says so per write), and who it is.
     pub fn write_data(
         &self,
         ino: u64,
         fh: u64,
         offset: u64,
         data: &[u8],
-        kill_setid: bool,
+        kill_setid: Option<Writer>,
     ) -> MResult<u32> {
         let append = !self.writeback.load(Ordering::Relaxed)
             && lock(&self.handles).get(fh).is_some_and(|h| h.append);
@@ -1289,7 +1336,7 @@ impl MountSession {
         d: &mut Dirty,
         start: usize,
         data: &[u8],
-        kill_setid: bool,
+        kill_setid: Option<Writer>,
     ) -> MResult<bool> {
         let end = start + data.len();
         let len = d.buf.len();
@@ -1307,7 +1354,7 @@ impl MountSession {
             }
         }
         d.buf.write(start, data);
-        kill_privs(&mut d.node, !kill_setid);
+        kill_privs_on_write(&mut d.node, kill_setid);
         let now = now_ns();
         set_size(&mut d.node, d.buf.len() as u64);
         d.node.attrs.mtime = now;
@@ -1706,6 +1753,19 @@ fn set_size(n: &mut Node, size: u64) {
     }
 }
 
+/// A node made in a set-group-ID directory belongs to the directory's group, not the
+/// creator's, and a directory made there is set-group-ID too (the BSD rule Linux applies
+/// to such directories; the kernel leaves it to a FUSE file system).
+fn inherit_setgid(node: &mut Node, dir: &Node) {
+    if dir.attrs.mode & 0o2000 == 0 {
+        return;
+    }
+    node.attrs.gid = dir.attrs.gid;
+    if node.is_dir() {
+        node.attrs.mode |= 0o2000;
+    }
+}
+
 /// What a write, truncate or chown does to privileges, as the kernel does on a native file
 /// system (a FUSE file system's duty under FUSE_HANDLE_KILLPRIV_V2): file capabilities go,
 /// and unless `keep_setid` the set-user-ID bit goes, with the set-group-ID bit when the file
@@ -1726,6 +1786,26 @@ fn kill_privs(n: &mut Node, keep_setid: bool) {
     }
 }
 
+/// A write by `writer` without CAP_FSETID (`None`: one that may keep set-ID bits). Beyond
+/// `kill_privs`, set-group-ID goes when the writer is not in the file's group, as the
+/// kernel's `setattr_should_drop_sgid` decides for a native file system.
+fn kill_privs_on_write(n: &mut Node, writer: Option<Writer>) {
+    let Some(w) = writer else {
+        return kill_privs(n, true);
+    };
+    let had_setuid = n.attrs.mode & 0o4000 != 0;
+    kill_privs(n, false);
+    if !n.is_file() || n.attrs.mode & 0o2000 == 0 {
+        return;
+    }
+    // The kernel flags a write only when some bit must go: with no set-user-ID bit, that
+    // was this one, whatever the writer's groups.
+    let member = w.in_group(n.attrs.gid).unwrap_or(had_setuid);
+    if !member {
+        n.attrs.mode &= !0o2000;
+    }
+}
+
 fn apply_setattr(n: &mut Node, s: &SetAttr, now: i64) {
     if s.size.is_some() {
         kill_privs(n, s.keep_setid);
@@ -1743,11 +1823,15 @@ fn apply_setattr(n: &mut Node, s: &SetAttr, now: i64) {
     if let Some(g) = s.gid {
         n.attrs.gid = g;
     }
+    let at = |t: SetTime| match t {
+        SetTime::At(t) => t,
+        SetTime::Now => now,
+    };
     if let Some(a) = s.atime {
-        n.attrs.atime = a;
+        n.attrs.atime = at(a);
     }
     if let Some(m) = s.mtime {
-        n.attrs.mtime = m;
+        n.attrs.mtime = at(m);
     }
     n.attrs.ctime = now;
 }
