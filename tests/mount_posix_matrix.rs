@@ -13,13 +13,11 @@ use std::process::Command;
 
 use mount_support::Mounted;
 
-/// File types the mount holds today. Character and block devices and sockets
-/// (`chardev,blockdev,socket`) join once the mount stores them; AVFS_MATRIX_TYPES
-/// overrides the list for a run.
-const TYPES: &str = "file,dir,symlink,fifo";
-/// Types the mount hard-links today (a directory is always tried, EPERM everywhere).
-/// Native links every other type too; AVFS_MATRIX_LINK_TYPES overrides the list.
-const LINK_TYPES: &str = "file";
+/// Every file type: AVFS_MATRIX_TYPES narrows the list for a run.
+const TYPES: &str = "file,dir,symlink,fifo,chardev,blockdev,socket";
+/// Types hard-linked (a directory is always tried too, EPERM everywhere);
+/// AVFS_MATRIX_LINK_TYPES narrows the list for a run.
+const LINK_TYPES: &str = "file,symlink,fifo,chardev,blockdev,socket";
 
 /// Who runs the matrix: setpriv arguments for a non-root caller.
 struct Caller {
@@ -175,8 +173,16 @@ fn check_rules(native: &[String]) {
         "user: [sticky-other dir] remove another's entry: EPERM",
         "user: [sticky-own file] remove another's entry: ok",
         "root: [sticky-other file] remove another's entry: ok",
-        // link(2): EPERM for a directory.
+        // link(2): EPERM for a directory; any other type gets a second name, and the
+        // link count (and ctime) of the node it names changes.
         "root: [dir] link: EPERM",
+        "root: [symlink] link: ok symlink mode=0777 uid=0 gid=0 nlink=2",
+        "root: [fifo] link: ok fifo",
+        "root: [socket] link: ok socket",
+        // mknod(2): device nodes keep their numbers.
+        "root: [chardev] create: ok chardev mode=0644 uid=0 gid=0 nlink=1 rdev=1,3",
+        "root: [chardev] link: ok chardev mode=0644 uid=0 gid=0 nlink=2 rdev=1,3 ctime changed",
+        "root: [blockdev] lstat: blockdev mode=0644 uid=0 gid=0 nlink=1 rdev=7,0",
     ];
     let missing: Vec<&str> = expect
         .iter()
