@@ -276,6 +276,14 @@ fn audit_records_actor_limit_and_since() {
         env.data(&["audit", "--since", "2000-01-01T00:00:00Z"]),
         json!(all)
     );
+    // Before 1970, and before the earliest time nanoseconds reach (1677): everything.
+    for old in [
+        "1969-12-31T23:59:59Z",
+        "1066-10-14T09:00:00Z",
+        "0001-01-01T00:00:00Z",
+    ] {
+        assert_eq!(env.data(&["audit", "--since", old]), json!(all), "{old}");
+    }
     env.err(&["audit", "--since", "yesterday-ish"], "invalid_argument");
     env.avfs(&["audit"])
         .success()

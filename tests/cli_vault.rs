@@ -546,6 +546,29 @@ fn check_ok_then_corruption_is_reported() {
     );
 }
 
+/// `vault check` compares each object's recorded size with its data: reads trust the
+/// size, so a wrong one would read short (or past the data) without a word.
+#[test]
+fn check_reports_an_object_whose_recorded_size_is_wrong() {
+    let env = TestEnv::with_vault("v");
+    env.write(None, "a.txt", b"alpha content");
+    let ids = chunk_ids(&env, "v");
+    {
+        let conn = rusqlite::Connection::open(env.vault_file("v")).unwrap();
+        conn.execute("UPDATE objects SET size = 5 WHERE kind = 1", [])
+            .unwrap();
+    }
+    let e = env.err(&["vault", "check"], "corrupt_vault");
+    let problems = e["details"]["problems"].to_string();
+    assert!(
+        problems.contains(&format!(
+            "object {} records size 5 but holds 13 bytes",
+            ids[0]
+        )),
+        "{problems}"
+    );
+}
+
 /// The human output of a failed check names every damaged object, not just the first.
 #[test]
 fn check_text_output_lists_every_problem() {

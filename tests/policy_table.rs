@@ -116,6 +116,11 @@ const TABLE: &[(&str, &str, Category, Action)] = &[
     ("cp ~/.aws/credentials .", "/", Esc, Deny),
     ("ln -s /etc/passwd x", "/", Esc, Deny),
     ("tar xf a.tar -C /", "/", Esc, Deny),
+    // The program tar runs is read in every form of its options, the traditional bundle
+    // (`cIf`: each letter takes the next word in turn) included.
+    ("tar -c -I 'rm -rf /srv' -f out.tar d", "/", Esc, Deny),
+    ("tar cIf 'rm -rf /srv' out.tar d", "/", Esc, Deny),
+    ("tar cfI out.tar 'rm -rf /srv' d", "/", Esc, Deny),
     ("unzip a.zip -d /tmp", "/", Esc, Deny),
     ("cd /tmp", "/", Esc, Deny),
     ("ls $(cat ~/.ssh/id_rsa)", "/", Esc, Deny),

@@ -85,15 +85,36 @@ pub fn parse_time_or_age(option: &str, s: &str, now_ns: i64) -> Result<i64> {
     if let Ok(d) = humantime::parse_duration(s.trim()) {
         return Ok(before_now(now_ns, d));
     }
-    let t = humantime::parse_rfc3339_weak(s.trim()).map_err(|_| {
+    let bad = || {
         Error::invalid(format!(
             "{option} takes a duration like 10m or 7d, or a time like 2026-01-31T12:00:00Z, not `{s}`"
         ))
-    })?;
-    Ok(match t.duration_since(std::time::UNIX_EPOCH) {
-        Ok(d) => i64::try_from(d.as_nanos()).unwrap_or(i64::MAX),
-        Err(e) => 0i64.saturating_sub(i64::try_from(e.duration().as_nanos()).unwrap_or(i64::MAX)),
-    })
+    };
+    let (text, cycles) = shift_before_epoch(s.trim());
+    let t = humantime::parse_rfc3339_weak(&text).map_err(|_| bad())?;
+    let ns: i128 = match t.duration_since(std::time::UNIX_EPOCH) {
+        Ok(d) => d.as_nanos() as i128,
+        Err(e) => -(e.duration().as_nanos() as i128),
+    };
+    // Nanoseconds since the epoch in an i64 reach from 1677 to 2262: past that, saturate.
+    let ns = ns - i128::from(cycles) * GREGORIAN_CYCLE_NS;
+    Ok(i64::try_from(ns).unwrap_or(if ns < 0 { i64::MIN } else { i64::MAX }))
+}
+
+/// 400 Gregorian years: the calendar repeats exactly after them (146,097 days).
+const GREGORIAN_CYCLE_NS: i128 = 146_097 * 86_400 * 1_000_000_000;
+
+/// A time before 1970 (which humantime refuses) moved forward by whole 400-year cycles
+/// until it is not, with the number of cycles to take back off; any other text as is.
+fn shift_before_epoch(s: &str) -> (String, i64) {
+    let Some(year) = s.get(..4).and_then(|y| y.parse::<i64>().ok()) else {
+        return (s.to_string(), 0);
+    };
+    if year >= 1970 || !s[..4].bytes().all(|b| b.is_ascii_digit()) {
+        return (s.to_string(), 0);
+    }
+    let cycles = (1970 - year + 399) / 400;
+    (format!("{:04}{}", year + cycles * 400, &s[4..]), cycles)
 }
 
 /// A whole number in `0..=max`, or `none` (no limit) when `allow_none`.
@@ -116,6 +137,18 @@ pub fn parse_limit(option: &str, s: &str, max: u64) -> Result<Option<u64>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn times_before_1970_are_read_as_such() {
+        let t = |s: &str| parse_time_or_age("--since", s, 0).unwrap();
+        assert_eq!(t("1969-12-31T23:59:59Z"), -1_000_000_000);
+        assert_eq!(t("1970-01-01T00:00:00Z"), 0);
+        // 1900 was not a leap year; 1600 was.
+        assert_eq!(t("1900-03-01T00:00:00Z"), -2_203_891_200 * 1_000_000_000);
+        assert_eq!(t("1677-09-21T00:12:44Z"), -9_223_372_036 * 1_000_000_000);
+        assert_eq!(t("0001-01-01T00:00:00Z"), i64::MIN);
+        assert!(parse_time_or_age("--since", "19x9-01-01T00:00:00Z", 0).is_err());
+    }
 
     #[test]
     fn ages_past_the_epoch_saturate_instead_of_wrapping() {

@@ -8,6 +8,10 @@ use crate::service::policy::shell::{
     Analyzer, Arg, Resolved, Role, Scope, chdir, resolve, snippet,
 };
 
+/// tar's short options that take a value, in the dashed and the traditional (`tar cIf`)
+/// forms alike.
+const TAR_VALUE_LETTERS: &str = "fCTXbKNgLVHIF";
+
 /// tar's options whose value is a command it runs.
 const TAR_RUNS: [&str; 7] = [
     "-I",
@@ -627,7 +631,7 @@ impl Analyzer<'_> {
             let mut k = 1;
             for c in letters {
                 words.push(Arg::literal(&format!("-{c}")));
-                if "fCTXbKNgV".contains(c) && k < rest.len() {
+                if TAR_VALUE_LETTERS.contains(c) && k < rest.len() {
                     words.push(rest[k].clone());
                     k += 1;
                 }
@@ -637,7 +641,7 @@ impl Analyzer<'_> {
         }
         let o = getopt(
             &rest,
-            "fCTXbKNgLVHIF",
+            TAR_VALUE_LETTERS,
             &[
                 "file",
                 "directory",
