@@ -497,7 +497,10 @@ fn corrupt_chunks(env: &TestEnv, vault: &str) {
     let conn = rusqlite::Connection::open(env.vault_file(vault)).unwrap();
     let n = conn
         .execute(
-            "UPDATE objects SET data = CAST('tampered ' || hex(id) AS BLOB) WHERE kind = 1",
+            // Sizes kept right: this is damage only the content hash finds (a wrong size
+            // has its own test).
+            "UPDATE objects SET data = CAST('tampered ' || hex(id) AS BLOB), \
+             size = length(CAST('tampered ' || hex(id) AS BLOB)) WHERE kind = 1",
             [],
         )
         .unwrap();
