@@ -6,6 +6,26 @@ use std::path::PathBuf;
 
 use serde_json::{Value, json};
 
+// The conflict types are defined here, with the errors that carry them, so this module
+// needs nothing from the layers above it (merge and apply re-export them).
+
+/// A path changed on both sides in ways that do not combine.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
+pub struct Conflict {
+    pub path: String,
+    /// The target's change: `added`, `modified`, `deleted` or `type_changed`.
+    pub ours: String,
+    /// The fork's change.
+    pub theirs: String,
+}
+
+/// A host path that does not match the base the change was made against.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
+pub struct HostConflict {
+    pub path: String,
+    pub reason: String,
+}
+
 /// Result alias used across the crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -80,18 +100,11 @@ pub enum Error {
     #[error("operation {id} not found in this workspace's operation log (see `avfs op log`)")]
     OperationNotFound { id: i64 },
     #[error("merge has {} conflict(s): {}; nothing was applied (see --strategy ours|theirs)", .conflicts.len(), .conflicts.iter().map(|c| c.path.as_str()).collect::<Vec<_>>().join(", "))]
-    MergeConflict {
-        conflicts: Vec<crate::model::merge::Conflict>,
-    },
+    MergeConflict { conflicts: Vec<Conflict> },
     #[error("{} host path(s) changed since the workspace's base: {}; nothing was written (use --force to overwrite)", .conflicts.len(), .conflicts.iter().map(|c| c.path.as_str()).collect::<Vec<_>>().join(", "))]
-    ApplyConflict {
-        conflicts: Vec<crate::service::apply::HostConflict>,
-    },
+    ApplyConflict { conflicts: Vec<HostConflict> },
     #[error("cannot revert operation #{id}: {} path(s) changed again since: {}; nothing was applied", .conflicts.len(), .conflicts.iter().map(|c| c.path.as_str()).collect::<Vec<_>>().join(", "))]
-    RevertConflict {
-        id: i64,
-        conflicts: Vec<crate::model::merge::Conflict>,
-    },
+    RevertConflict { id: i64, conflicts: Vec<Conflict> },
     #[error("cannot mount at `{dir}`: {reason}")]
     MountFailed { dir: PathBuf, reason: String },
     #[error(

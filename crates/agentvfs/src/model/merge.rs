@@ -31,15 +31,7 @@ pub enum MergeStrategy {
     Theirs,
 }
 
-/// A path changed on both sides in ways that do not combine.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
-pub struct Conflict {
-    pub path: String,
-    /// The target's change: `added`, `modified`, `deleted` or `type_changed`.
-    pub ours: String,
-    /// The fork's change.
-    pub theirs: String,
-}
+pub use crate::error::Conflict;
 
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct MergeReport {

@@ -4,7 +4,11 @@
 pub mod buffer;
 pub mod diff;
 mod fold;
-pub mod id;
+/// Content ids live with the store, which keys objects by them; the model names them here
+/// too.
+pub mod id {
+    pub use crate::store::id::*;
+}
 pub mod limits;
 mod links;
 pub mod merge;

@@ -18,12 +18,7 @@ use crate::model::path::VPath;
 use crate::service::history::node_at;
 use crate::service::transfer::make_special;
 
-/// A host path that does not match the base the change was made against.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
-pub struct HostConflict {
-    pub path: String,
-    pub reason: String,
-}
+pub use crate::error::HostConflict;
 
 #[derive(Debug, Clone, Default, Serialize, schemars::JsonSchema)]
 pub struct ApplyReport {

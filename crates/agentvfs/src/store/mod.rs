@@ -2,13 +2,14 @@
 //! overlay entries, checkpoints, the op log, audit records, settings). It knows nothing about
 //! paths or processes; other engines implement the same trait without touching the layers above.
 
+pub mod id;
 mod sqlite;
 mod wal;
 
+pub use id::ObjectId;
 pub use sqlite::{FORMAT_VERSION, SqliteStore};
 
 use crate::error::Result;
-use crate::model::id::ObjectId;
 
 /// A stored object: its kind byte and encoded bytes.
 #[derive(Debug, Clone)]

@@ -11,13 +11,13 @@ use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, OpenFlags, OptionalExtension, Row, params};
 
+use super::id::ObjectId;
 use super::wal::{WalCheckpointer, passive_checkpoint};
 use super::{
     AuditRecord, CheckpointRecord, OpRecord, Store, StoreRead, StoreWrite, StoredObject,
     WorkspaceRecord,
 };
 use crate::error::{Error, Result};
-use crate::model::id::ObjectId;
 
 /// The newest on-disk format this build reads and writes.
 pub const FORMAT_VERSION: u32 = 3;

@@ -173,7 +173,7 @@ pub(super) fn passive_checkpoint(conn: &Connection) -> rusqlite::Result<(i64, i6
 
 #[cfg(test)]
 mod tests {
-    use crate::model::id::ObjectId;
+    use crate::store::id::ObjectId;
     use crate::store::{SqliteStore, Store};
 
     /// With inline checkpoints off, the vault file itself only grows when something copies
