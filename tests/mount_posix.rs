@@ -961,7 +961,12 @@ fn export_does_not_turn_an_agent_made_device_into_an_open_host_device() {
     let m = Mounted::new("devexport");
     m.sh("mknod kmsg c 1 11 && chmod 666 kmsg");
     // In the mount it never opens (nodev).
-    assert!(fs::OpenOptions::new().write(true).open(m.dir.join("kmsg")).is_err());
+    assert!(
+        fs::OpenOptions::new()
+            .write(true)
+            .open(m.dir.join("kmsg"))
+            .is_err()
+    );
     m.unmount();
     let host = tempfile::tempdir().unwrap();
     let out = host.path().join("x");
@@ -969,7 +974,9 @@ fn export_does_not_turn_an_agent_made_device_into_an_open_host_device() {
     let made = fs::symlink_metadata(out.join("kmsg"));
     use std::os::unix::fs::FileTypeExt;
     assert!(
-        !made.as_ref().is_ok_and(|md| md.file_type().is_char_device()),
+        !made
+            .as_ref()
+            .is_ok_and(|md| md.file_type().is_char_device()),
         "export made a live character device 1,11 mode {:o} on the host",
         made.map(|md| md.mode()).unwrap_or(0)
     );
