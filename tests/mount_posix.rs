@@ -903,3 +903,81 @@ fn an_unlinked_file_reads_what_was_written_before_the_unlink() {
         assert!(got[..n] == data[..], "{label}: content read back differs");
     }
 }
+
+/// Review finding: `apply` compares a FIFO, device node or socket with the host by type and
+/// device number only, so a mode change made in the fork (say a device locked down to 0600)
+/// is reported `unchanged` and never reaches the host, while the same chmod of a regular
+/// file is carried over.
+#[test]
+fn apply_carries_a_mode_change_of_a_socket_or_device() {
+    let home = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| mount_support::ok(mount_support::avfs_in(home.path(), args));
+    let host = home.path().join("proj");
+    fs::create_dir(&host).unwrap();
+    fs::write(host.join("f"), b"x").unwrap();
+    fs::set_permissions(host.join("f"), fs::Permissions::from_mode(0o644)).unwrap();
+    let sock = std::os::unix::net::UnixListener::bind(host.join("sock")).unwrap();
+    drop(sock);
+    fs::set_permissions(host.join("sock"), fs::Permissions::from_mode(0o644)).unwrap();
+    let mut names = vec!["f", "sock"];
+    // A device node needs CAP_MKNOD on the host.
+    if rustix::process::geteuid().is_root() {
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &host.join("dev"),
+            rustix::fs::FileType::CharacterDevice,
+            rustix::fs::Mode::from_raw_mode(0o644),
+            rustix::fs::makedev(1, 3),
+        )
+        .unwrap();
+        fs::set_permissions(host.join("dev"), fs::Permissions::from_mode(0o644)).unwrap();
+        names.push("dev");
+    }
+    run(&["vault", "create", "v"]);
+    run(&["--vault", "v", "import", host.to_str().unwrap(), "/"]);
+    run(&["vault", "fork", "v", "task"]);
+    for n in &names {
+        run(&["--vault", "task", "chmod", "600", &format!("/{n}")]);
+    }
+    let out = run(&["--vault", "task", "--json", "apply", host.to_str().unwrap()]);
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let mode = |n: &str| fs::symlink_metadata(host.join(n)).unwrap().mode() & 0o7777;
+    let got: Vec<(String, u32)> = names.iter().map(|n| (n.to_string(), mode(n))).collect();
+    let want: Vec<(String, u32)> = names.iter().map(|n| (n.to_string(), 0o600)).collect();
+    assert_eq!(got, want, "apply report: {report}");
+}
+
+/// Review finding (security): a device node an agent makes in the `nodev` mount is "metadata
+/// only" there, but `export` (and `apply`) run by root make it a live host device on a file
+/// system that is not `nodev`, with the mode the agent chose. Here `c 1 11` (/dev/kmsg, 0644
+/// root on the host) made 0666 in the mount comes out as a node any user may write to the
+/// kernel log through. A device should not reach the host unless the caller asks for it.
+#[test]
+fn export_does_not_turn_an_agent_made_device_into_an_open_host_device() {
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("skipping: needs CAP_MKNOD in the mount");
+        return;
+    }
+    let m = Mounted::new("devexport");
+    m.sh("mknod kmsg c 1 11 && chmod 666 kmsg");
+    // In the mount it never opens (nodev).
+    assert!(
+        fs::OpenOptions::new()
+            .write(true)
+            .open(m.dir.join("kmsg"))
+            .is_err()
+    );
+    m.unmount();
+    let host = tempfile::tempdir().unwrap();
+    let out = host.path().join("x");
+    let _ = m.avfs(&["--vault", "devexport", "export", "/", out.to_str().unwrap()]);
+    let made = fs::symlink_metadata(out.join("kmsg"));
+    use std::os::unix::fs::FileTypeExt;
+    assert!(
+        !made
+            .as_ref()
+            .is_ok_and(|md| md.file_type().is_char_device()),
+        "export made a live character device 1,11 mode {:o} on the host",
+        made.map(|md| md.mode()).unwrap_or(0)
+    );
+}
