@@ -74,10 +74,10 @@ TYPES = {
     ),
     "socket": dict(make=make_socket, rm=os.unlink, open=0o666, closed=0o644),
 }
-# What the mount holds today; the rest are turned on with --types once it does.
-DEFAULT_TYPES = "file,dir,symlink,fifo"
-# Hard links the mount makes today (a directory is always tried: EPERM everywhere).
-DEFAULT_LINK_TYPES = "file"
+# Every file type; --types narrows the list.
+DEFAULT_TYPES = ",".join(TYPES)
+# Every type but a directory is hard-linked (a directory is always tried: EPERM everywhere).
+DEFAULT_LINK_TYPES = ",".join(t for t in TYPES if t != "dir")
 
 
 def outcome(f, *args, **kw):

@@ -487,10 +487,18 @@ fn special_files_and_links_to_every_kind_are_kept() {
     m.unmount();
     mount_support::ok(m.avfs(&["--vault", "special", "vault", "check"]));
 
-    // Export makes them on the host, hard links included; import brings them back.
+    // Export with --devices makes them on the host, hard links included; import brings
+    // them back.
     let host = tempfile::tempdir().unwrap();
     let out = host.path().join("x");
-    mount_support::ok(m.avfs(&["--vault", "special", "export", "/", out.to_str().unwrap()]));
+    mount_support::ok(m.avfs(&[
+        "--vault",
+        "special",
+        "export",
+        "--devices",
+        "/",
+        out.to_str().unwrap(),
+    ]));
     let host_stat = std::process::Command::new("stat")
         .args(["-c", "%n %F %t:%T %h"])
         .args(["b1", "b1.2", "c1", "p1", "sock", "sl.2"])
@@ -919,29 +927,51 @@ fn apply_carries_a_mode_change_of_a_socket_or_device() {
     let sock = std::os::unix::net::UnixListener::bind(host.join("sock")).unwrap();
     drop(sock);
     fs::set_permissions(host.join("sock"), fs::Permissions::from_mode(0o644)).unwrap();
-    let mut names = vec!["f", "sock"];
-    // A device node needs CAP_MKNOD on the host.
-    if rustix::process::geteuid().is_root() {
-        rustix::fs::mknodat(
-            rustix::fs::CWD,
-            &host.join("dev"),
-            rustix::fs::FileType::CharacterDevice,
-            rustix::fs::Mode::from_raw_mode(0o644),
-            rustix::fs::makedev(1, 3),
-        )
-        .unwrap();
-        fs::set_permissions(host.join("dev"), fs::Permissions::from_mode(0o644)).unwrap();
-        names.push("dev");
-    }
+    let names = ["f", "sock", "dev"];
+    // A device node needs CAP_MKNOD on the host: the suite runs as root.
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        host.join("dev"),
+        rustix::fs::FileType::CharacterDevice,
+        rustix::fs::Mode::from_raw_mode(0o644),
+        rustix::fs::makedev(1, 3),
+    )
+    .expect("mknod on the host (the suite runs as root)");
+    fs::set_permissions(host.join("dev"), fs::Permissions::from_mode(0o644)).unwrap();
     run(&["vault", "create", "v"]);
     run(&["--vault", "v", "import", host.to_str().unwrap(), "/"]);
     run(&["vault", "fork", "v", "task"]);
     for n in &names {
         run(&["--vault", "task", "chmod", "600", &format!("/{n}")]);
     }
-    let out = run(&["--vault", "task", "--json", "apply", host.to_str().unwrap()]);
-    let report: serde_json::Value = serde_json::from_str(&out).unwrap();
     let mode = |n: &str| fs::symlink_metadata(host.join(n)).unwrap().mode() & 0o7777;
+    // Without --devices the device is left alone and listed as skipped.
+    let out = run(&[
+        "--vault",
+        "task",
+        "--json",
+        "apply",
+        "--dry-run",
+        host.to_str().unwrap(),
+    ]);
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        report["data"]["skipped"],
+        serde_json::json!(["/dev: a device node, not made on the host (see --devices)"])
+    );
+    assert_eq!(
+        report["data"]["mode_changed"],
+        serde_json::json!(["/f", "/sock"])
+    );
+    let out = run(&[
+        "--vault",
+        "task",
+        "--json",
+        "apply",
+        "--devices",
+        host.to_str().unwrap(),
+    ]);
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap();
     let got: Vec<(String, u32)> = names.iter().map(|n| (n.to_string(), mode(n))).collect();
     let want: Vec<(String, u32)> = names.iter().map(|n| (n.to_string(), 0o600)).collect();
     assert_eq!(got, want, "apply report: {report}");
@@ -954,10 +984,6 @@ fn apply_carries_a_mode_change_of_a_socket_or_device() {
 /// kernel log through. A device should not reach the host unless the caller asks for it.
 #[test]
 fn export_does_not_turn_an_agent_made_device_into_an_open_host_device() {
-    if !rustix::process::geteuid().is_root() {
-        eprintln!("skipping: needs CAP_MKNOD in the mount");
-        return;
-    }
     let m = Mounted::new("devexport");
     m.sh("mknod kmsg c 1 11 && chmod 666 kmsg");
     // In the mount it never opens (nodev).
@@ -970,7 +996,19 @@ fn export_does_not_turn_an_agent_made_device_into_an_open_host_device() {
     m.unmount();
     let host = tempfile::tempdir().unwrap();
     let out = host.path().join("x");
-    let _ = m.avfs(&["--vault", "devexport", "export", "/", out.to_str().unwrap()]);
+    let report = mount_support::ok(m.avfs(&[
+        "--vault",
+        "devexport",
+        "--json",
+        "export",
+        "/",
+        out.to_str().unwrap(),
+    ]));
+    let report: serde_json::Value = serde_json::from_str(&report).unwrap();
+    assert_eq!(
+        report["data"]["skipped"],
+        serde_json::json!(["/kmsg: a device node, not made on the host (see --devices)"])
+    );
     let made = fs::symlink_metadata(out.join("kmsg"));
     use std::os::unix::fs::FileTypeExt;
     assert!(

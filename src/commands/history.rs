@@ -93,6 +93,10 @@ pub struct ApplyArgs {
     /// Show what would be written without writing.
     #[arg(long)]
     pub dry_run: bool,
+    /// Make device nodes on the host (needs CAP_MKNOD). Without it they are skipped and
+    /// listed: a device an agent made in its fork never becomes a live host device unasked.
+    #[arg(long)]
+    pub devices: bool,
 }
 
 #[derive(Serialize, schemars::JsonSchema)]
@@ -356,6 +360,9 @@ pub fn render_apply(r: &ApplyReport) -> String {
     for c in &r.forced {
         s.push_str(&format!("\n  forced {} ({})", c.path, c.reason));
     }
+    for p in &r.skipped {
+        s.push_str(&format!("\n  skipped {p}"));
+    }
     s
 }
 
@@ -365,19 +372,23 @@ pub fn apply_changes(
     from: Option<&str>,
     prefix: &str,
     host: &std::path::Path,
-    force: bool,
-    dry_run: bool,
+    opts: apply::ApplyOptions,
 ) -> Result<ApplyReport> {
     let (_, ws) = ctx.open()?;
     let from = match from {
         Some(s) => history::state_ref(&ws, s)?,
         None => StateRef::ForkBase(ws.name().to_string()),
     };
-    apply::apply(&ws, &from, &path(prefix)?, host, force, dry_run)
+    apply::apply(&ws, &from, &path(prefix)?, host, opts)
 }
 
 pub fn cmd_apply(ctx: &Ctx, a: ApplyArgs) -> Result<Reply> {
-    let report = apply_changes(ctx, a.from.as_deref(), "/", &a.host_dir, a.force, a.dry_run)?;
+    let opts = apply::ApplyOptions {
+        force: a.force,
+        dry_run: a.dry_run,
+        devices: a.devices,
+    };
+    let report = apply_changes(ctx, a.from.as_deref(), "/", &a.host_dir, opts)?;
     let human = render_apply(&report);
     Ok(Reply::new(&report, human))
 }

@@ -41,6 +41,10 @@ pub struct ExportArgs {
     /// With --changes: the base state (default `@base`).
     #[arg(long, requires = "changes")]
     pub from: Option<String>,
+    /// Make device nodes on the host (needs CAP_MKNOD). Without it they are skipped and
+    /// listed: a device an agent made in its fork never becomes a live host device unasked.
+    #[arg(long)]
+    pub devices: bool,
 }
 
 /// `export` prints a transfer report, or with `--changes` an apply report.
@@ -59,6 +63,12 @@ fn summary(verb: &str, r: &TransferReport) -> String {
         r.symlinks,
         size(r.bytes)
     );
+    if r.special > 0 {
+        s.push_str(&format!(", {} FIFOs, devices or sockets", r.special));
+    }
+    if r.hard_links > 0 {
+        s.push_str(&format!(", {} more names kept as hard links", r.hard_links));
+    }
     for skipped in &r.skipped {
         s.push_str(&format!("\nskipped {skipped}"));
     }
@@ -98,8 +108,11 @@ pub fn cmd_export(ctx: &Ctx, a: ExportArgs) -> Result<Reply> {
             a.from.as_deref(),
             &a.vault_path,
             &a.host_dir,
-            a.force,
-            false,
+            agentvfs::service::apply::ApplyOptions {
+                force: a.force,
+                dry_run: false,
+                devices: a.devices,
+            },
         )?;
         let human = super::history::render_apply(&report);
         return Ok(Reply::new(&ExportOutput::Changes(report), human));
@@ -120,7 +133,10 @@ pub fn cmd_export(ctx: &Ctx, a: ExportArgs) -> Result<Reply> {
         &src,
         a.at.as_deref(),
         &a.host_dir,
-        a.force,
+        transfer::ExportOptions {
+            force: a.force,
+            devices: a.devices,
+        },
         &mut progress,
     )?;
     if let Some(bar) = bar {

@@ -190,6 +190,14 @@ impl NodeKind {
         }
     }
 
+    /// A character or block device node.
+    pub fn is_device(&self) -> bool {
+        matches!(
+            self,
+            NodeKind::CharDevice { .. } | NodeKind::BlockDevice { .. }
+        )
+    }
+
     /// Whether mknod(2) makes this kind on a host: a FIFO, device or socket.
     pub fn is_special(&self) -> bool {
         matches!(

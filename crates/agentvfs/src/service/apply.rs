@@ -33,7 +33,25 @@ pub struct ApplyReport {
     pub unchanged: Vec<String>,
     /// Conflicts overridden by --force (empty otherwise: conflicts are an error).
     pub forced: Vec<HostConflict>,
+    /// Paths not written, with the reason: device nodes, unless asked for.
+    pub skipped: Vec<String>,
 }
+
+/// How `apply` treats the host.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ApplyOptions {
+    /// Overwrite host paths that changed since the base.
+    pub force: bool,
+    /// Report what would be written, writing nothing.
+    pub dry_run: bool,
+    /// Make device nodes on the host. Off by default: a device node in a workspace is
+    /// metadata (the mount is `nodev`), and one an agent made must not become a live
+    /// device on the host unless a person asks.
+    pub devices: bool,
+}
+
+/// What `export` and `apply` say of a device node they do not make.
+pub(crate) const DEVICE_SKIPPED: &str = "a device node, not made on the host (see --devices)";
 
 /// Whether host file `host` holds exactly file `node`'s bytes (sizes already equal),
 /// compared a piece at a time.
@@ -85,7 +103,7 @@ fn host_matches(v: &View<'_>, host: &Path, node: Option<&Node>) -> Result<bool> 
                     NodeKind::Socket => ft.is_socket(),
                     _ => false,
                 };
-                same_type && m.rdev() == n.rdev()
+                same_type && m.rdev() == n.rdev() && m.permissions().mode() & 0o7777 == n.attrs.mode
             }
         },
     })
@@ -98,9 +116,13 @@ pub fn apply(
     from: &StateRef,
     prefix: &VPath,
     host: &Path,
-    force: bool,
-    dry_run: bool,
+    opts: ApplyOptions,
 ) -> Result<ApplyReport> {
+    let ApplyOptions {
+        force,
+        dry_run,
+        devices,
+    } = opts;
     if !host.is_dir() {
         return Err(Error::invalid(format!(
             "{} is not a directory",
@@ -191,6 +213,10 @@ pub fn apply(
         for (path, old, new) in writes {
             let Some(new) = new else { continue };
             let hp = host_path(path)?;
+            if new.kind.is_device() && !devices {
+                report.skipped.push(format!("{path}: {DEVICE_SKIPPED}"));
+                continue;
+            }
             if host_matches(now, &hp, Some(new))? {
                 report.unchanged.push(path.clone());
                 continue;

@@ -37,6 +37,16 @@ pub struct TransferReport {
 /// Progress callback: (entries so far, bytes so far).
 pub type Progress<'a> = &'a mut dyn FnMut(u64, u64);
 
+/// How `export` writes the host tree.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ExportOptions {
+    /// Write into a non-empty directory, overwriting what is there.
+    pub force: bool,
+    /// Make device nodes (see `ApplyOptions::devices`); otherwise they are listed in
+    /// `skipped`.
+    pub devices: bool,
+}
+
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ImportOptions {
     /// Skip what `.gitignore` / `.ignore` files exclude (and `.git/` itself).
@@ -292,9 +302,10 @@ pub fn export(
     src: &VPath,
     at: Option<&str>,
     host: &Path,
-    force: bool,
+    opts: ExportOptions,
     progress: Progress<'_>,
 ) -> Result<TransferReport> {
+    let ExportOptions { force, devices } = opts;
     if !force {
         match fs::symlink_metadata(host) {
             Ok(m) if m.is_dir() => {
@@ -339,8 +350,8 @@ pub fn export(
             .map(|rest| anchor.join(rest))
             .unwrap_or(path)
     };
-    let report =
-        write_tree(ws, src, at, &stage.dir.join(&below), progress).map_err(|e| match e {
+    let report = write_tree(ws, src, at, &stage.dir.join(&below), devices, progress).map_err(
+        |e| match e {
             Error::Io {
                 context,
                 path,
@@ -358,7 +369,8 @@ pub fn export(
                 reason,
             },
             e => e,
-        })?;
+        },
+    )?;
     check_move(&stage.dir, &anchor, force)?;
     move_into(&stage.dir, &anchor)?;
     Ok(report)
@@ -500,6 +512,7 @@ fn write_tree(
     src: &VPath,
     at: Option<&str>,
     host: &Path,
+    devices: bool,
     progress: Progress<'_>,
 ) -> Result<TransferReport> {
     if let Some(parent) = host.parent() {
@@ -518,6 +531,14 @@ fn write_tree(
             } else {
                 host.join(rel)
             };
+            if node.kind.is_device() && !devices {
+                report.skipped.push(format!(
+                    "{}: {}",
+                    path.display(),
+                    super::apply::DEVICE_SKIPPED
+                ));
+                return Ok(());
+            }
             // Another name of a hard-linked node already written: a host hard link.
             if let Some(first) = node.link.and_then(|l| linked.get(&l.inode)) {
                 fs::hard_link(first, &out).map_err(|e| Error::io("creating hard link", &out, e))?;
