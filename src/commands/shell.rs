@@ -10,9 +10,9 @@ use rustyline::highlight::Highlighter;
 use rustyline::hint::Hinter;
 use rustyline::validate::Validator;
 use rustyline::{Context, Editor, Helper};
-use serde::Serialize;
 
 use agentvfs::model::path::VPath;
+use agentvfs::schema::ShellOutput;
 use agentvfs::{Error, Result};
 
 use super::{Cli, Command, Ctx};
@@ -20,14 +20,6 @@ use crate::output::{self, Reply};
 
 #[derive(Args)]
 pub struct ShellArgs {}
-
-#[derive(Serialize, schemars::JsonSchema)]
-pub struct ShellOutput {
-    /// Command lines run.
-    pub commands: u64,
-    /// How many of them failed.
-    pub failed: u64,
-}
 
 const BUILTINS: &[&str] = &["cd", "pwd", "use", "help", "exit", "quit"];
 

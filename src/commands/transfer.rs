@@ -5,7 +5,8 @@ use std::path::PathBuf;
 use clap::Args;
 
 use agentvfs::Result;
-use agentvfs::service::transfer::{self, ImportOptions, TransferReport};
+use agentvfs::service::apply;
+use agentvfs::service::transfer::{self, ExportOutput, ImportOptions, TransferReport};
 
 use super::Ctx;
 use crate::output::{Reply, size};
@@ -41,14 +42,6 @@ pub struct ExportArgs {
     /// With --changes: the base state (default `@base`).
     #[arg(long, requires = "changes")]
     pub from: Option<String>,
-}
-
-/// `export` prints a transfer report, or with `--changes` an apply report.
-#[derive(serde::Serialize, schemars::JsonSchema)]
-#[serde(untagged)]
-pub enum ExportOutput {
-    Tree(TransferReport),
-    Changes(agentvfs::service::apply::ApplyReport),
 }
 
 fn summary(verb: &str, r: &TransferReport) -> String {
@@ -93,8 +86,9 @@ pub fn cmd_import(ctx: &Ctx, a: ImportArgs) -> Result<Reply> {
 
 pub fn cmd_export(ctx: &Ctx, a: ExportArgs) -> Result<Reply> {
     if a.changes {
-        let report = super::history::apply_changes(
-            ctx,
+        let (_, ws) = ctx.open()?;
+        let report = apply::apply_named(
+            &ws,
             a.from.as_deref(),
             &a.vault_path,
             &a.host_dir,
