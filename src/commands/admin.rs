@@ -1,10 +1,10 @@
 //! Vault administration: quota, audit, stats, gc, compact, schema.
 
 use clap::{Args, Subcommand};
-use serde::Serialize;
 
 use agentvfs::Result;
 use agentvfs::model::{GcReport, Quota, StatsReport, Vault, limits, now_ns};
+use agentvfs::service::maintenance;
 use agentvfs::store::AuditRecord;
 
 use super::Ctx;
@@ -151,21 +151,14 @@ pub fn cmd_gc(ctx: &Ctx, a: GcArgs) -> Result<Reply> {
     Ok(Reply::new(&r, human))
 }
 
-#[derive(Serialize, schemars::JsonSchema)]
-pub struct CompactOutput {
-    pub bytes_reclaimed: u64,
-}
-
 pub fn cmd_compact(ctx: &Ctx) -> Result<Reply> {
-    let reclaimed = vault(ctx)?.compact()?;
-    let out = CompactOutput {
-        bytes_reclaimed: reclaimed,
-    };
-    Ok(Reply::new(&out, format!("reclaimed {}", size(reclaimed))))
+    let out = maintenance::compact(vault(ctx)?.as_ref())?;
+    let human = format!("reclaimed {}", size(out.bytes_reclaimed));
+    Ok(Reply::new(&out, human))
 }
 
 pub fn cmd_schema() -> Reply {
-    let schema = super::schema::document();
+    let schema = agentvfs::schema::document();
     let human = serde_json::to_string_pretty(&schema).unwrap_or_default();
     Reply::new(&schema, human)
 }

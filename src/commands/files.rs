@@ -1,21 +1,16 @@
 //! File commands: ls, cat, write, mkdir, rm, cp, mv, ln, chmod, tree, stat, find, grep,
 //! log, tag/untag, meta.
 
-use std::collections::BTreeMap;
 use std::io::Read;
 
-use base64::Engine;
 use clap::{Args, Subcommand};
-use serde::Serialize;
 
-use agentvfs::model::node::{Node, NodeKind};
-use agentvfs::model::path::VPath;
-use agentvfs::model::{PathVersion, View, Workspace, WriteOptions};
-use agentvfs::service::files::NodeInfo;
+use agentvfs::model::{PathVersion, WriteOptions};
+use agentvfs::service::files::{self, MetaOutput, NodeInfo, TreeNode};
 use agentvfs::service::search::{self, FindQuery, FoundEntry, GrepMatch, SizeFilter};
 use agentvfs::{Error, Result};
 
-use super::{Ctx, path};
+use super::Ctx;
 use crate::output::{Reply, quote_name, size, table, time};
 
 #[derive(Args)]
@@ -193,13 +188,10 @@ pub enum MetaCmd {
 }
 
 fn parse_mode(s: &str) -> std::result::Result<u32, String> {
-    let digits = s.strip_prefix("0o").unwrap_or(s);
-    // from_str_radix takes a sign (`+5`); a mode is octal digits only.
-    Some(digits)
-        .filter(|d| !d.is_empty() && d.bytes().all(|b| (b'0'..=b'7').contains(&b)))
-        .and_then(|d| u32::from_str_radix(d, 8).ok())
-        .filter(|m| *m <= 0o7777)
-        .ok_or_else(|| format!("`{s}` is not an octal mode like 644 or 755"))
+    files::parse_mode(s).map_err(|e| match e {
+        Error::InvalidArgument { message } => message,
+        e => e.to_string(),
+    })
 }
 
 fn entry_row(info: &NodeInfo, long: bool) -> Vec<String> {
@@ -228,60 +220,19 @@ fn entry_row(info: &NodeInfo, long: bool) -> Vec<String> {
 
 pub fn cmd_ls(ctx: &Ctx, a: LsArgs) -> Result<Reply> {
     let (_, ws) = ctx.open()?;
-    let p = ws.resolve_path(&a.path)?;
-    let entries: Vec<NodeInfo> = ws.read_at(a.at.as_deref(), |v| {
-        let node = v.get(&p)?;
-        if !node.is_dir() {
-            return Ok(vec![NodeInfo::new(&p, &node)]);
-        }
-        Ok(v.list(&p)?
-            .into_iter()
-            .filter(|c| a.all || !c.name.starts_with('.'))
-            .map(|c| NodeInfo::new(&p.join(&c.name), &c.node))
-            .collect())
-    })?;
+    let entries = files::ls(&ws, &a.path, a.all, a.at.as_deref())?;
     let rows: Vec<Vec<String>> = entries.iter().map(|e| entry_row(e, a.long)).collect();
     Ok(Reply::new(&entries, table(&rows)))
 }
 
-#[derive(Serialize, schemars::JsonSchema)]
-pub struct CatOutput {
-    pub path: String,
-    pub size: u64,
-    /// `utf8` or `base64`.
-    pub encoding: String,
-    pub content: String,
-}
-
 pub fn cmd_cat(ctx: &Ctx, a: CatArgs) -> Result<Reply> {
     let (_, ws) = ctx.open()?;
-    let p = ws.resolve_path(&a.path)?;
-    let bytes = ws.read_at(a.at.as_deref(), |v| v.read(&p))?;
     if !ctx.json {
+        let (_, bytes) = files::read(&ws, &a.path, a.at.as_deref())?;
         return Ok(Reply::bytes(&(), bytes));
     }
-    let size = bytes.len() as u64;
-    let (encoding, content) = match String::from_utf8(bytes) {
-        Ok(s) => ("utf8", s),
-        Err(e) => (
-            "base64",
-            base64::engine::general_purpose::STANDARD.encode(e.into_bytes()),
-        ),
-    };
-    let out = CatOutput {
-        path: p.display(),
-        size,
-        encoding: encoding.into(),
-        content,
-    };
+    let out = files::cat(&ws, &a.path, a.at.as_deref())?;
     Ok(Reply::new(&out, ""))
-}
-
-#[derive(Serialize, schemars::JsonSchema)]
-pub struct WriteOutput {
-    pub path: String,
-    pub size: u64,
-    pub content_id: Option<String>,
 }
 
 pub fn cmd_write(ctx: &Ctx, a: WriteArgs) -> Result<Reply> {
@@ -296,167 +247,50 @@ pub fn cmd_write(ctx: &Ctx, a: WriteArgs) -> Result<Reply> {
         }
     };
     let (_, ws) = ctx.open()?;
-    let p = ws.parse_path("write", &a.path)?;
     let opts = WriteOptions {
         mode: a.mode,
         parents: a.parents,
         append: a.append,
     };
-    let node = ws.edit("write", &[&p], |e| {
-        e.write_file(&p, &data, opts)?;
-        e.view().get(&p)
-    })?;
-    let out = WriteOutput {
-        path: p.display(),
-        size: node.size(),
-        content_id: node.content_id().map(|i| i.to_hex()),
-    };
+    let out = files::write(&ws, &a.path, &data, opts)?;
     let human = format!("wrote {} ({})", out.path, size(out.size));
     Ok(Reply::new(&out, human))
 }
 
-#[derive(Serialize, schemars::JsonSchema)]
-pub struct PathsOutput {
-    pub paths: Vec<String>,
-}
-
-fn paths(ws: &Workspace, op: &str, list: &[String]) -> Result<Vec<VPath>> {
-    list.iter().map(|p| ws.parse_path(op, p)).collect()
-}
-
-fn paths_output(list: &[VPath]) -> PathsOutput {
-    PathsOutput {
-        paths: list.iter().map(VPath::display).collect(),
-    }
-}
-
 pub fn cmd_mkdir(ctx: &Ctx, a: MkdirArgs) -> Result<Reply> {
     let (_, ws) = ctx.open()?;
-    let ps = paths(&ws, "mkdir", &a.paths)?;
-    let refs: Vec<&VPath> = ps.iter().collect();
-    ws.edit("mkdir", &refs, |e| {
-        for p in &ps {
-            e.mkdir(p, a.parents, a.mode.unwrap_or(0o755))?;
-        }
-        Ok(())
-    })?;
-    Ok(Reply::new(&paths_output(&ps), ""))
+    let out = files::mkdir(&ws, &a.paths, a.parents, a.mode)?;
+    Ok(Reply::new(&out, ""))
 }
 
 pub fn cmd_rm(ctx: &Ctx, a: RmArgs) -> Result<Reply> {
     let (_, ws) = ctx.open()?;
-    let ps = paths(&ws, "rm", &a.paths)?;
-    let refs: Vec<&VPath> = ps.iter().collect();
-    let removed = ws.edit("rm", &refs, |e| {
-        let mut removed = Vec::new();
-        for p in &ps {
-            if a.force && e.view().lookup(p)?.is_none() {
-                continue;
-            }
-            e.remove(p, a.recursive)?;
-            removed.push(p.clone());
-        }
-        Ok(removed)
-    })?;
-    Ok(Reply::new(&paths_output(&removed), ""))
-}
-
-#[derive(Serialize, schemars::JsonSchema)]
-pub struct MoveOutput {
-    pub from: String,
-    pub to: String,
+    let out = files::remove(&ws, &a.paths, a.recursive, a.force)?;
+    Ok(Reply::new(&out, ""))
 }
 
 pub fn cmd_cp(ctx: &Ctx, a: CpArgs) -> Result<Reply> {
     let (_, ws) = ctx.open()?;
-    let (src, dst) = (ws.parse_path("cp", &a.src)?, ws.parse_path("cp", &a.dst)?);
-    let to = ws.edit("cp", &[&src, &dst], |e| e.copy(&src, &dst, a.recursive))?;
-    let out = MoveOutput {
-        from: src.display(),
-        to: to.display(),
-    };
+    let out = files::copy(&ws, &a.src, &a.dst, a.recursive)?;
     Ok(Reply::new(&out, ""))
 }
 
 pub fn cmd_mv(ctx: &Ctx, a: MvArgs) -> Result<Reply> {
     let (_, ws) = ctx.open()?;
-    let (src, dst) = (ws.parse_path("mv", &a.src)?, ws.parse_path("mv", &a.dst)?);
-    // rename(2) semantics: a file never moves "into" a directory by accident.
-    let to = ws.edit("mv", &[&src, &dst], |e| {
-        e.rename(&src, &dst)?;
-        Ok(dst.clone())
-    })?;
-    let out = MoveOutput {
-        from: src.display(),
-        to: to.display(),
-    };
+    let out = files::rename(&ws, &a.src, &a.dst)?;
     Ok(Reply::new(&out, ""))
 }
 
 pub fn cmd_ln(ctx: &Ctx, a: LnArgs) -> Result<Reply> {
     let (_, ws) = ctx.open()?;
-    let link = ws.parse_path("ln", &a.link)?;
-    let node = if a.symbolic {
-        ws.edit("ln", &[&link], |e| {
-            e.symlink(&link, &a.target)?;
-            e.view().get(&link)
-        })?
-    } else {
-        let target = ws.parse_path("ln", &a.target)?;
-        ws.edit("ln", &[&target, &link], |e| e.link(&target, &link))?
-    };
-    Ok(Reply::new(&NodeInfo::new(&link, &node), ""))
+    let info = files::link(&ws, &a.target, &a.link, a.symbolic)?;
+    Ok(Reply::new(&info, ""))
 }
 
 pub fn cmd_chmod(ctx: &Ctx, a: ChmodArgs) -> Result<Reply> {
     let (_, ws) = ctx.open()?;
-    let ps = paths(&ws, "chmod", &a.paths)?;
-    let refs: Vec<&VPath> = ps.iter().collect();
-    ws.edit("chmod", &refs, |e| {
-        for p in &ps {
-            e.update(p, |n| {
-                n.attrs.mode = a.mode;
-                Ok(())
-            })?;
-        }
-        Ok(())
-    })?;
-    Ok(Reply::new(&paths_output(&ps), ""))
-}
-
-/// A directory tree for `avfs tree --json`.
-#[derive(Serialize, schemars::JsonSchema)]
-pub struct TreeNode {
-    pub name: String,
-    #[serde(rename = "type")]
-    pub kind: String,
-    pub size: u64,
-    #[serde(skip_serializing_if = "Vec::is_empty", default)]
-    pub children: Vec<TreeNode>,
-}
-
-fn build_tree(v: &View<'_>, p: &VPath, node: &Node, depth: Option<usize>) -> Result<TreeNode> {
-    let mut children = Vec::new();
-    if node.is_dir() && depth != Some(0) {
-        for c in v.list(p)? {
-            children.push(build_tree(
-                v,
-                &p.join(&c.name),
-                &c.node,
-                depth.map(|d| d - 1),
-            )?);
-        }
-    }
-    Ok(TreeNode {
-        name: if p.is_root() {
-            "/".into()
-        } else {
-            p.name().to_string()
-        },
-        kind: node.type_name().into(),
-        size: node.size(),
-        children,
-    })
+    let out = files::chmod(&ws, a.mode, &a.paths)?;
+    Ok(Reply::new(&out, ""))
 }
 
 fn render_tree(t: &TreeNode, prefix: &str, out: &mut String, counts: &mut (u64, u64)) {
@@ -480,11 +314,7 @@ fn render_tree(t: &TreeNode, prefix: &str, out: &mut String, counts: &mut (u64, 
 
 pub fn cmd_tree(ctx: &Ctx, a: TreeArgs) -> Result<Reply> {
     let (_, ws) = ctx.open()?;
-    let p = ws.resolve_path(&a.path)?;
-    let tree = ws.read_at(a.at.as_deref(), |v| {
-        let node = v.get(&p)?;
-        build_tree(v, &p, &node, a.depth)
-    })?;
+    let (p, tree) = files::tree(&ws, &a.path, a.depth, a.at.as_deref())?;
     let mut human = format!("{}\n", p.display());
     let mut counts = (0, 0);
     render_tree(&tree, "", &mut human, &mut counts);
@@ -494,9 +324,7 @@ pub fn cmd_tree(ctx: &Ctx, a: TreeArgs) -> Result<Reply> {
 
 pub fn cmd_stat(ctx: &Ctx, a: StatArgs) -> Result<Reply> {
     let (_, ws) = ctx.open()?;
-    let p = ws.resolve_path(&a.path)?;
-    let node = ws.read_at(a.at.as_deref(), |v| v.get(&p))?;
-    let info = NodeInfo::new(&p, &node);
+    let info = files::stat(&ws, &a.path, a.at.as_deref())?;
     let mut rows = vec![
         vec!["path".into(), info.path.clone()],
         vec!["type".into(), info.kind.clone()],
@@ -513,7 +341,7 @@ pub fn cmd_stat(ctx: &Ctx, a: StatArgs) -> Result<Reply> {
         vec!["modified".into(), time(info.mtime)],
         vec!["changed".into(), time(info.ctime)],
     ];
-    if let NodeKind::Symlink { target } = &node.kind {
+    if let Some(target) = &info.target {
         rows.push(vec!["target".into(), target.clone()]);
     }
     if let Some(d) = info.device {
@@ -594,80 +422,50 @@ pub fn cmd_log(ctx: &Ctx, a: LogArgs) -> Result<Reply> {
     Ok(Reply::new(&versions, table(&rows)))
 }
 
-fn update_node(
-    ctx: &Ctx,
-    op: &str,
-    p: &str,
-    f: impl FnOnce(&mut Node) -> Result<()>,
-) -> Result<NodeInfo> {
-    let (_, ws) = ctx.open()?;
-    let p = ws.parse_path(op, p)?;
-    let node = ws.edit(op, &[&p], |e| e.update(&p, f))?;
-    Ok(NodeInfo::new(&p, &node))
-}
-
 pub fn cmd_tag(ctx: &Ctx, a: TagArgs, add: bool) -> Result<Reply> {
-    for t in &a.tags {
-        if t.is_empty() || t.contains(char::is_whitespace) {
-            return Err(Error::InvalidName {
-                name: t.clone(),
-                reason: "tags are non-empty and contain no whitespace".into(),
-            });
-        }
-    }
-    let info = update_node(ctx, if add { "tag" } else { "untag" }, &a.path, |n| {
-        for t in a.tags {
-            if add {
-                n.tags.insert(t);
-            } else {
-                n.tags.remove(&t);
-            }
-        }
-        Ok(())
-    })?;
+    let (_, ws) = ctx.open()?;
+    let info = files::tag(&ws, &a.path, a.tags, add)?;
     let human = format!("{}: {}", info.path, info.tags.join(", "));
     Ok(Reply::new(&info, human))
 }
 
-#[derive(Serialize, schemars::JsonSchema)]
-pub struct MetaOutput {
-    pub path: String,
-    pub meta: BTreeMap<String, String>,
-}
-
 pub fn run_meta(ctx: &Ctx, cmd: MetaCmd) -> (&'static str, Result<Reply>) {
+    let open = || ctx.open().map(|(_, ws)| ws);
     match cmd {
-        MetaCmd::Get { path: p, key } => ("meta get", meta_get(ctx, &p, key)),
+        MetaCmd::Get { path: p, key } => (
+            "meta get",
+            open().and_then(|ws| {
+                let one = key.is_some();
+                let out = files::meta_get(&ws, &p, key)?;
+                Ok(match out.meta.values().next() {
+                    Some(value) if one => {
+                        let value = value.clone();
+                        Reply::new(&out, value)
+                    }
+                    _ => meta_reply(out),
+                })
+            }),
+        ),
         MetaCmd::Set {
             path: p,
             key,
             value,
         } => (
             "meta set",
-            update_node(ctx, "meta.set", &p, |n| {
-                n.meta.insert(key, value);
-                Ok(())
-            })
-            .map(meta_reply),
+            open()
+                .and_then(|ws| files::meta_set(&ws, &p, key, value))
+                .map(meta_reply),
         ),
         MetaCmd::Unset { path: p, key } => (
             "meta unset",
-            update_node(ctx, "meta.unset", &p, |n| {
-                n.meta
-                    .remove(&key)
-                    .map(|_| ())
-                    .ok_or_else(|| Error::invalid(format!("no metadata key `{key}`")))
-            })
-            .map(meta_reply),
+            open()
+                .and_then(|ws| files::meta_unset(&ws, &p, &key))
+                .map(meta_reply),
         ),
     }
 }
 
-fn meta_reply(info: NodeInfo) -> Reply {
-    let out = MetaOutput {
-        path: info.path,
-        meta: info.meta,
-    };
+fn meta_reply(out: MetaOutput) -> Reply {
     let rows: Vec<Vec<String>> = out
         .meta
         .iter()
@@ -675,25 +473,4 @@ fn meta_reply(info: NodeInfo) -> Reply {
         .collect();
     let human = table(&rows);
     Reply::new(&out, human)
-}
-
-fn meta_get(ctx: &Ctx, p: &str, key: Option<String>) -> Result<Reply> {
-    let (_, ws) = ctx.open()?;
-    let vp = path(p)?;
-    let node = ws.read(|v| v.get(&vp))?;
-    let info = NodeInfo::new(&vp, &node);
-    match key {
-        None => Ok(meta_reply(info)),
-        Some(k) => {
-            let value =
-                info.meta.get(&k).cloned().ok_or_else(|| {
-                    Error::invalid(format!("no metadata key `{k}` on {}", info.path))
-                })?;
-            let out = MetaOutput {
-                path: info.path,
-                meta: BTreeMap::from([(k, value.clone())]),
-            };
-            Ok(Reply::new(&out, value))
-        }
-    }
 }

@@ -4,8 +4,8 @@
 use std::path::PathBuf;
 
 use clap::{Args, CommandFactory, ValueEnum};
-use serde::Serialize;
 
+use agentvfs::schema::{CompletionsOutput, ManOutput};
 use agentvfs::{Error, Result};
 
 use super::{Cli, Ctx};
@@ -209,12 +209,6 @@ pub struct CompletionsArgs {
     pub shell: ShellKind,
 }
 
-#[derive(Serialize, schemars::JsonSchema)]
-pub struct CompletionsOutput {
-    pub shell: String,
-    pub script: String,
-}
-
 pub fn cmd_completions(a: CompletionsArgs) -> Result<Reply> {
     use clap_complete::Shell;
     let (shell, name) = match a.shell {
@@ -240,14 +234,6 @@ pub struct ManArgs {
     /// directory instead of printing avfs.1.
     #[arg(long)]
     pub dir: Option<PathBuf>,
-}
-
-#[derive(Serialize, schemars::JsonSchema)]
-pub struct ManOutput {
-    /// The pages written (with --dir).
-    pub pages: Vec<PathBuf>,
-    /// The avfs(1) page in roff (without --dir).
-    pub text: Option<String>,
 }
 
 pub fn cmd_man(_ctx: &Ctx, a: ManArgs) -> Result<Reply> {

@@ -4,16 +4,16 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand, ValueEnum};
-use serde::Serialize;
 
-use agentvfs::model::diff::{Change, StateRef};
+use agentvfs::Result;
+use agentvfs::model::diff::Change;
 use agentvfs::model::merge::{MergeReport, MergeStrategy};
-use agentvfs::model::{GcReport, OpInfo, PruneReport, limits, now_ns};
+use agentvfs::model::{OpInfo, limits};
 use agentvfs::service::apply::{self, ApplyReport};
-use agentvfs::service::history::{self, DiffSummary};
-use agentvfs::{Error, Result};
+use agentvfs::service::history::{self, Diff, DiffRequest};
+use agentvfs::service::maintenance;
 
-use super::{Ctx, path};
+use super::Ctx;
 use crate::output::{Reply, size, table, time};
 
 #[derive(Args)]
@@ -99,132 +99,80 @@ pub struct ApplyArgs {
     pub devices: bool,
 }
 
-#[derive(Serialize, schemars::JsonSchema)]
-pub struct DiffOutput {
-    pub from: String,
-    pub to: String,
-    pub summary: DiffSummary,
-    pub changes: Vec<Change>,
-    /// The unified patch, with --patch.
-    pub patch: Option<String>,
-}
-
-fn describe(s: &StateRef) -> String {
-    match s {
-        StateRef::Live(w) => format!("{w}@live"),
-        StateRef::Checkpoint { workspace, name } => format!("{workspace}:{name}"),
-        StateRef::ForkBase(w) => format!("{w}@base"),
-        StateRef::Root(id) => id.short(),
-    }
-}
-
 pub fn cmd_diff(ctx: &Ctx, a: DiffArgs) -> Result<Reply> {
     let (_, ws) = ctx.open()?;
-    let from = match &a.from {
-        Some(s) => history::state_ref(&ws, s)?,
-        None => history::default_from(&ws)?,
-    };
-    let to = match &a.to {
-        Some(s) => history::state_ref(&ws, s)?,
-        None => StateRef::Live(ws.name().to_string()),
-    };
+    // Whether to show a patch by default is a matter of the terminal, so it is decided here.
     let want_patch =
         a.patch || (!a.name_status && !a.stat && !ctx.json && std::io::stdout().is_terminal());
-    let (changes, human, patch) = ws.vault().with_views(&from, &to, |va, vb| {
-        let changes = agentvfs::model::diff::diff_views(va, vb)?;
+    let req = DiffRequest {
+        from: a.from,
+        to: a.to,
+        patch: want_patch,
+        show_secrets: a.show_secrets,
+        line_stats: a.stat && !want_patch,
+    };
+    let Diff { output, line_stats } = history::diff(&ws, &req)?;
+    let human = if let Some(p) = &output.patch {
+        p.clone()
+    } else if a.stat {
+        render_stat(&output.changes, &line_stats)
+    } else {
         let mut human = String::new();
-        let mut patch = None;
-        if want_patch {
-            let policy = agentvfs::service::policy::PolicyEngine::builtin();
-            let secrets = (!a.show_secrets).then(|| policy.secret_paths());
-            let p = history::patches(va, vb, &changes, secrets)?;
-            human = p.clone();
-            patch = Some(p);
-        } else if a.stat {
-            let mut rows = Vec::new();
-            let (mut ti, mut td) = (0, 0);
-            for c in &changes {
-                let label = match &c.old_path {
-                    Some(o) => format!("{o} => {}", c.path),
-                    None => c.path.clone(),
-                };
-                let detail = match history::line_stat(va, vb, c)? {
-                    Some((i, d)) => {
-                        ti += i;
-                        td += d;
-                        format!(
-                            "{} {}{}",
-                            i + d,
-                            "+".repeat(i.min(40) as usize),
-                            "-".repeat(d.min(40) as usize)
-                        )
-                    }
-                    None => format!(
-                        "Bin {} -> {}",
-                        size(c.old_size.unwrap_or(0)),
-                        size(c.new_size.unwrap_or(0))
-                    ),
-                };
-                rows.push(vec![label, "|".into(), detail]);
-            }
-            human = table(&rows);
-            human.push_str(&format!(
-                "{} paths changed, {ti} insertions(+), {td} deletions(-)",
-                changes.len()
-            ));
-        } else {
-            for c in &changes {
-                match &c.old_path {
-                    Some(o) => human.push_str(&format!("{}\t{o}\t{}\n", c.status.letter(), c.path)),
-                    None => human.push_str(&format!("{}\t{}\n", c.status.letter(), c.path)),
-                }
+        for c in &output.changes {
+            match &c.old_path {
+                Some(o) => human.push_str(&format!("{}\t{o}\t{}\n", c.status.letter(), c.path)),
+                None => human.push_str(&format!("{}\t{}\n", c.status.letter(), c.path)),
             }
         }
-        Ok((changes, human, patch))
-    })?;
-    let out = DiffOutput {
-        from: describe(&from),
-        to: describe(&to),
-        summary: history::summarize(&changes),
-        changes,
-        patch,
+        human
     };
-    Ok(Reply::new(&out, human))
+    Ok(Reply::new(&output, human))
+}
+
+fn render_stat(changes: &[Change], line_stats: &[Option<(u64, u64)>]) -> String {
+    let mut rows = Vec::new();
+    let (mut ti, mut td) = (0, 0);
+    for (c, stat) in changes.iter().zip(line_stats) {
+        let label = match &c.old_path {
+            Some(o) => format!("{o} => {}", c.path),
+            None => c.path.clone(),
+        };
+        let detail = match stat {
+            Some((i, d)) => {
+                ti += i;
+                td += d;
+                format!(
+                    "{} {}{}",
+                    i + d,
+                    "+".repeat((*i).min(40) as usize),
+                    "-".repeat((*d).min(40) as usize)
+                )
+            }
+            None => format!(
+                "Bin {} -> {}",
+                size(c.old_size.unwrap_or(0)),
+                size(c.new_size.unwrap_or(0))
+            ),
+        };
+        rows.push(vec![label, "|".into(), detail]);
+    }
+    let mut human = table(&rows);
+    human.push_str(&format!(
+        "{} paths changed, {ti} insertions(+), {td} deletions(-)",
+        changes.len()
+    ));
+    human
 }
 
 pub fn cmd_merge(ctx: &Ctx, a: MergeArgs) -> Result<Reply> {
-    let (src, fork_ws) = ctx.service.open(Some(&a.fork))?;
-    let into = match &a.into {
-        Some(i) => i.clone(),
-        None => fork_ws
-            .vault()
-            .forks()?
-            .into_iter()
-            .find(|f| f.name == src.workspace)
-            .and_then(|f| f.parent)
-            .ok_or_else(|| Error::invalid(format!("`{}` has no parent: pass --into", a.fork)))?,
-    };
-    // `--into` names a registered vault/fork, or a workspace in the fork's own vault.
-    let target = match ctx.service.open(Some(&into)) {
-        Ok((t, w)) if t.path == src.path => w,
-        Ok(_) => {
-            return Err(Error::invalid(
-                "a fork can only be merged within its own vault",
-            ));
-        }
-        Err(_) => fork_ws
-            .vault()
-            .workspace(&into, ctx.service.actor().clone())?,
-    };
     let strategy = match a.strategy {
         None => MergeStrategy::Fail,
         Some(Strategy::Ours) => MergeStrategy::Ours,
         Some(Strategy::Theirs) => MergeStrategy::Theirs,
     };
-    let report: MergeReport =
-        fork_ws
-            .vault()
-            .merge(&src.workspace, &target, strategy, a.dry_run)?;
+    let report: MergeReport = ctx
+        .service
+        .merge(&a.fork, a.into.as_deref(), strategy, a.dry_run)?;
     let mut human = format!(
         "{} {} into {}: {} paths changed",
         if report.applied {
@@ -299,27 +247,16 @@ pub fn cmd_undo(ctx: &Ctx, redo: bool) -> Result<Reply> {
     Ok(Reply::new(&op, human))
 }
 
-#[derive(Serialize, schemars::JsonSchema)]
-pub struct PruneOutput {
-    pub pruned: PruneReport,
-    pub gc: GcReport,
-    pub disk_bytes_before: u64,
-    pub disk_bytes_after: u64,
-}
-
 pub fn cmd_prune(ctx: &Ctx, a: PruneArgs) -> Result<Reply> {
     let (_, ws) = ctx.open()?;
-    let cutoff = a
+    let older_than = a
         .older_than
         .as_deref()
-        .map(|d| limits::parse_duration("--older-than", d).map(|d| limits::before_now(now_ns(), d)))
+        .map(|d| limits::parse_duration("--older-than", d))
         .transpose()?;
-    let vault = ws.vault().clone();
-    let before = vault.stats()?.disk_bytes;
-    let pruned = ws.prune(a.keep_last, cutoff)?;
-    let gc = vault.gc(false)?;
-    vault.compact()?;
-    let after = vault.stats()?.disk_bytes;
+    let out = maintenance::prune(&ws, a.keep_last, older_than)?;
+    let (pruned, gc) = (&out.pruned, &out.gc);
+    let (before, after) = (out.disk_bytes_before, out.disk_bytes_after);
     let human = format!(
         "pruned {} checkpoints and {} operations; gc removed {} objects ({}); vault {} -> {}",
         pruned.checkpoints_removed.len(),
@@ -329,12 +266,6 @@ pub fn cmd_prune(ctx: &Ctx, a: PruneArgs) -> Result<Reply> {
         size(before),
         size(after)
     );
-    let out = PruneOutput {
-        pruned,
-        gc,
-        disk_bytes_before: before,
-        disk_bytes_after: after,
-    };
     Ok(Reply::new(&out, human))
 }
 
@@ -366,29 +297,14 @@ pub fn render_apply(r: &ApplyReport) -> String {
     s
 }
 
-/// Shared by `apply` and `export --changes`.
-pub fn apply_changes(
-    ctx: &Ctx,
-    from: Option<&str>,
-    prefix: &str,
-    host: &std::path::Path,
-    opts: apply::ApplyOptions,
-) -> Result<ApplyReport> {
-    let (_, ws) = ctx.open()?;
-    let from = match from {
-        Some(s) => history::state_ref(&ws, s)?,
-        None => StateRef::ForkBase(ws.name().to_string()),
-    };
-    apply::apply(&ws, &from, &path(prefix)?, host, opts)
-}
-
 pub fn cmd_apply(ctx: &Ctx, a: ApplyArgs) -> Result<Reply> {
+    let (_, ws) = ctx.open()?;
     let opts = apply::ApplyOptions {
         force: a.force,
         dry_run: a.dry_run,
         devices: a.devices,
     };
-    let report = apply_changes(ctx, a.from.as_deref(), "/", &a.host_dir, opts)?;
+    let report = apply::apply_named(&ws, a.from.as_deref(), "/", &a.host_dir, opts)?;
     let human = render_apply(&report);
     Ok(Reply::new(&report, human))
 }

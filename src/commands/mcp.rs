@@ -1,29 +1,33 @@
 //! `avfs mcp`: a Model Context Protocol server on stdin/stdout (the `rmcp` SDK). Each tool
-//! builds the same clap arguments the CLI would and runs them through the same dispatch,
-//! so a tool's result is exactly the `data` of `avfs --json <command>` (for `exec`, the
-//! proxy's envelope) and a failure carries the same typed error kind, message and details.
+//! calls the same service as the matching CLI command, so its result is exactly the `data`
+//! of `avfs --json <command>` (the service's output type; for `exec`, the proxy's envelope)
+//! and a failure carries the same typed error kind, message and details.
 
 use std::path::PathBuf;
 
-use clap::{Args, FromArgMatches};
+use clap::Args;
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{CallToolResult, Implementation, ServerCapabilities, ServerConfig};
 use rmcp::{ErrorData as McpError, ServerHandler, ServiceExt, tool, tool_handler, tool_router};
 use schemars::JsonSchema;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use agentvfs::model::Actor;
-use agentvfs::service::{Registry, WorkspaceService};
+use std::path::Path;
+
+use agentvfs::model::merge::MergeStrategy;
+use agentvfs::model::{Actor, CheckpointInfo, Workspace, WriteOptions, limits};
+use agentvfs::service::confine::Confinement;
+use agentvfs::service::exec::{self, Place};
+use agentvfs::service::history::{self, DiffRequest};
+use agentvfs::service::policy::{CommandRequest, PolicyEngine};
+use agentvfs::service::proxy::{CheckpointMode, EXEC_OP, ExecOptions};
+use agentvfs::service::workspace::ForkOutput;
+use agentvfs::service::{Registry, WorkspaceService, files};
 use agentvfs::{Error, Result};
 
-use super::checkpoint::{CheckpointCmd, SaveArgs};
-use super::files::{CatArgs, LsArgs, WriteArgs};
-use super::history::{DiffArgs, MergeArgs, Strategy};
-use super::proxy::{CheckpointArg, ExecArgs, RollbackArgs};
-use super::vault::{ForkArgs, VaultCmd};
-use super::{Command, Ctx, ProxyCmd};
+use super::Ctx;
 use crate::output::Reply;
 
 /// The long `avfs mcp --help` text (the examples come from `help.rs`, as for every command).
@@ -49,7 +53,7 @@ pub struct McpArgs {
 
 pub fn cmd_mcp(ctx: &Ctx, a: McpArgs) -> Result<Reply> {
     // A policy that does not load fails here, not on the agent's first command.
-    super::policy::load(a.policy.as_ref())?;
+    PolicyEngine::from_path(a.policy.as_deref())?;
     let server = AvfsServer::new(ctx.vault.clone(), a.policy);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -301,26 +305,17 @@ pub struct MergeParams {
     pub vault: Option<String>,
 }
 
-/// Parse CLI arguments into an `Args` struct, so a tool gets the CLI's defaults and value
-/// rules (durations, octal modes) from the one place they are declared.
-fn cli_args<A: Args + FromArgMatches>(args: &[&str]) -> Result<A> {
-    let cmd = A::augment_args(clap::Command::new("avfs").no_binary_name(true));
-    cmd.try_get_matches_from(args)
-        .and_then(|m| A::from_arg_matches(&m))
-        .map_err(|e| {
-            let text = e.render().to_string();
-            let first = text
-                .lines()
-                .next()
-                .unwrap_or("")
-                .trim_start_matches("error: ");
-            Error::invalid(first.to_string())
-        })
-}
-
 /// The name of the selected vault or fork, for tools whose subject defaults to it.
 fn selected(ctx: &Ctx) -> Result<String> {
     Ok(ctx.service.resolve(ctx.vault.as_deref())?.name)
+}
+
+/// An agent never reads or changes a secret's content (the mount refuses it the same way).
+fn check_secret(policy: Option<&Path>, ws: &Workspace, path: &str, at: Option<&str>) -> Result<()> {
+    PolicyEngine::from_path(policy)?
+        .secret_paths()
+        .check_agent_access(ws, path, at)?;
+    Ok(())
 }
 
 #[tool_router]
@@ -333,12 +328,12 @@ impl AvfsServer {
         }
     }
 
-    /// Run `command` (built with the call's context) the way the CLI would, on a blocking
-    /// thread: the library is synchronous and an exec may run for minutes.
-    async fn call(
+    /// Run `tool` with the call's context on a blocking thread (the library is synchronous
+    /// and an exec may run for minutes); its output, serialized, is the tool's result.
+    async fn call<T: Serialize>(
         &self,
         vault: Option<String>,
-        command: impl FnOnce(&Ctx) -> Result<Command> + Send + 'static,
+        tool: impl FnOnce(&Ctx) -> Result<T> + Send + 'static,
     ) -> std::result::Result<CallToolResult, McpError> {
         let vault = vault.or_else(|| self.vault.clone());
         let outcome = tokio::task::spawn_blocking(move || {
@@ -347,8 +342,7 @@ impl AvfsServer {
                 vault,
                 service: WorkspaceService::new(Registry::from_env(), Actor::from_env("mcp")),
             };
-            let command = command(&ctx)?;
-            super::run(&ctx, command).1.map(|reply| reply.data)
+            tool(&ctx).map(|out| serde_json::to_value(&out).unwrap_or(Value::Null))
         })
         .await
         .map_err(|e| McpError::internal_error(format!("the tool call failed: {e}"), None))?;
@@ -367,30 +361,46 @@ impl AvfsServer {
         Parameters(p): Parameters<ExecParams>,
     ) -> std::result::Result<CallToolResult, McpError> {
         let policy = self.policy.clone();
-        self.call(p.vault.clone(), move |_| {
-            let mut a: ExecArgs = cli_args(&[])?;
-            match (p.argv, p.shell) {
-                (Some(argv), None) if !argv.is_empty() => a.argv = argv,
-                (None, Some(shell)) => a.shell = Some(shell),
+        self.call(p.vault.clone(), move |ctx| {
+            let (argv, shell) = match (p.argv, p.shell) {
+                (Some(argv), None) if !argv.is_empty() => (Some(argv), None),
+                (None, Some(shell)) => (None, Some(shell)),
                 _ => return Err(Error::invalid("give exactly one of `argv` or `shell`")),
-            }
-            a.timeout = p.timeout.unwrap_or(a.timeout);
-            a.cwd = p.cwd.unwrap_or(a.cwd);
-            a.readonly = p.readonly;
-            if let Some(c) = p.checkpoint {
-                a.checkpoint = match c {
-                    CheckpointParam::Auto => CheckpointArg::Auto,
-                    CheckpointParam::Always => CheckpointArg::Always,
-                    CheckpointParam::Never => CheckpointArg::Never,
-                };
-            }
-            a.approve = p.approve;
-            a.session = p.session;
-            a.policy = policy;
-            a.max_output = p.max_output.unwrap_or(a.max_output);
-            a.confine = p.confine;
-            a.offline = p.offline;
-            Ok(Command::Proxy(ProxyCmd::Exec(a)))
+            };
+            let defaults = ExecOptions::default();
+            let timeout = match &p.timeout {
+                Some(t) => limits::parse_timeout("--timeout", t)?,
+                None => defaults.timeout,
+            };
+            let cwd = p.cwd.unwrap_or(defaults.cwd.clone());
+            let req = CommandRequest {
+                argv,
+                shell,
+                cwd: cwd.clone(),
+            };
+            let opts = ExecOptions {
+                cwd,
+                timeout,
+                readonly: p.readonly,
+                checkpoint: match p.checkpoint {
+                    None => defaults.checkpoint,
+                    Some(CheckpointParam::Auto) => CheckpointMode::Auto,
+                    Some(CheckpointParam::Always) => CheckpointMode::Always,
+                    Some(CheckpointParam::Never) => CheckpointMode::Never,
+                },
+                output_cap: p.max_output.unwrap_or(defaults.output_cap),
+                approve: p.approve,
+                confine: Confinement {
+                    landlock: p.confine,
+                    offline: p.offline,
+                },
+                ..defaults
+            };
+            let place = match p.session {
+                Some(name) => Place::Session(name),
+                None => Place::Selected(ctx.vault.clone()),
+            };
+            exec::exec(&ctx.service, &place, policy.as_deref(), req, opts)
         })
         .await
     }
@@ -405,15 +415,9 @@ impl AvfsServer {
     ) -> std::result::Result<CallToolResult, McpError> {
         let policy = self.policy.clone();
         self.call(p.vault, move |ctx| {
-            // An agent never gets a secret's content (the mount refuses it the same way).
             let (_, ws) = ctx.open()?;
-            super::policy::load(policy.as_ref())?
-                .secret_paths()
-                .check_agent_access(&ws, &p.path, p.at.as_deref())?;
-            Ok(Command::Cat(CatArgs {
-                path: p.path,
-                at: p.at,
-            }))
+            check_secret(policy.as_deref(), &ws, &p.path, p.at.as_deref())?;
+            files::cat(&ws, &p.path, p.at.as_deref())
         })
         .await
     }
@@ -428,22 +432,24 @@ impl AvfsServer {
     ) -> std::result::Result<CallToolResult, McpError> {
         let policy = self.policy.clone();
         self.call(p.vault, move |ctx| {
-            // Nor can it change one, as in the mount.
             let (_, ws) = ctx.open()?;
-            super::policy::load(policy.as_ref())?
-                .secret_paths()
-                .check_agent_access(&ws, &p.path, None)?;
+            check_secret(policy.as_deref(), &ws, &p.path, None)?;
             let mode = match &p.mode {
-                Some(m) => cli_args::<WriteArgs>(&[&format!("--mode={m}"), "--", "x"])?.mode,
+                Some(m) => Some(files::parse_mode(m).map_err(|e| match e {
+                    // Worded as the CLI's `--mode` error, as this tool always has.
+                    Error::InvalidArgument { message } => Error::invalid(format!(
+                        "invalid value '{m}' for '--mode <MODE>': {message}"
+                    )),
+                    e => e,
+                })?),
                 None => None,
             };
-            Ok(Command::Write(WriteArgs {
-                path: p.path,
-                content: Some(p.content),
+            let opts = WriteOptions {
+                mode,
                 parents: p.parents,
                 append: p.append,
-                mode,
-            }))
+            };
+            files::write(&ws, &p.path, p.content.as_bytes(), opts)
         })
         .await
     }
@@ -456,12 +462,14 @@ impl AvfsServer {
         &self,
         Parameters(p): Parameters<ListFilesParams>,
     ) -> std::result::Result<CallToolResult, McpError> {
-        self.call(p.vault, move |_| {
-            let mut a: LsArgs = cli_args(&[])?;
-            a.path = p.path.unwrap_or(a.path);
-            a.all = p.all;
-            a.at = p.at;
-            Ok(Command::Ls(a))
+        self.call(p.vault, move |ctx| {
+            let (_, ws) = ctx.open()?;
+            files::ls(
+                &ws,
+                p.path.as_deref().unwrap_or("/"),
+                p.all,
+                p.at.as_deref(),
+            )
         })
         .await
     }
@@ -474,15 +482,16 @@ impl AvfsServer {
         &self,
         Parameters(p): Parameters<DiffParams>,
     ) -> std::result::Result<CallToolResult, McpError> {
-        self.call(p.vault, move |_| {
-            Ok(Command::Diff(DiffArgs {
+        self.call(p.vault, move |ctx| {
+            let (_, ws) = ctx.open()?;
+            let req = DiffRequest {
                 from: p.from,
                 to: p.to,
-                name_status: false,
-                stat: false,
                 patch: p.patch,
                 show_secrets: false,
-            }))
+                line_stats: false,
+            };
+            Ok(history::diff(&ws, &req)?.output)
         })
         .await
     }
@@ -495,27 +504,41 @@ impl AvfsServer {
         &self,
         Parameters(p): Parameters<CheckpointParams>,
     ) -> std::result::Result<CallToolResult, McpError> {
-        self.call(p.vault, move |_| {
+        self.call(p.vault, move |ctx| {
             let named = |name: Option<String>| {
                 name.ok_or_else(|| Error::invalid("this checkpoint action needs a `name`"))
             };
-            let cmd = match p.action {
-                CheckpointAction::Save => CheckpointCmd::Save(SaveArgs {
-                    name: p.name,
-                    message: p.message,
-                }),
-                CheckpointAction::List => CheckpointCmd::List,
-                CheckpointAction::Info => CheckpointCmd::Info {
-                    name: named(p.name)?,
-                },
-                CheckpointAction::Restore => CheckpointCmd::Restore {
-                    name: named(p.name)?,
-                },
-                CheckpointAction::Delete => CheckpointCmd::Delete {
-                    name: named(p.name)?,
-                },
+            let out = match p.action {
+                CheckpointAction::Save => {
+                    let (_, ws) = ctx.open()?;
+                    let cp: CheckpointInfo = ws
+                        .checkpoint_save(p.name.as_deref(), p.message.as_deref())?
+                        .into();
+                    serde_json::to_value(cp)
+                }
+                CheckpointAction::List => {
+                    let (_, ws) = ctx.open()?;
+                    let list: Vec<CheckpointInfo> =
+                        ws.checkpoints()?.into_iter().map(Into::into).collect();
+                    serde_json::to_value(list)
+                }
+                CheckpointAction::Info => {
+                    let name = named(p.name)?;
+                    let (_, ws) = ctx.open()?;
+                    serde_json::to_value(CheckpointInfo::from(ws.checkpoint(&name)?))
+                }
+                CheckpointAction::Restore => {
+                    let name = named(p.name)?;
+                    let (_, ws) = ctx.open()?;
+                    serde_json::to_value(CheckpointInfo::from(ws.checkpoint_restore(&name)?))
+                }
+                CheckpointAction::Delete => {
+                    let name = named(p.name)?;
+                    let (_, ws) = ctx.open()?;
+                    serde_json::to_value(CheckpointInfo::from(ws.checkpoint_delete(&name)?))
+                }
             };
-            Ok(Command::Checkpoint(cmd))
+            Ok(out.unwrap_or(Value::Null))
         })
         .await
     }
@@ -528,8 +551,9 @@ impl AvfsServer {
         &self,
         Parameters(p): Parameters<RollbackParams>,
     ) -> std::result::Result<CallToolResult, McpError> {
-        self.call(p.vault, move |_| {
-            Ok(Command::Rollback(RollbackArgs { exec_id: p.exec_id }))
+        self.call(p.vault, move |ctx| {
+            let (_, ws) = ctx.open()?;
+            ws.rollback(EXEC_OP, p.exec_id)
         })
         .await
     }
@@ -547,12 +571,8 @@ impl AvfsServer {
                 Some(s) => s,
                 None => selected(ctx)?,
             };
-            Ok(Command::Vault(VaultCmd::Fork(ForkArgs {
-                source,
-                name: p.name,
-                at: p.at,
-                make_current: false,
-            })))
+            let (target, fork) = ctx.service.fork(&source, &p.name, p.at.as_deref(), false)?;
+            Ok(ForkOutput { target, fork })
         })
         .await
     }
@@ -570,15 +590,13 @@ impl AvfsServer {
                 Some(f) => f,
                 None => selected(ctx)?,
             };
-            Ok(Command::Merge(MergeArgs {
-                fork,
-                into: p.into,
-                strategy: p.strategy.map(|s| match s {
-                    StrategyParam::Ours => Strategy::Ours,
-                    StrategyParam::Theirs => Strategy::Theirs,
-                }),
-                dry_run: p.dry_run,
-            }))
+            let strategy = match p.strategy {
+                None => MergeStrategy::Fail,
+                Some(StrategyParam::Ours) => MergeStrategy::Ours,
+                Some(StrategyParam::Theirs) => MergeStrategy::Theirs,
+            };
+            ctx.service
+                .merge(&fork, p.into.as_deref(), strategy, p.dry_run)
         })
         .await
     }

@@ -10,7 +10,6 @@ mod mcp;
 mod mount;
 mod policy;
 mod proxy;
-mod schema;
 mod session;
 mod shell;
 mod transfer;
@@ -19,7 +18,7 @@ mod vault;
 use clap::{Parser, Subcommand};
 
 use agentvfs::model::Workspace;
-use agentvfs::model::path::VPath;
+use agentvfs::service::daemon::{DaemonJob, Launcher};
 use agentvfs::service::{Target, WorkspaceService};
 use agentvfs::{Error, Result};
 
@@ -197,69 +196,38 @@ impl Ctx {
     }
 }
 
-/// How starting a background `avfs` daemon went.
-pub enum Daemon<T> {
-    Ready(T),
-    /// It exited first; with its status and log.
-    Exited(String),
-    TimedOut,
-}
+/// Daemons are this executable run with the foreground form of the command that asked.
+pub struct SelfLauncher;
 
-/// Start `avfs ARGS` as a detached daemon (its own session, output to `log`) and wait up to
-/// 20 s until `ready(pid)` answers.
-pub fn start_daemon<T>(
-    args: &[std::ffi::OsString],
-    log: &std::path::Path,
-    mut ready: impl FnMut(u32) -> Option<T>,
-) -> Result<Daemon<T>> {
-    use std::os::unix::process::CommandExt;
-    use std::time::{Duration, Instant};
-    if let Some(parent) = log.parent() {
-        std::fs::create_dir_all(parent).map_err(|e| Error::io("creating", parent, e))?;
-    }
-    let out = std::fs::File::create(log).map_err(|e| Error::io("creating", log, e))?;
-    let err = out.try_clone().map_err(|e| Error::io("creating", log, e))?;
-    let exe = std::env::current_exe().map_err(|e| Error::io("locating avfs", "", e))?;
-    let mut cmd = std::process::Command::new(exe);
-    cmd.args(args)
-        .stdin(std::process::Stdio::null())
-        .stdout(out)
-        .stderr(err);
-    // SAFETY: setsid is async-signal-safe; it detaches the daemon from our session.
-    unsafe {
-        cmd.pre_exec(|| {
-            rustix::process::setsid()
-                .map(|_| ())
-                .map_err(std::io::Error::from)
-        });
-    }
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| Error::io("starting a daemon", log, e))?;
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Some(t) = ready(child.id()) {
-            return Ok(Daemon::Ready(t));
+impl Launcher for SelfLauncher {
+    fn command(&self, job: &DaemonJob<'_>) -> Result<std::process::Command> {
+        let exe = std::env::current_exe().map_err(|e| Error::io("locating avfs", "", e))?;
+        let mut cmd = std::process::Command::new(exe);
+        match *job {
+            DaemonJob::Mount {
+                vault,
+                dir,
+                readonly,
+            } => {
+                cmd.arg("mount").arg(vault).arg(dir).arg("--foreground");
+                if readonly {
+                    cmd.arg("--readonly");
+                }
+            }
+            DaemonJob::Session { fork, name, policy } => {
+                cmd.args(["session", "start", fork, "--name", name, "--foreground"]);
+                if let Some(p) = policy {
+                    cmd.arg("--policy").arg(p);
+                }
+            }
         }
-        if let Ok(Some(status)) = child.try_wait() {
-            let text = std::fs::read_to_string(log).unwrap_or_default();
-            return Ok(Daemon::Exited(format!("{status}: {}", text.trim())));
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            return Ok(Daemon::TimedOut);
-        }
-        std::thread::sleep(Duration::from_millis(5));
+        Ok(cmd)
     }
 }
 
 /// The clap definition, with examples on every command's `--help`.
 pub fn command() -> clap::Command {
     help::command()
-}
-
-pub fn path(s: &str) -> Result<VPath> {
-    VPath::parse(s)
 }
 
 /// Run a command; returns its name (for the JSON envelope) and its outcome.

@@ -7,9 +7,9 @@ use clap::{Args, ValueEnum};
 use agentvfs::Result;
 use agentvfs::model::{OpInfo, limits};
 use agentvfs::service::confine::Confinement;
+use agentvfs::service::exec::{self, Place};
 use agentvfs::service::policy::CommandRequest;
-use agentvfs::service::proxy::{CheckpointMode, EXEC_OP, Envelope, ExecOptions, ProxyRuntime};
-use agentvfs::service::session;
+use agentvfs::service::proxy::{CheckpointMode, EXEC_OP, Envelope, ExecOptions};
 
 use super::Ctx;
 use crate::output::Reply;
@@ -145,17 +145,15 @@ pub fn cmd_exec(ctx: &Ctx, a: ExecArgs) -> Result<Reply> {
             offline: a.offline,
         },
     };
-    let envelope = match &a.session {
-        Some(name) => {
-            let rec = session::find(ctx.service.registry(), name)?;
-            let opts = ExecOptions {
-                env: Some(std::env::vars().collect()),
-                ..opts
-            };
-            session::exec(&rec, req, opts, a.policy.as_deref())?
-        }
-        None => exec_here(ctx, &a, req, &opts)?,
+    let place = match (&a.session, &a.task) {
+        (Some(name), _) => Place::Session(name.clone()),
+        (None, Some(task)) => Place::Task {
+            task: task.clone(),
+            fork_from: a.fork_from.clone(),
+        },
+        (None, None) => Place::Selected(ctx.vault.clone()),
     };
+    let envelope = exec::exec(&ctx.service, &place, a.policy.as_deref(), req, opts)?;
     let human = if ctx.json {
         String::new()
     } else {
@@ -164,28 +162,6 @@ pub fn cmd_exec(ctx: &Ctx, a: ExecArgs) -> Result<Reply> {
     let mut reply = Reply::bytes(&envelope, human.into_bytes());
     reply.exit_code = Some(envelope.exit_code());
     Ok(reply)
-}
-
-/// Mount for this call only.
-fn exec_here(ctx: &Ctx, a: &ExecArgs, req: CommandRequest, opts: &ExecOptions) -> Result<Envelope> {
-    let policy = super::policy::load(a.policy.as_ref())?;
-    let selector = match (&a.task, &a.fork_from) {
-        (Some(task), Some(from)) => {
-            if ctx.service.resolve(Some(task)).is_err() {
-                ctx.service.fork(from, task, None, false)?;
-            }
-            Some(task.clone())
-        }
-        (Some(task), None) => Some(task.clone()),
-        _ => ctx.vault.clone(),
-    };
-    let (target, ws) = ctx.service.open(selector.as_deref())?;
-    let runtime = ProxyRuntime {
-        ws: &ws,
-        policy: &policy,
-        vault_name: target.name.clone(),
-    };
-    runtime.exec(req, opts)
 }
 
 #[derive(Args)]

@@ -1,14 +1,13 @@
 //! `avfs session start|stop|list`: a daemon keeping one fork mounted for proxied commands.
 
-use std::ffi::OsString;
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
 
+use agentvfs::Result;
 use agentvfs::service::session::{self, SessionRecord};
-use agentvfs::{Error, Result};
 
-use super::{Ctx, Daemon, start_daemon};
+use super::{Ctx, SelfLauncher};
 use crate::output::{Reply, table, time};
 
 #[derive(Subcommand)]
@@ -53,66 +52,15 @@ pub fn run(ctx: &Ctx, c: SessionCmd) -> (&'static str, Result<Reply>) {
 }
 
 fn cmd_start(ctx: &Ctx, a: StartArgs) -> Result<Reply> {
-    if !cfg!(feature = "fuse") {
-        return Err(Error::FuseUnavailable);
-    }
-    let reg = ctx.service.registry();
-    let name = a.name.clone().unwrap_or_else(|| a.fork.clone());
-    session::check_name(&name)?;
-    // Resolve now so a bad fork or policy fails here, not in the daemon.
-    let policy = super::policy::load(a.policy.as_ref())?;
-    let policy_path = match &a.policy {
-        Some(p) => Some(p.canonicalize().map_err(|e| Error::io("resolving", p, e))?),
-        None => None,
+    let req = session::StartRequest {
+        fork: a.fork,
+        name: a.name,
+        policy: a.policy,
+        foreground: a.foreground,
     };
-    let (target, ws) = ctx.service.open(Some(&a.fork))?;
-    if let Some(rec) = session::load(reg, &name)
-        && agentvfs::service::mounts::pid_alive(rec.pid)
-    {
-        return Err(Error::AlreadyExists {
-            name: format!("session {name} (pid {})", rec.pid),
-        });
-    }
-    let rec = session::new_record(
-        reg,
-        &name,
-        &a.fork,
-        &target.path,
-        &target.workspace,
-        policy_path.clone(),
-    )?;
-    if a.foreground {
-        session::serve(reg, ws, policy, rec)?;
+    let Some(rec) = session::start(&ctx.service, &SelfLauncher, &req)? else {
         return Ok(Reply::new(&(), ""));
-    }
-    drop(ws);
-    let mut args: Vec<OsString> = vec![
-        "session".into(),
-        "start".into(),
-        a.fork.clone().into(),
-        "--name".into(),
-        name.clone().into(),
-        "--foreground".into(),
-    ];
-    if let Some(p) = &policy_path {
-        args.push("--policy".into());
-        args.push(p.into());
-    }
-    let failed = |reason: String| Error::SessionFailed {
-        name: name.clone(),
-        reason,
     };
-    // Ready once the daemon recorded itself and answers on its socket.
-    let started = start_daemon(&args, &session::log_path(reg, &name)?, |pid| {
-        session::load(reg, &name)
-            .filter(|r| r.pid == pid && session::call(r, &session::Request::Ping).is_ok())
-    })?;
-    let mut rec = match started {
-        Daemon::Ready(rec) => rec,
-        Daemon::Exited(why) => return Err(failed(format!("the daemon exited: {why}"))),
-        Daemon::TimedOut => return Err(failed("the daemon did not start within 20 s".into())),
-    };
-    rec.alive = true;
     let human = format!(
         "session {} serves {} at {} (pid {}); run commands with `avfs proxy exec --session {} -- CMD`",
         rec.name,

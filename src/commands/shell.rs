@@ -10,9 +10,9 @@ use rustyline::highlight::Highlighter;
 use rustyline::hint::Hinter;
 use rustyline::validate::Validator;
 use rustyline::{Context, Editor, Helper};
-use serde::Serialize;
 
 use agentvfs::model::path::VPath;
+use agentvfs::schema::ShellOutput;
 use agentvfs::{Error, Result};
 
 use super::{Cli, Command, Ctx};
@@ -21,46 +21,33 @@ use crate::output::{self, Reply};
 #[derive(Args)]
 pub struct ShellArgs {}
 
-#[derive(Serialize, schemars::JsonSchema)]
-pub struct ShellOutput {
-    /// Command lines run.
-    pub commands: u64,
-    /// How many of them failed.
-    pub failed: u64,
-}
-
 const BUILTINS: &[&str] = &["cd", "pwd", "use", "help", "exit", "quit"];
 
-/// Options that take a value, so the word after them is not a path.
-const VALUE_OPTIONS: &[&str] = &[
-    "--mode",
-    "--at",
-    "-L",
-    "--type",
-    "--size",
-    "--max-output",
-    "--timeout",
-    "--cwd",
-    "-m",
-    "--message",
-    "--strategy",
-    "--into",
-    "--from",
-    "--limit",
-    "--since",
-    "--keep-last",
-    "--older-than",
-    "--policy",
-    "--approve",
-    "--allow-env",
-    "--task",
-    "--fork-from",
-    "--session",
-    "--name",
-    "--vault",
-    "--checkpoint",
-    "--shell",
-];
+/// The clap command a command line's head names (`["meta", "set"]`), as far as it names one.
+fn command_for<'c>(root: &'c clap::Command, head: &[&str]) -> &'c clap::Command {
+    let mut cmd = root;
+    for h in head {
+        match cmd.find_subcommand(h) {
+            Some(c) => cmd = c,
+            None => break,
+        }
+    }
+    cmd
+}
+
+/// Whether option word `opt` takes a value in command `cmd` (or globally), as clap declares
+/// it, so the word after it is a value and not a path.
+fn takes_value(root: &clap::Command, cmd: &clap::Command, opt: &str) -> bool {
+    cmd.get_arguments().chain(root.get_arguments()).any(|a| {
+        !a.is_positional()
+            && a.get_action().takes_values()
+            && (a
+                .get_long()
+                .is_some_and(|l| opt.strip_prefix("--") == Some(l))
+                || a.get_short()
+                    .is_some_and(|c| opt.strip_prefix('-') == Some(c.to_string().as_str())))
+    })
+}
 
 /// Which positional arguments (by index) of a command are workspace paths.
 fn path_positions(cmd: &[&str]) -> &'static [usize] {
@@ -106,22 +93,15 @@ impl State {
 
     /// The command line as `avfs` arguments: relative paths resolved against the cwd.
     fn rewrite(&self, words: Vec<String>) -> Vec<String> {
-        let groups = [
-            "vault",
-            "checkpoint",
-            "meta",
-            "op",
-            "quota",
-            "policy",
-            "proxy",
-            "session",
-        ];
+        let root = super::command();
+        let is_group = |g: &str| root.find_subcommand(g).is_some_and(|c| c.has_subcommands());
         let head: Vec<&str> = match words.first().map(String::as_str) {
-            Some(g) if groups.contains(&g) => words.iter().take(2).map(String::as_str).collect(),
+            Some(g) if is_group(g) => words.iter().take(2).map(String::as_str).collect(),
             Some(c) => vec![c],
             None => return words,
         };
         let positions = path_positions(&head);
+        let cmd = command_for(&root, &head);
         let mut out: Vec<String> = words[..head.len()].to_vec();
         let mut index = 0;
         let mut skip_value = false;
@@ -133,7 +113,7 @@ impl State {
                 continue;
             }
             if w.starts_with('-') && w.len() > 1 {
-                skip_value = VALUE_OPTIONS.contains(&w.as_str());
+                skip_value = takes_value(&root, cmd, w);
                 out.push(w.clone());
                 continue;
             }
@@ -448,5 +428,18 @@ mod tests {
             "proxy exec --cwd /src -- make"
         );
         assert_eq!(rw("/src", "checkpoint save x"), "checkpoint save x");
+        // Value options come from clap: short forms too, and only where they take one.
+        assert_eq!(
+            rw("/src", "find -s +1k '*.rs' lib"),
+            "find -s +1k *.rs /src/lib"
+        );
+        assert_eq!(
+            rw("/src", "find -t f '*.rs' lib"),
+            "find -t f *.rs /src/lib"
+        );
+        assert_eq!(
+            rw("/src", "checkpoint save -m msg x"),
+            "checkpoint save -m msg x"
+        );
     }
 }

@@ -5,7 +5,8 @@ use std::path::PathBuf;
 use clap::Args;
 
 use agentvfs::Result;
-use agentvfs::service::transfer::{self, ImportOptions, TransferReport};
+use agentvfs::service::apply;
+use agentvfs::service::transfer::{self, ExportOutput, ImportOptions, TransferReport};
 
 use super::Ctx;
 use crate::output::{Reply, size};
@@ -45,14 +46,6 @@ pub struct ExportArgs {
     /// listed: a device an agent made in its fork never becomes a live host device unasked.
     #[arg(long)]
     pub devices: bool,
-}
-
-/// `export` prints a transfer report, or with `--changes` an apply report.
-#[derive(serde::Serialize, schemars::JsonSchema)]
-#[serde(untagged)]
-pub enum ExportOutput {
-    Tree(TransferReport),
-    Changes(agentvfs::service::apply::ApplyReport),
 }
 
 fn summary(verb: &str, r: &TransferReport) -> String {
@@ -103,8 +96,9 @@ pub fn cmd_import(ctx: &Ctx, a: ImportArgs) -> Result<Reply> {
 
 pub fn cmd_export(ctx: &Ctx, a: ExportArgs) -> Result<Reply> {
     if a.changes {
-        let report = super::history::apply_changes(
-            ctx,
+        let (_, ws) = ctx.open()?;
+        let report = apply::apply_named(
+            &ws,
             a.from.as_deref(),
             &a.vault_path,
             &a.host_dir,

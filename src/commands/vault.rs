@@ -2,12 +2,9 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, Subcommand};
-use serde::Serialize;
-
-use agentvfs::model::{ForkInfo, VaultInfo};
-use agentvfs::service::Target;
+use agentvfs::service::workspace::{ForkOutput, InfoOutput};
 use agentvfs::{Error, Result};
+use clap::{Args, Subcommand};
 
 use super::Ctx;
 use crate::output::{Reply, size, table, time};
@@ -58,19 +55,6 @@ pub struct ForkArgs {
     /// Make the new fork the current vault.
     #[arg(long = "use")]
     pub make_current: bool,
-}
-
-#[derive(Serialize, schemars::JsonSchema)]
-pub struct InfoOutput {
-    pub name: String,
-    #[serde(flatten)]
-    pub info: VaultInfo,
-}
-
-#[derive(Serialize, schemars::JsonSchema)]
-pub struct ForkOutput {
-    pub target: Target,
-    pub fork: ForkInfo,
 }
 
 pub fn run(ctx: &Ctx, cmd: VaultCmd) -> (&'static str, Result<Reply>) {

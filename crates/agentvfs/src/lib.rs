@@ -8,6 +8,7 @@ pub mod error;
 #[cfg(feature = "fuse")]
 pub mod fuse;
 pub mod model;
+pub mod schema;
 pub mod service;
 pub mod store;
 

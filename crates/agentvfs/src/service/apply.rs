@@ -109,6 +109,22 @@ fn host_matches(v: &View<'_>, host: &Path, node: Option<&Node>) -> Result<bool> 
     })
 }
 
+/// [`apply`] from a state named as `diff` names one (default: `@base`, where this fork
+/// started), for the workspace subtree `prefix`.
+pub fn apply_named(
+    ws: &Workspace,
+    from: Option<&str>,
+    prefix: &str,
+    host: &Path,
+    opts: ApplyOptions,
+) -> Result<ApplyReport> {
+    let from = match from {
+        Some(s) => crate::service::history::state_ref(ws, s)?,
+        None => StateRef::ForkBase(ws.name().to_string()),
+    };
+    apply(ws, &from, &VPath::parse(prefix)?, host, opts)
+}
+
 /// Apply the changes from `from` to the live state of `ws`, under workspace path `prefix`,
 /// into host directory `host` (workspace `prefix` maps to `host`).
 pub fn apply(

@@ -238,3 +238,141 @@ fn file_patch(
     }
     Ok(out)
 }
+
+// `diff` data (a doc comment here would change the committed schema).
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct DiffOutput {
+    pub from: String,
+    pub to: String,
+    pub summary: DiffSummary,
+    pub changes: Vec<Change>,
+    /// The unified patch, with --patch.
+    pub patch: Option<String>,
+}
+
+/// What a `diff` compares and how much detail it computes.
+#[derive(Debug, Clone, Default)]
+pub struct DiffRequest {
+    /// A state name (see [`state_ref`]); default: [`default_from`].
+    pub from: Option<String>,
+    /// A state name; default: the live state.
+    pub to: Option<String>,
+    /// Compute the unified patch.
+    pub patch: bool,
+    /// Show the content of secret files (the built-in policy's `[secrets]`) in the patch.
+    pub show_secrets: bool,
+    /// Count inserted and deleted lines per change.
+    pub line_stats: bool,
+}
+
+/// A diff and, when asked, its line counts: one entry per change, `None` for binary
+/// content.
+#[derive(Debug, Clone)]
+pub struct Diff {
+    pub output: DiffOutput,
+    pub line_stats: Vec<Option<(u64, u64)>>,
+}
+
+/// How a state is named in a diff's output.
+pub fn describe(s: &StateRef) -> String {
+    match s {
+        StateRef::Live(w) => format!("{w}@live"),
+        StateRef::Checkpoint { workspace, name } => format!("{workspace}:{name}"),
+        StateRef::ForkBase(w) => format!("{w}@base"),
+        StateRef::Root(id) => id.short(),
+    }
+}
+
+/// What changed between two states of `ws` (default: the last checkpoint, else `@base`, to
+/// the live state). A patch withholds secret files' content unless `show_secrets`.
+pub fn diff(ws: &Workspace, req: &DiffRequest) -> Result<Diff> {
+    let from = match &req.from {
+        Some(s) => state_ref(ws, s)?,
+        None => default_from(ws)?,
+    };
+    let to = match &req.to {
+        Some(s) => state_ref(ws, s)?,
+        None => StateRef::Live(ws.name().to_string()),
+    };
+    let (changes, patch, line_stats) = ws.vault().with_views(&from, &to, |va, vb| {
+        let changes = crate::model::diff::diff_views(va, vb)?;
+        let patch = if req.patch {
+            let policy = crate::service::policy::PolicyEngine::builtin();
+            let secrets = (!req.show_secrets).then(|| policy.secret_paths());
+            Some(patches(va, vb, &changes, secrets)?)
+        } else {
+            None
+        };
+        let line_stats = if req.line_stats {
+            changes
+                .iter()
+                .map(|c| line_stat(va, vb, c))
+                .collect::<Result<Vec<_>>>()?
+        } else {
+            Vec::new()
+        };
+        Ok((changes, patch, line_stats))
+    })?;
+    Ok(Diff {
+        output: DiffOutput {
+            from: describe(&from),
+            to: describe(&to),
+            summary: summarize(&changes),
+            changes,
+            patch,
+        },
+        line_stats,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::WriteOptions;
+    use crate::service::{files, testing};
+
+    fn put(ws: &Workspace, path: &str, text: &str) {
+        let opts = WriteOptions {
+            mode: None,
+            parents: false,
+            append: false,
+        };
+        files::write(ws, path, text.as_bytes(), opts).unwrap();
+    }
+
+    #[test]
+    fn diff_defaults_to_the_last_checkpoint_and_withholds_secrets() {
+        let h = testing::home();
+        put(&h.ws, "/a.txt", "one\n");
+        let first = diff(&h.ws, &DiffRequest::default()).unwrap();
+        assert_eq!(first.output.from, "main@base", "no checkpoint yet");
+        assert_eq!(first.output.to, "main@live");
+        h.ws.checkpoint_save(Some("cp"), None).unwrap();
+        put(&h.ws, "/a.txt", "two\n");
+        put(&h.ws, "/.env", "TOKEN=hunter2\n");
+        let req = DiffRequest {
+            patch: true,
+            line_stats: true,
+            ..DiffRequest::default()
+        };
+        let d = diff(&h.ws, &req).unwrap();
+        assert_eq!(d.output.from, "main:cp");
+        assert_eq!((d.output.summary.added, d.output.summary.modified), (1, 1));
+        let patch = d.output.patch.unwrap();
+        assert!(patch.contains("+two"), "{patch}");
+        assert!(
+            !patch.contains("hunter2"),
+            "a secret's content is withheld: {patch}"
+        );
+        assert_eq!(d.line_stats.len(), 2);
+        let shown = diff(
+            &h.ws,
+            &DiffRequest {
+                show_secrets: true,
+                ..req
+            },
+        )
+        .unwrap();
+        assert!(shown.output.patch.unwrap().contains("hunter2"));
+    }
+}

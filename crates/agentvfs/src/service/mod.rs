@@ -3,8 +3,11 @@
 
 pub mod apply;
 pub mod confine;
+pub mod daemon;
+pub mod exec;
 pub mod files;
 pub mod history;
+pub mod maintenance;
 pub mod mount;
 pub mod mounts;
 pub mod policy;
@@ -19,3 +22,29 @@ pub mod workspace;
 
 pub use registry::Registry;
 pub use workspace::{DeleteReport, Target, VaultListEntry, WorkspaceService};
+
+/// What the services' unit tests share: a real vault file in a temporary home.
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::{Registry, WorkspaceService};
+    use crate::model::{Actor, Workspace};
+
+    /// A temporary `$AVFS_HOME` with one registered vault, `demo`, opened.
+    pub struct Home {
+        pub dir: tempfile::TempDir,
+        pub service: WorkspaceService,
+        pub ws: Workspace,
+    }
+
+    pub fn home() -> Home {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let actor = Actor {
+            actor: "test".into(),
+            source: "test".into(),
+        };
+        let service = WorkspaceService::new(Registry::at(dir.path().join("home")), actor);
+        service.create_vault("demo", None).expect("create vault");
+        let (_, ws) = service.open(Some("demo")).expect("open vault");
+        Home { dir, service, ws }
+    }
+}

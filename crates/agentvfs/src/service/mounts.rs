@@ -1,11 +1,16 @@
-//! The mount table: which directories avfs serves, from which vault, by which daemon.
+//! The mount table and the mount lifecycle: which directories avfs serves, from which
+//! vault, by which daemon; mounting (stale cleanup, the empty-directory rule, the daemon or
+//! the foreground serve loop) and unmounting (detach, wait for the daemon to save).
 //! Records live in `$AVFS_HOME/mounts/` so `avfs mounts` and `avfs unmount` work from any
 //! process, and a mount left by a killed daemon is detected (and cleaned up) by its dir.
 
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use super::WorkspaceService;
+use super::daemon::{self, Daemon, DaemonJob, Launcher};
 use super::registry::Registry;
 use crate::error::{Error, Result};
 
@@ -131,5 +136,316 @@ pub fn detach(dir: &Path) -> Result<()> {
             dir: dir.to_path_buf(),
             reason: format!("unmount failed: {e}"),
         }),
+    }
+}
+
+// `unmount` data.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct UnmountOutput {
+    pub dir: PathBuf,
+    /// False if nothing was mounted there (unmounting twice is not an error).
+    pub was_mounted: bool,
+    /// True if a mount left by a dead daemon was cleaned up.
+    pub stale: bool,
+}
+
+/// What to mount where.
+#[derive(Debug, Clone)]
+pub struct MountRequest {
+    /// The vault or fork; `NAME@CHECKPOINT` mounts a checkpoint read-only.
+    pub vault: String,
+    /// An existing empty directory.
+    pub dir: PathBuf,
+    pub readonly: bool,
+    /// Serve in this process until unmounted or signalled, instead of in a daemon.
+    pub foreground: bool,
+}
+
+/// How long `unmount` waits for the daemon to save its session and exit.
+const UNMOUNT_WAIT: Duration = Duration::from_secs(30);
+
+/// The absolute path of a mount point: an existing directory, or a mount whose daemon
+/// died (the kernel answers ENOTCONN, but the path is still usable for cleanup).
+pub fn canonical_dir(dir: &Path) -> Result<PathBuf> {
+    match std::fs::metadata(dir) {
+        Ok(m) if m.is_dir() => dir
+            .canonicalize()
+            .map_err(|e| Error::io("resolving", dir, e)),
+        Ok(_) => Err(Error::MountFailed {
+            dir: dir.to_path_buf(),
+            reason: "not a directory".into(),
+        }),
+        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => {
+            Ok(std::path::absolute(dir).unwrap_or(dir.to_path_buf()))
+        }
+        Err(e) => Err(Error::io("opening", dir, e)),
+    }
+}
+
+/// Clean up a mount at `dir` whose daemon is gone (true if there was one); refuse one
+/// that is alive. A record without a kernel mount is dropped.
+pub fn clear_stale(reg: &Registry, dir: &Path) -> Result<bool> {
+    let rec = load(reg, dir);
+    if kernel_has(dir) {
+        if let Some(r) = &rec
+            && pid_alive(r.pid)
+        {
+            return Err(Error::MountFailed {
+                dir: dir.to_path_buf(),
+                reason: format!(
+                    "already mounted by avfs (pid {}); run `avfs unmount` first",
+                    r.pid
+                ),
+            });
+        }
+        detach(dir)?;
+        remove(reg, dir);
+        return Ok(true);
+    }
+    if rec.is_some() {
+        remove(reg, dir);
+    }
+    Ok(false)
+}
+
+/// Mount `req.vault` at `req.dir`. The name and checkpoint are resolved here so a bad one
+/// fails at once, not in the daemon; the directory must be empty. In the foreground this
+/// serves until unmounted and returns `None`; otherwise it starts a daemon through
+/// `launcher` and returns its record once the kernel has the mount.
+pub fn mount(
+    service: &WorkspaceService,
+    launcher: &dyn Launcher,
+    req: &MountRequest,
+) -> Result<Option<MountRecord>> {
+    if !cfg!(feature = "fuse") {
+        return Err(Error::FuseUnavailable);
+    }
+    let dir = canonical_dir(&req.dir)?;
+    let (spec, at) = match req.vault.split_once('@') {
+        Some((v, cp)) => (v.to_string(), Some(cp.to_string())),
+        None => (req.vault.clone(), None),
+    };
+    let (target, ws) = service.open(Some(&spec))?;
+    if let Some(cp) = &at {
+        ws.checkpoint(cp)?;
+    }
+    drop(ws);
+    let reg = service.registry();
+    clear_stale(reg, &dir)?;
+    if std::fs::read_dir(&dir)
+        .map(|mut d| d.next().is_some())
+        .unwrap_or(false)
+    {
+        return Err(Error::MountFailed {
+            dir,
+            reason: "directory is not empty".into(),
+        });
+    }
+    let rec = MountRecord {
+        dir: dir.clone(),
+        vault: req.vault.clone(),
+        path: target.path.clone(),
+        workspace: target.workspace.clone(),
+        checkpoint: at.clone(),
+        readonly: req.readonly || at.is_some(),
+        pid: std::process::id(),
+        since: crate::model::now_ns(),
+        transport: String::new(),
+        alive: true,
+    };
+    if req.foreground {
+        serve(service, &spec, at, rec)?;
+        return Ok(None);
+    }
+    let failed = |reason: String| Error::MountFailed {
+        dir: dir.clone(),
+        reason,
+    };
+    let job = DaemonJob::Mount {
+        vault: &req.vault,
+        dir: &dir,
+        readonly: req.readonly,
+    };
+    // Ready only once the kernel has the mount and the daemon recorded it.
+    let started = daemon::start(launcher, &job, &log_path(reg, &dir)?, |pid| {
+        load(reg, &dir).filter(|rec| rec.pid == pid && kernel_has(&dir))
+    })?;
+    match started {
+        Daemon::Ready(rec) => Ok(Some(rec)),
+        Daemon::Exited(why) => Err(failed(format!("the mount daemon exited: {why}"))),
+        Daemon::TimedOut => Err(failed("the mount did not become ready within 20 s".into())),
+    }
+}
+
+/// Serve a mount in this process until it is unmounted or SIGTERM/SIGINT/SIGHUP arrives;
+/// the record is saved while it serves and removed after.
+#[cfg(feature = "fuse")]
+fn serve(
+    service: &WorkspaceService,
+    spec: &str,
+    at: Option<String>,
+    mut rec: MountRecord,
+) -> Result<()> {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use super::mount::MountSession;
+
+    let (_, ws) = service.open(Some(spec))?;
+    let session = MountSession::new(ws, at, rec.readonly)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGHUP,
+    ] {
+        signal_hook::flag::register(sig, stop.clone())
+            .map_err(|e| Error::io("installing signal handler", "", e))?;
+    }
+    let mounted = crate::fuse::spawn(session, &rec.dir).map_err(|e| Error::MountFailed {
+        dir: rec.dir.clone(),
+        reason: e.to_string(),
+    })?;
+    rec.transport = mounted.transport.as_str().into();
+    let bg = mounted.background;
+    let reg = service.registry();
+    save(reg, &rec)?;
+    while !bg.guard.is_finished() && !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let result = if bg.guard.is_finished() {
+        bg.join()
+    } else {
+        bg.umount_and_join()
+    };
+    remove(reg, &rec.dir);
+    result.map_err(|e| Error::MountFailed {
+        dir: rec.dir.clone(),
+        reason: e.to_string(),
+    })
+}
+
+#[cfg(not(feature = "fuse"))]
+fn serve(
+    _service: &WorkspaceService,
+    _spec: &str,
+    _at: Option<String>,
+    _rec: MountRecord,
+) -> Result<()> {
+    Err(Error::FuseUnavailable)
+}
+
+/// Unmount `dir` (also a mount left by a dead daemon) and wait for its daemon to save the
+/// session (op log entry, durable commit) and exit. Nothing mounted is not an error.
+pub fn unmount(reg: &Registry, dir: &Path) -> Result<UnmountOutput> {
+    let dir = canonical_dir(dir)?;
+    let rec = load(reg, &dir);
+    if !kernel_has(&dir) {
+        remove(reg, &dir);
+        return Ok(UnmountOutput {
+            dir,
+            was_mounted: false,
+            stale: false,
+        });
+    }
+    let stale = rec.as_ref().is_none_or(|r| !pid_alive(r.pid));
+    detach(&dir)?;
+    if let Some(r) = &rec {
+        let deadline = Instant::now() + UNMOUNT_WAIT;
+        while pid_alive(r.pid) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    remove(reg, &dir);
+    Ok(UnmountOutput {
+        dir,
+        was_mounted: true,
+        stale,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::service::daemon::tests::Script;
+    use crate::service::testing;
+
+    fn request(dir: &Path) -> MountRequest {
+        MountRequest {
+            vault: "demo".into(),
+            dir: dir.to_path_buf(),
+            readonly: false,
+            foreground: false,
+        }
+    }
+
+    #[test]
+    #[cfg(feature = "fuse")]
+    fn a_non_empty_directory_is_refused_before_any_daemon_starts() {
+        let h = testing::home();
+        let dir = h.dir.path().join("mnt");
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::write(dir.join("keep"), "x").unwrap();
+        let err = mount(&h.service, &Script("exit 9"), &request(&dir)).unwrap_err();
+        assert!(err.to_string().contains("not empty"), "{err}");
+        let bad = MountRequest {
+            vault: "demo@nope".into(),
+            ..request(&dir)
+        };
+        let err = mount(&h.service, &Script("exit 9"), &bad).unwrap_err();
+        assert_eq!(
+            err.kind(),
+            "checkpoint_not_found",
+            "a bad checkpoint fails first"
+        );
+    }
+
+    #[test]
+    #[cfg(feature = "fuse")]
+    fn a_daemon_that_dies_is_a_mount_failure_with_its_log() {
+        let h = testing::home();
+        let dir = h.dir.path().join("mnt");
+        std::fs::create_dir(&dir).unwrap();
+        let err = mount(
+            &h.service,
+            &Script("echo no-fuse-here; exit 1"),
+            &request(&dir),
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("no-fuse-here"), "{err}");
+    }
+
+    #[test]
+    fn a_record_without_a_kernel_mount_is_stale_and_dropped() {
+        let h = testing::home();
+        let reg = h.service.registry();
+        let dir = h.dir.path().join("mnt");
+        std::fs::create_dir(&dir).unwrap();
+        let dir = canonical_dir(&dir).unwrap();
+        let rec = MountRecord {
+            dir: dir.clone(),
+            vault: "demo".into(),
+            path: PathBuf::from("/x"),
+            workspace: "main".into(),
+            checkpoint: None,
+            readonly: false,
+            pid: u32::MAX,
+            since: 0,
+            transport: String::new(),
+            alive: false,
+        };
+        save(reg, &rec).unwrap();
+        assert!(
+            !clear_stale(reg, &dir).unwrap(),
+            "no kernel mount to detach"
+        );
+        assert!(load(reg, &dir).is_none());
+        save(reg, &rec).unwrap();
+        let out = unmount(reg, &dir).unwrap();
+        assert!(!out.was_mounted && !out.stale);
+        assert!(load(reg, &dir).is_none(), "unmount drops the record too");
+        let file = dir.join("f");
+        std::fs::write(&file, "").unwrap();
+        assert_eq!(canonical_dir(&file).unwrap_err().kind(), "mount_failed");
     }
 }

@@ -521,3 +521,124 @@ fn error_response(e: &Error) -> Response {
         exit_code: e.exit_code(),
     }
 }
+
+/// What `session start` is asked.
+#[derive(Debug, Clone)]
+pub struct StartRequest {
+    /// The vault or fork to keep mounted.
+    pub fork: String,
+    /// The session's name (default: `fork`).
+    pub name: Option<String>,
+    /// A policy file for every command of the session (default: the built-in policy).
+    pub policy: Option<PathBuf>,
+    /// Serve in this process until stopped, instead of in a daemon.
+    pub foreground: bool,
+}
+
+/// Start a session. The name, fork and policy are checked here so a bad one fails at once,
+/// not in the daemon, and a session of that name that still runs is refused. In the
+/// foreground this serves until stopped and returns `None`; otherwise it starts a daemon
+/// through `launcher` and returns its record once the daemon answers on its socket.
+pub fn start(
+    service: &super::WorkspaceService,
+    launcher: &dyn super::daemon::Launcher,
+    req: &StartRequest,
+) -> Result<Option<SessionRecord>> {
+    use super::daemon::{self, Daemon, DaemonJob};
+    if !cfg!(feature = "fuse") {
+        return Err(Error::FuseUnavailable);
+    }
+    let reg = service.registry();
+    let name = req.name.clone().unwrap_or_else(|| req.fork.clone());
+    check_name(&name)?;
+    let policy = PolicyEngine::from_path(req.policy.as_deref())?;
+    let policy_path = match &req.policy {
+        Some(p) => Some(p.canonicalize().map_err(|e| Error::io("resolving", p, e))?),
+        None => None,
+    };
+    let (target, ws) = service.open(Some(&req.fork))?;
+    if let Some(rec) = load(reg, &name)
+        && mounts::pid_alive(rec.pid)
+    {
+        return Err(Error::AlreadyExists {
+            name: format!("session {name} (pid {})", rec.pid),
+        });
+    }
+    let rec = new_record(
+        reg,
+        &name,
+        &req.fork,
+        &target.path,
+        &target.workspace,
+        policy_path.clone(),
+    )?;
+    if req.foreground {
+        serve(reg, ws, policy, rec)?;
+        return Ok(None);
+    }
+    drop(ws);
+    let failed = |reason: String| Error::SessionFailed {
+        name: name.clone(),
+        reason,
+    };
+    let job = DaemonJob::Session {
+        fork: &req.fork,
+        name: &name,
+        policy: policy_path.as_deref(),
+    };
+    // Ready once the daemon recorded itself and answers on its socket.
+    let started = daemon::start(launcher, &job, &log_path(reg, &name)?, |pid| {
+        load(reg, &name).filter(|r| r.pid == pid && call(r, &Request::Ping).is_ok())
+    })?;
+    let mut rec = match started {
+        Daemon::Ready(rec) => rec,
+        Daemon::Exited(why) => return Err(failed(format!("the daemon exited: {why}"))),
+        Daemon::TimedOut => return Err(failed("the daemon did not start within 20 s".into())),
+    };
+    rec.alive = true;
+    Ok(Some(rec))
+}
+
+#[cfg(test)]
+mod start_tests {
+    use super::*;
+    use crate::service::daemon::tests::Script;
+    use crate::service::testing;
+
+    fn request(name: Option<&str>) -> StartRequest {
+        StartRequest {
+            fork: "demo".into(),
+            name: name.map(str::to_string),
+            policy: None,
+            foreground: false,
+        }
+    }
+
+    #[test]
+    #[cfg(feature = "fuse")]
+    fn a_bad_name_or_policy_fails_before_a_daemon_starts() {
+        let h = testing::home();
+        let never = Script("touch /nonexistent/started; exit 1");
+        let bad = start(&h.service, &never, &request(Some("../x"))).unwrap_err();
+        assert_eq!(bad.kind(), "invalid_name");
+        let missing = StartRequest {
+            policy: Some(h.dir.path().join("none.toml")),
+            ..request(None)
+        };
+        assert!(start(&h.service, &never, &missing).is_err());
+    }
+
+    #[test]
+    #[cfg(feature = "fuse")]
+    fn a_daemon_that_exits_is_a_session_failure_with_its_log() {
+        let h = testing::home();
+        let err = start(
+            &h.service,
+            &Script("echo cannot-serve; exit 2"),
+            &request(Some("s1")),
+        )
+        .unwrap_err();
+        assert_eq!(err.kind(), "session_failed");
+        assert!(err.to_string().contains("cannot-serve"), "{err}");
+    }
+}

@@ -660,3 +660,11 @@ fn set_times_ns(path: &Path, atime: i64, mtime: i64) -> Result<()> {
     )
     .map_err(|e| Error::io("setting times of", path, e.into()))
 }
+
+/// `export` prints a transfer report, or with `--changes` an apply report.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[serde(untagged)]
+pub enum ExportOutput {
+    Tree(TransferReport),
+    Changes(crate::service::apply::ApplyReport),
+}

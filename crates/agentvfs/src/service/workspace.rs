@@ -8,6 +8,7 @@ use serde::Serialize;
 
 use super::registry::{Registry, RegistryEntry, close_names};
 use crate::error::{Error, Result};
+use crate::model::merge::{MergeReport, MergeStrategy};
 use crate::model::{Actor, CheckReport, ForkInfo, Problem, Vault, VaultInfo, Workspace};
 
 const MAIN: &str = "main";
@@ -40,6 +41,21 @@ pub struct DeleteReport {
     pub file_deleted: bool,
     /// Registered names that went with it.
     pub unregistered: Vec<String>,
+}
+
+// `vault info` data.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct InfoOutput {
+    pub name: String,
+    #[serde(flatten)]
+    pub info: VaultInfo,
+}
+
+// `vault fork` data.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct ForkOutput {
+    pub target: Target,
+    pub fork: ForkInfo,
 }
 
 #[derive(Clone)]
@@ -344,5 +360,112 @@ impl WorkspaceService {
                 info,
             ))
         })
+    }
+
+    /// Open task fork `task`, forking it from `fork_from` first if it does not exist yet
+    /// (so the first command of a task makes its fork, and later ones reuse it).
+    pub fn open_task(&self, task: &str, fork_from: Option<&str>) -> Result<(Target, Workspace)> {
+        if let Some(from) = fork_from
+            && self.resolve(Some(task)).is_err()
+        {
+            self.fork(from, task, None, false)?;
+        }
+        self.open(Some(task))
+    }
+
+    /// Merge fork `fork` three-way into `into`, or into its parent when `into` is `None`.
+    /// `into` names a registered vault or fork, or a workspace in the fork's own vault; a
+    /// fork never merges into another vault file.
+    pub fn merge(
+        &self,
+        fork: &str,
+        into: Option<&str>,
+        strategy: MergeStrategy,
+        dry_run: bool,
+    ) -> Result<MergeReport> {
+        let (src, fork_ws) = self.open(Some(fork))?;
+        let into = match into {
+            Some(i) => i.to_string(),
+            None => fork_ws
+                .vault()
+                .forks()?
+                .into_iter()
+                .find(|f| f.name == src.workspace)
+                .and_then(|f| f.parent)
+                .ok_or_else(|| Error::invalid(format!("`{fork}` has no parent: pass --into")))?,
+        };
+        let target = match self.open(Some(&into)) {
+            Ok((t, w)) if t.path == src.path => w,
+            Ok(_) => {
+                return Err(Error::invalid(
+                    "a fork can only be merged within its own vault",
+                ));
+            }
+            Err(_) => fork_ws.vault().workspace(&into, self.actor.clone())?,
+        };
+        fork_ws
+            .vault()
+            .merge(&src.workspace, &target, strategy, dry_run)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::model::WriteOptions;
+    use crate::model::merge::MergeStrategy;
+    use crate::service::{files, testing};
+
+    #[test]
+    fn a_task_fork_is_made_on_first_use_and_reused_after() {
+        let h = testing::home();
+        let opts = WriteOptions {
+            mode: None,
+            parents: false,
+            append: false,
+        };
+        files::write(&h.ws, "/a", b"1", opts).unwrap();
+        assert_eq!(
+            h.service.open_task("t1", None).err().map(|e| e.kind()),
+            Some("vault_not_found")
+        );
+        let (t, ws) = h.service.open_task("t1", Some("demo")).unwrap();
+        assert_eq!(t.workspace, "t1");
+        files::write(&ws, "/b", b"2", opts).unwrap();
+        // The second call must not fork again (that would fail: the name exists).
+        let (_, again) = h.service.open_task("t1", Some("demo")).unwrap();
+        assert!(files::stat(&again, "/b", None).is_ok());
+    }
+
+    #[test]
+    fn merge_defaults_to_the_parent_and_refuses_a_fork_without_one() {
+        let h = testing::home();
+        let opts = WriteOptions {
+            mode: None,
+            parents: false,
+            append: false,
+        };
+        h.service.fork("demo", "f1", None, false).unwrap();
+        let (_, f1) = h.service.open(Some("f1")).unwrap();
+        files::write(&f1, "/new.txt", b"hi", opts).unwrap();
+        let dry = h
+            .service
+            .merge("f1", None, MergeStrategy::Fail, true)
+            .unwrap();
+        assert!(!dry.applied);
+        assert!(
+            files::stat(&h.ws, "/new.txt", None).is_err(),
+            "a dry run changes nothing"
+        );
+        let report = h
+            .service
+            .merge("f1", None, MergeStrategy::Fail, false)
+            .unwrap();
+        assert_eq!(report.into, "main");
+        assert!(files::stat(&h.ws, "/new.txt", None).is_ok());
+        let err = h
+            .service
+            .merge("demo", None, MergeStrategy::Fail, false)
+            .unwrap_err();
+        assert_eq!(err.kind(), "invalid_argument");
     }
 }

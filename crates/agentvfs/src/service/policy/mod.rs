@@ -123,6 +123,7 @@
 //! `docs/policy.md` documents the same format with the complete default policy.
 
 mod classify;
+mod inspect;
 mod rules;
 mod shell;
 
@@ -133,6 +134,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 use crate::service::secrets::{SecretEnv, SecretPaths};
 
+pub use inspect::{PolicyShowOutput, PolicyTestOutput, check};
 use rules::{Example, PolicyFile, Rule};
 use shell::{Analyzer, Arg, Fact, Scope, Stdin};
 

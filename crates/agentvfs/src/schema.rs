@@ -1,28 +1,61 @@
-//! The JSON Schema of every command's `--json` output, derived from the output types so it
-//! cannot drift from them. `schema/avfs.schema.json` is this document, checked by a test.
+//! The JSON contract: the schema of every `avfs --json` command's output, derived from the
+//! services' own output types so it cannot drift from them. `schema/avfs.schema.json` is
+//! this document, checked by a test. The few outputs of adapter-only commands (completions,
+//! man pages, the interactive shell) are declared here too, so every type is the library's.
 
 use schemars::{JsonSchema, schema_for};
 use serde_json::{Value, json};
 
-use agentvfs::model::{CheckReport, CheckpointInfo, GcReport, PathVersion, Quota, StatsReport};
-use agentvfs::service::files::NodeInfo;
-use agentvfs::service::search::{FoundEntry, GrepMatch};
-use agentvfs::service::transfer::TransferReport;
-use agentvfs::service::{DeleteReport, Target, VaultListEntry};
-use agentvfs::store::AuditRecord;
+use std::path::PathBuf;
 
-use agentvfs::model::OpInfo;
-use agentvfs::model::merge::MergeReport;
-use agentvfs::service::apply::ApplyReport;
+use serde::Serialize;
 
-use agentvfs::service::mounts::MountRecord;
+use crate::model::{CheckReport, CheckpointInfo, GcReport, PathVersion, Quota, StatsReport};
+use crate::service::files::NodeInfo;
+use crate::service::search::{FoundEntry, GrepMatch};
+use crate::service::transfer::TransferReport;
+use crate::service::{DeleteReport, Target, VaultListEntry};
+use crate::store::AuditRecord;
 
-use super::admin::CompactOutput;
-use super::files::{CatOutput, MetaOutput, MoveOutput, PathsOutput, TreeNode, WriteOutput};
-use super::history::{DiffOutput, PruneOutput};
-use super::mount::UnmountOutput;
-use super::transfer::ExportOutput;
-use super::vault::{ForkOutput, InfoOutput};
+use crate::model::OpInfo;
+use crate::model::merge::MergeReport;
+use crate::service::apply::ApplyReport;
+
+use crate::service::mounts::MountRecord;
+
+use crate::service::files::{
+    CatOutput, MetaOutput, MoveOutput, PathsOutput, TreeNode, WriteOutput,
+};
+use crate::service::history::DiffOutput;
+use crate::service::maintenance::{CompactOutput, PruneOutput};
+use crate::service::mounts::UnmountOutput;
+use crate::service::transfer::ExportOutput;
+use crate::service::workspace::{ForkOutput, InfoOutput};
+
+// `avfs completions` data.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct CompletionsOutput {
+    pub shell: String,
+    pub script: String,
+}
+
+// `avfs man` data.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct ManOutput {
+    /// The pages written (with --dir).
+    pub pages: Vec<PathBuf>,
+    /// The avfs(1) page in roff (without --dir).
+    pub text: Option<String>,
+}
+
+// `avfs shell` data.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct ShellOutput {
+    /// Command lines run.
+    pub commands: u64,
+    /// How many of them failed.
+    pub failed: u64,
+}
 
 fn s<T: JsonSchema>() -> Value {
     serde_json::to_value(schema_for!(T)).unwrap_or(Value::Null)
@@ -75,25 +108,28 @@ pub fn commands() -> Vec<(&'static str, Value)> {
         ("mount", s::<MountRecord>()),
         ("unmount", s::<UnmountOutput>()),
         ("mounts", s::<Vec<MountRecord>>()),
-        ("policy show", s::<super::policy::PolicyShowOutput>()),
-        ("policy test", s::<super::policy::PolicyTestOutput>()),
-        ("proxy check", s::<agentvfs::service::policy::Decision>()),
-        ("proxy exec", s::<agentvfs::service::proxy::Envelope>()),
+        (
+            "policy show",
+            s::<crate::service::policy::PolicyShowOutput>(),
+        ),
+        (
+            "policy test",
+            s::<crate::service::policy::PolicyTestOutput>(),
+        ),
+        ("proxy check", s::<crate::service::policy::Decision>()),
+        ("proxy exec", s::<crate::service::proxy::Envelope>()),
         ("rollback", s::<OpInfo>()),
-        ("completions", s::<super::help::CompletionsOutput>()),
-        ("man", s::<super::help::ManOutput>()),
-        ("shell", s::<super::shell::ShellOutput>()),
+        ("completions", s::<CompletionsOutput>()),
+        ("man", s::<ManOutput>()),
+        ("shell", s::<ShellOutput>()),
         (
             "session start",
-            s::<agentvfs::service::session::SessionRecord>(),
+            s::<crate::service::session::SessionRecord>(),
         ),
-        (
-            "session stop",
-            s::<agentvfs::service::session::StopReport>(),
-        ),
+        ("session stop", s::<crate::service::session::StopReport>()),
         (
             "session list",
-            s::<Vec<agentvfs::service::session::SessionRecord>>(),
+            s::<Vec<crate::service::session::SessionRecord>>(),
         ),
         ("quota show", s::<Quota>()),
         ("quota set", s::<Quota>()),

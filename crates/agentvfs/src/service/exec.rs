@@ -1,0 +1,56 @@
+//! Where a proxied command runs: in a running session's mount, or in a mount made for
+//! this call, in the selected workspace or in a task fork made on first use.
+
+use std::path::Path;
+
+use super::WorkspaceService;
+use super::policy::{CommandRequest, PolicyEngine};
+use super::proxy::{Envelope, ExecOptions, ProxyRuntime};
+use super::session;
+use crate::error::Result;
+
+/// The workspace a command runs in.
+#[derive(Debug, Clone)]
+pub enum Place {
+    /// The vault or fork a selector names (`None`: the current one).
+    Selected(Option<String>),
+    /// Task fork `task`, forked from `fork_from` if it does not exist yet.
+    Task {
+        task: String,
+        fork_from: Option<String>,
+    },
+    /// The mount of a running session (`avfs session start`).
+    Session(String),
+}
+
+/// Run one command through the proxy at `place`, under the policy in file `policy` (else
+/// the built-in one; a session's own policy when it has one and `policy` is `None`).
+pub fn exec(
+    service: &WorkspaceService,
+    place: &Place,
+    policy: Option<&Path>,
+    req: CommandRequest,
+    mut opts: ExecOptions,
+) -> Result<Envelope> {
+    if let Place::Session(name) = place {
+        let rec = session::find(service.registry(), name)?;
+        // The daemon runs the command with its client's environment, not its own.
+        if opts.env.is_none() {
+            opts.env = Some(std::env::vars().collect());
+        }
+        return session::exec(&rec, req, opts, policy);
+    }
+    // The policy first: one that does not load must not leave a task fork behind.
+    let policy = PolicyEngine::from_path(policy)?;
+    let (target, ws) = match place {
+        Place::Task { task, fork_from } => service.open_task(task, fork_from.as_deref())?,
+        Place::Selected(selector) => service.open(selector.as_deref())?,
+        Place::Session(_) => unreachable!("handled above"),
+    };
+    ProxyRuntime {
+        ws: &ws,
+        policy: &policy,
+        vault_name: target.name.clone(),
+    }
+    .exec(req, &opts)
+}
