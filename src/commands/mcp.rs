@@ -400,7 +400,14 @@ impl AvfsServer {
                 Some(name) => Place::Session(name),
                 None => Place::Selected(ctx.vault.clone()),
             };
-            exec::exec(&ctx.service, &place, policy.as_deref(), req, opts)
+            exec::exec(
+                &ctx.service,
+                super::mounter(),
+                &place,
+                policy.as_deref(),
+                req,
+                opts,
+            )
         })
         .await
     }

@@ -196,6 +196,18 @@ impl Ctx {
     }
 }
 
+/// The file-system adapter the services mount with: FUSE where the build has it.
+pub fn mounter() -> &'static dyn agentvfs::service::mounter::Mounter {
+    #[cfg(feature = "fuse")]
+    {
+        &agentvfs::fuse::FuseMounter
+    }
+    #[cfg(not(feature = "fuse"))]
+    {
+        &agentvfs::service::mounter::NoMounter
+    }
+}
+
 /// Daemons are this executable run with the foreground form of the command that asked.
 pub struct SelfLauncher;
 

@@ -36,7 +36,7 @@ pub fn cmd_mount(ctx: &Ctx, a: MountArgs) -> Result<Reply> {
         readonly: a.readonly,
         foreground: a.foreground,
     };
-    let Some(rec) = mounts::mount(&ctx.service, &SelfLauncher, &req)? else {
+    let Some(rec) = mounts::mount(&ctx.service, &SelfLauncher, super::mounter(), &req)? else {
         return Ok(Reply::new(&(), ""));
     };
     let human = format!(

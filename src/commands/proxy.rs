@@ -153,7 +153,14 @@ pub fn cmd_exec(ctx: &Ctx, a: ExecArgs) -> Result<Reply> {
         },
         (None, None) => Place::Selected(ctx.vault.clone()),
     };
-    let envelope = exec::exec(&ctx.service, &place, a.policy.as_deref(), req, opts)?;
+    let envelope = exec::exec(
+        &ctx.service,
+        super::mounter(),
+        &place,
+        a.policy.as_deref(),
+        req,
+        opts,
+    )?;
     let human = if ctx.json {
         String::new()
     } else {

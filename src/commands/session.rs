@@ -58,7 +58,7 @@ fn cmd_start(ctx: &Ctx, a: StartArgs) -> Result<Reply> {
         policy: a.policy,
         foreground: a.foreground,
     };
-    let Some(rec) = session::start(&ctx.service, &SelfLauncher, &req)? else {
+    let Some(rec) = session::start(&ctx.service, &SelfLauncher, super::mounter(), &req)? else {
         return Ok(Reply::new(&(), ""));
     };
     let human = format!(

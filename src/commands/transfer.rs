@@ -6,7 +6,8 @@ use clap::Args;
 
 use agentvfs::Result;
 use agentvfs::service::apply;
-use agentvfs::service::transfer::{self, ExportOutput, ImportOptions, TransferReport};
+use agentvfs::service::apply::ExportOutput;
+use agentvfs::service::transfer::{self, ImportOptions, TransferReport};
 
 use super::Ctx;
 use crate::output::{Reply, size};

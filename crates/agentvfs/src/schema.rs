@@ -23,13 +23,13 @@ use crate::service::apply::ApplyReport;
 
 use crate::service::mounts::MountRecord;
 
+use crate::service::apply::ExportOutput;
 use crate::service::files::{
     CatOutput, MetaOutput, MoveOutput, PathsOutput, TreeNode, WriteOutput,
 };
 use crate::service::history::DiffOutput;
 use crate::service::maintenance::{CompactOutput, PruneOutput};
 use crate::service::mounts::UnmountOutput;
-use crate::service::transfer::ExportOutput;
 use crate::service::workspace::{ForkOutput, InfoOutput};
 
 // `avfs completions` data.

@@ -19,6 +19,7 @@ use fuser::{
 use crate::service::mount::{
     Attr, AttrKind, FsStats, MResult, MountSession, Opened, SetAttr, SetTime, Writer,
 };
+use crate::service::mounter::{Mounter, ServedMount};
 
 /// The daemon is the only writer of its workspace and every change reaches it through the
 /// kernel, which drops what a change makes stale (the entry, the parent's attributes, the
@@ -794,6 +795,37 @@ impl Transport {
 pub struct Mounted {
     pub background: fuser::BackgroundSession,
     pub transport: Transport,
+}
+
+/// The FUSE adapter as the services' `Mounter`.
+pub struct FuseMounter;
+
+impl Mounter for FuseMounter {
+    fn mount(&self, session: Arc<MountSession>, dir: &Path) -> crate::Result<Box<dyn ServedMount>> {
+        let mounted = spawn_shared(session, dir).map_err(|e| crate::Error::MountFailed {
+            dir: dir.to_path_buf(),
+            reason: e.to_string(),
+        })?;
+        Ok(Box::new(mounted))
+    }
+}
+
+impl ServedMount for Mounted {
+    fn transport(&self) -> &str {
+        self.transport.as_str()
+    }
+
+    fn is_finished(&self) -> bool {
+        self.background.guard.is_finished()
+    }
+
+    fn unmount(self: Box<Self>) -> std::io::Result<()> {
+        self.background.umount_and_join()
+    }
+
+    fn join(self: Box<Self>) -> std::io::Result<()> {
+        self.background.join()
+    }
 }
 
 /// Mount `backend` at `dir` as file system `name`: INIT is answered before this returns, and

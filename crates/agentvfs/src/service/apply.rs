@@ -16,7 +16,7 @@ use crate::model::diff::{Change, ChangeStatus, StateRef, diff_views};
 use crate::model::node::{Node, NodeKind};
 use crate::model::path::VPath;
 use crate::service::history::node_at;
-use crate::service::transfer::make_special;
+use crate::service::transfer::{DEVICE_SKIPPED, make_special};
 
 pub use crate::error::HostConflict;
 
@@ -49,9 +49,6 @@ pub struct ApplyOptions {
     /// device on the host unless a person asks.
     pub devices: bool,
 }
-
-/// What `export` and `apply` say of a device node they do not make.
-pub(crate) const DEVICE_SKIPPED: &str = "a device node, not made on the host (see --devices)";
 
 /// Whether host file `host` holds exactly file `node`'s bytes (sizes already equal),
 /// compared a piece at a time.
@@ -292,4 +289,12 @@ fn write_node(v: &View<'_>, hp: &Path, node: &Node) -> Result<()> {
     }
     fs::set_permissions(hp, fs::Permissions::from_mode(node.attrs.mode))
         .map_err(|e| Error::io("setting mode of", hp, e))
+}
+
+/// `export` prints a transfer report, or with `--changes` an apply report.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[serde(untagged)]
+pub enum ExportOutput {
+    Tree(crate::service::transfer::TransferReport),
+    Changes(ApplyReport),
 }

@@ -4,6 +4,7 @@
 use std::path::Path;
 
 use super::WorkspaceService;
+use super::mounter::Mounter;
 use super::policy::{CommandRequest, PolicyEngine};
 use super::proxy::{Envelope, ExecOptions, ProxyRuntime};
 use super::session;
@@ -27,6 +28,7 @@ pub enum Place {
 /// the built-in one; a session's own policy when it has one and `policy` is `None`).
 pub fn exec(
     service: &WorkspaceService,
+    mounter: &dyn Mounter,
     place: &Place,
     policy: Option<&Path>,
     req: CommandRequest,
@@ -51,6 +53,7 @@ pub fn exec(
         ws: &ws,
         policy: &policy,
         vault_name: target.name.clone(),
+        mounter,
     }
     .exec(req, &opts)
 }

@@ -9,6 +9,7 @@ pub mod files;
 pub mod history;
 pub mod maintenance;
 pub mod mount;
+pub mod mounter;
 pub mod mounts;
 pub mod policy;
 pub mod proxy;
@@ -46,5 +47,19 @@ pub(crate) mod testing {
         service.create_vault("demo", None).expect("create vault");
         let (_, ws) = service.open(Some("demo")).expect("open vault");
         Home { dir, service, ws }
+    }
+
+    /// A mounter for tests that must fail before anything is mounted: it says mounts can
+    /// be made, and fails the test if one is asked for.
+    pub struct NeverMounts;
+
+    impl super::mounter::Mounter for NeverMounts {
+        fn mount(
+            &self,
+            _session: std::sync::Arc<super::mount::MountSession>,
+            dir: &std::path::Path,
+        ) -> crate::Result<Box<dyn super::mounter::ServedMount>> {
+            panic!("this test must fail before mounting {}", dir.display())
+        }
     }
 }

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::WorkspaceService;
 use super::daemon::{self, Daemon, DaemonJob, Launcher};
+use super::mounter::Mounter;
 use super::registry::Registry;
 use crate::error::{Error, Result};
 
@@ -215,11 +216,10 @@ pub fn clear_stale(reg: &Registry, dir: &Path) -> Result<bool> {
 pub fn mount(
     service: &WorkspaceService,
     launcher: &dyn Launcher,
+    mounter: &dyn Mounter,
     req: &MountRequest,
 ) -> Result<Option<MountRecord>> {
-    if !cfg!(feature = "fuse") {
-        return Err(Error::FuseUnavailable);
-    }
+    mounter.available()?;
     let dir = canonical_dir(&req.dir)?;
     let (spec, at) = match req.vault.split_once('@') {
         Some((v, cp)) => (v.to_string(), Some(cp.to_string())),
@@ -254,7 +254,7 @@ pub fn mount(
         alive: true,
     };
     if req.foreground {
-        serve(service, &spec, at, rec)?;
+        serve(service, mounter, &spec, at, rec)?;
         return Ok(None);
     }
     let failed = |reason: String| Error::MountFailed {
@@ -279,9 +279,9 @@ pub fn mount(
 
 /// Serve a mount in this process until it is unmounted or SIGTERM/SIGINT/SIGHUP arrives;
 /// the record is saved while it serves and removed after.
-#[cfg(feature = "fuse")]
 fn serve(
     service: &WorkspaceService,
+    mounter: &dyn Mounter,
     spec: &str,
     at: Option<String>,
     mut rec: MountRecord,
@@ -302,37 +302,23 @@ fn serve(
         signal_hook::flag::register(sig, stop.clone())
             .map_err(|e| Error::io("installing signal handler", "", e))?;
     }
-    let mounted = crate::fuse::spawn(session, &rec.dir).map_err(|e| Error::MountFailed {
-        dir: rec.dir.clone(),
-        reason: e.to_string(),
-    })?;
-    rec.transport = mounted.transport.as_str().into();
-    let bg = mounted.background;
+    let bg = mounter.mount(Arc::new(session), &rec.dir)?;
+    rec.transport = bg.transport().into();
     let reg = service.registry();
     save(reg, &rec)?;
-    while !bg.guard.is_finished() && !stop.load(Ordering::Relaxed) {
+    while !bg.is_finished() && !stop.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(50));
     }
-    let result = if bg.guard.is_finished() {
+    let result = if bg.is_finished() {
         bg.join()
     } else {
-        bg.umount_and_join()
+        bg.unmount()
     };
     remove(reg, &rec.dir);
     result.map_err(|e| Error::MountFailed {
         dir: rec.dir.clone(),
         reason: e.to_string(),
     })
-}
-
-#[cfg(not(feature = "fuse"))]
-fn serve(
-    _service: &WorkspaceService,
-    _spec: &str,
-    _at: Option<String>,
-    _rec: MountRecord,
-) -> Result<()> {
-    Err(Error::FuseUnavailable)
 }
 
 /// Unmount `dir` (also a mount left by a dead daemon) and wait for its daemon to save the
@@ -380,19 +366,24 @@ mod tests {
     }
 
     #[test]
-    #[cfg(feature = "fuse")]
     fn a_non_empty_directory_is_refused_before_any_daemon_starts() {
         let h = testing::home();
         let dir = h.dir.path().join("mnt");
         std::fs::create_dir(&dir).unwrap();
         std::fs::write(dir.join("keep"), "x").unwrap();
-        let err = mount(&h.service, &Script("exit 9"), &request(&dir)).unwrap_err();
+        let err = mount(
+            &h.service,
+            &Script("exit 9"),
+            &testing::NeverMounts,
+            &request(&dir),
+        )
+        .unwrap_err();
         assert!(err.to_string().contains("not empty"), "{err}");
         let bad = MountRequest {
             vault: "demo@nope".into(),
             ..request(&dir)
         };
-        let err = mount(&h.service, &Script("exit 9"), &bad).unwrap_err();
+        let err = mount(&h.service, &Script("exit 9"), &testing::NeverMounts, &bad).unwrap_err();
         assert_eq!(
             err.kind(),
             "checkpoint_not_found",
@@ -401,7 +392,6 @@ mod tests {
     }
 
     #[test]
-    #[cfg(feature = "fuse")]
     fn a_daemon_that_dies_is_a_mount_failure_with_its_log() {
         let h = testing::home();
         let dir = h.dir.path().join("mnt");
@@ -409,6 +399,7 @@ mod tests {
         let err = mount(
             &h.service,
             &Script("echo no-fuse-here; exit 1"),
+            &testing::NeverMounts,
             &request(&dir),
         )
         .unwrap_err();

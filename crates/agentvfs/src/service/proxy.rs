@@ -5,6 +5,7 @@
 //! failed and timed-out runs alike.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -12,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use super::confine::Confinement;
 use super::history::{DiffSummary, summarize};
 use super::mount::MountSession;
+use super::mounter::Mounter;
 use super::policy::{Action, CommandRequest, Decision, PolicyEngine};
 use super::runner::{self, Captured, RunSpec};
 use crate::error::{Error, Result};
@@ -193,6 +195,8 @@ pub struct ProxyRuntime<'a> {
     pub policy: &'a PolicyEngine,
     /// How the vault was named (for the envelope).
     pub vault_name: String,
+    /// Serves the fork at a directory for the run.
+    pub mounter: &'a dyn Mounter,
 }
 
 impl ProxyRuntime<'_> {
@@ -491,7 +495,6 @@ impl ProxyRuntime<'_> {
         result
     }
 
-    #[cfg(feature = "fuse")]
     fn run_mounted(
         &self,
         req: &CommandRequest,
@@ -509,13 +512,10 @@ impl ProxyRuntime<'_> {
                 .with_label(EXEC_OP, text)?
                 .with_hidden(self.policy.secret_paths().clone());
             let finished_as = session.finished_as();
-            let mounted = crate::fuse::spawn(session, &dir).map_err(|e| Error::MountFailed {
-                dir: dir.clone(),
-                reason: e.to_string(),
-            })?;
+            let mounted = self.mounter.mount(Arc::new(session), &dir)?;
             let result = self.run_in(&dir, req, cwd, opts, confinement);
             // Unmounting ends the session, which commits and records the run in the op log.
-            let unmounted = mounted.background.umount_and_join();
+            let unmounted = mounted.unmount();
             let _ = std::fs::remove_dir(&dir);
             // The per-process parent too, or every exec leaves an empty directory in /tmp.
             if let Some(parent) = dir.parent() {
@@ -530,19 +530,6 @@ impl ProxyRuntime<'_> {
             Ok(result)
         })();
         (result, exec_id)
-    }
-
-    #[cfg(not(feature = "fuse"))]
-    fn run_mounted(
-        &self,
-        _req: &CommandRequest,
-        _cwd: &VPath,
-        _readonly: bool,
-        _opts: &ExecOptions,
-        _text: &str,
-        _confinement: Confinement,
-    ) -> (Result<runner::RunResult>, Option<i64>) {
-        (Err(Error::FuseUnavailable), None)
     }
 }
 

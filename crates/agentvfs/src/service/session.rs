@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::mount::MountSession;
+use super::mounter::{Mounter, ServedMount};
 use super::mounts;
 use super::policy::{CommandRequest, PolicyEngine};
 use super::proxy::{EXEC_OP, Envelope, ExecOptions, LiveMount, ProxyRuntime};
@@ -314,31 +315,29 @@ fn cleanup(reg: &Registry, rec: &SessionRecord) {
 }
 
 /// The daemon's mount, remade when the fork changed behind its back.
-#[cfg(feature = "fuse")]
 struct Live {
     session: Arc<MountSession>,
-    bg: fuser::BackgroundSession,
+    bg: Box<dyn ServedMount>,
     /// The op log's head after our last command: anything else means someone else wrote.
     seen: Option<i64>,
     /// The secret paths hidden by this mount (a command under another policy remounts).
     hidden: super::secrets::SecretPaths,
 }
 
-#[cfg(feature = "fuse")]
 impl Live {
-    fn start(ws: &Workspace, policy: &PolicyEngine, dir: &Path) -> Result<Live> {
+    fn start(
+        ws: &Workspace,
+        policy: &PolicyEngine,
+        dir: &Path,
+        mounter: &dyn Mounter,
+    ) -> Result<Live> {
         let session = MountSession::new(ws.clone(), None, false)?
             .with_label(EXEC_OP, "session")?
             .with_hidden(policy.secret_paths().clone());
         session.record_at_finish(false);
         let hidden = policy.secret_paths().clone();
         let session = Arc::new(session);
-        let bg = crate::fuse::spawn_shared(session.clone(), dir)
-            .map_err(|e| Error::MountFailed {
-                dir: dir.to_path_buf(),
-                reason: e.to_string(),
-            })?
-            .background;
+        let bg = mounter.mount(session.clone(), dir)?;
         Ok(Live {
             session,
             bg,
@@ -349,7 +348,7 @@ impl Live {
 
     fn stop(self, dir: &Path) -> Result<()> {
         drop(self.session);
-        self.bg.umount_and_join().map_err(|e| Error::MountFailed {
+        self.bg.unmount().map_err(|e| Error::MountFailed {
             dir: dir.to_path_buf(),
             reason: format!("unmount failed: {e}"),
         })
@@ -358,19 +357,19 @@ impl Live {
 
 /// Serve a session until stopped (`avfs session stop`, SIGTERM/SIGINT/SIGHUP) or until its
 /// process is killed. A mount unmounted from outside is remade at the next command. `rec.pid` is set to this process.
-#[cfg(feature = "fuse")]
 pub fn serve(
     reg: &Registry,
     ws: Workspace,
     policy: PolicyEngine,
     mut rec: SessionRecord,
+    mounter: &dyn Mounter,
 ) -> Result<()> {
     rec.pid = std::process::id();
     std::fs::create_dir_all(&rec.dir).map_err(|e| Error::io("creating", &rec.dir, e))?;
     let _ = std::fs::remove_file(&rec.socket);
     let listener =
         UnixListener::bind(&rec.socket).map_err(|e| Error::io("listening on", &rec.socket, e))?;
-    let mut live = Some(Live::start(&ws, &policy, &rec.dir)?);
+    let mut live = Some(Live::start(&ws, &policy, &rec.dir, mounter)?);
     save(reg, &rec)?;
 
     // A signal or a vanished mount wakes the accept loop with a Stop of its own.
@@ -427,8 +426,8 @@ pub fn serve(
                 };
                 let answer = match policy_file.as_deref().map(PolicyEngine::from_file) {
                     Some(Err(e)) => Err(e),
-                    Some(Ok(own)) => run_one(&ws, &own, &mut live, &rec, req, &options),
-                    None => run_one(&ws, &policy, &mut live, &rec, req, &options),
+                    Some(Ok(own)) => run_one(&ws, &own, mounter, &mut live, &rec, req, &options),
+                    None => run_one(&ws, &policy, mounter, &mut live, &rec, req, &options),
                 };
                 // Audit and checkpoint rows must be visible to the client's next command.
                 let _ = ws.vault().flush_batch();
@@ -458,20 +457,10 @@ pub fn serve(
     result
 }
 
-#[cfg(not(feature = "fuse"))]
-pub fn serve(
-    _reg: &Registry,
-    _ws: Workspace,
-    _policy: PolicyEngine,
-    _rec: SessionRecord,
-) -> Result<()> {
-    Err(Error::FuseUnavailable)
-}
-
-#[cfg(feature = "fuse")]
 fn run_one(
     ws: &Workspace,
     policy: &PolicyEngine,
+    mounter: &dyn Mounter,
     live: &mut Option<Live>,
     rec: &SessionRecord,
     req: CommandRequest,
@@ -481,6 +470,7 @@ fn run_one(
         ws,
         policy,
         vault_name: rec.vault.clone(),
+        mounter,
     };
     // Someone else changed the fork (rollback, restore, a CLI write): remount so neither
     // our caches nor the kernel's serve the old state. A mount that went away (unmounted
@@ -490,17 +480,17 @@ fn run_one(
     let secrets = policy.secret_paths();
     if live
         .as_ref()
-        .is_some_and(|l| l.seen != head || l.bg.guard.is_finished() || l.hidden != *secrets)
+        .is_some_and(|l| l.seen != head || l.bg.is_finished() || l.hidden != *secrets)
         && let Some(l) = live.take()
     {
-        let gone = l.bg.guard.is_finished();
+        let gone = l.bg.is_finished();
         let stopped = l.stop(&rec.dir);
         if !gone {
             stopped?;
         }
     }
     if live.is_none() {
-        *live = Some(Live::start(ws, policy, &rec.dir)?);
+        *live = Some(Live::start(ws, policy, &rec.dir, mounter)?);
     }
     let l = live.as_mut().expect("mounted above");
     let mount = LiveMount {
@@ -542,12 +532,11 @@ pub struct StartRequest {
 pub fn start(
     service: &super::WorkspaceService,
     launcher: &dyn super::daemon::Launcher,
+    mounter: &dyn Mounter,
     req: &StartRequest,
 ) -> Result<Option<SessionRecord>> {
     use super::daemon::{self, Daemon, DaemonJob};
-    if !cfg!(feature = "fuse") {
-        return Err(Error::FuseUnavailable);
-    }
+    mounter.available()?;
     let reg = service.registry();
     let name = req.name.clone().unwrap_or_else(|| req.fork.clone());
     check_name(&name)?;
@@ -573,7 +562,7 @@ pub fn start(
         policy_path.clone(),
     )?;
     if req.foreground {
-        serve(reg, ws, policy, rec)?;
+        serve(reg, ws, policy, rec, mounter)?;
         return Ok(None);
     }
     drop(ws);
@@ -615,26 +604,31 @@ mod start_tests {
     }
 
     #[test]
-    #[cfg(feature = "fuse")]
     fn a_bad_name_or_policy_fails_before_a_daemon_starts() {
         let h = testing::home();
         let never = Script("touch /nonexistent/started; exit 1");
-        let bad = start(&h.service, &never, &request(Some("../x"))).unwrap_err();
+        let bad = start(
+            &h.service,
+            &never,
+            &testing::NeverMounts,
+            &request(Some("../x")),
+        )
+        .unwrap_err();
         assert_eq!(bad.kind(), "invalid_name");
         let missing = StartRequest {
             policy: Some(h.dir.path().join("none.toml")),
             ..request(None)
         };
-        assert!(start(&h.service, &never, &missing).is_err());
+        assert!(start(&h.service, &never, &testing::NeverMounts, &missing).is_err());
     }
 
     #[test]
-    #[cfg(feature = "fuse")]
     fn a_daemon_that_exits_is_a_session_failure_with_its_log() {
         let h = testing::home();
         let err = start(
             &h.service,
             &Script("echo cannot-serve; exit 2"),
+            &testing::NeverMounts,
             &request(Some("s1")),
         )
         .unwrap_err();

@@ -37,6 +37,9 @@ pub struct TransferReport {
 /// Progress callback: (entries so far, bytes so far).
 pub type Progress<'a> = &'a mut dyn FnMut(u64, u64);
 
+/// What `export` and `apply` say of a device node they do not make.
+pub(crate) const DEVICE_SKIPPED: &str = "a device node, not made on the host (see --devices)";
+
 /// How `export` writes the host tree.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ExportOptions {
@@ -532,11 +535,9 @@ fn write_tree(
                 host.join(rel)
             };
             if node.kind.is_device() && !devices {
-                report.skipped.push(format!(
-                    "{}: {}",
-                    path.display(),
-                    super::apply::DEVICE_SKIPPED
-                ));
+                report
+                    .skipped
+                    .push(format!("{}: {}", path.display(), DEVICE_SKIPPED));
                 return Ok(());
             }
             // Another name of a hard-linked node already written: a host hard link.
@@ -659,12 +660,4 @@ fn set_times_ns(path: &Path, atime: i64, mtime: i64) -> Result<()> {
         rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
     )
     .map_err(|e| Error::io("setting times of", path, e.into()))
-}
-
-/// `export` prints a transfer report, or with `--changes` an apply report.
-#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
-#[serde(untagged)]
-pub enum ExportOutput {
-    Tree(TransferReport),
-    Changes(crate::service::apply::ApplyReport),
 }
