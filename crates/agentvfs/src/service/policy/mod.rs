@@ -122,21 +122,25 @@
 //!
 //! `docs/policy.md` documents the same format with the complete default policy.
 
+mod analyzer;
 mod classify;
+mod expand;
 mod inspect;
 mod rules;
 mod shell;
+mod words;
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use analyzer::Analyzer;
+use rules::{Example, PolicyFile, Rule};
 use serde::{Deserialize, Serialize};
+use words::{Arg, Fact, Scope, Stdin};
 
 use crate::error::{Error, Result};
 use crate::service::secrets::{SecretEnv, SecretPaths};
 
 pub use inspect::{PolicyShowOutput, PolicyTestOutput, check};
-use rules::{Example, PolicyFile, Rule};
-use shell::{Analyzer, Arg, Fact, Scope, Stdin};
 
 /// What a command does, as far as the policy can tell from its text.
 #[derive(

@@ -3,8 +3,8 @@
 //! as if it stood on the command line, so `awk 'BEGIN{system("rm -rf /x")}'` is decided
 //! like `rm -rf /x`, and `sed 'w /etc/x'` like a write to `/etc/x`.
 
-use crate::service::policy::shell::{Analyzer, Arg, Role, Scope, Stdin};
-
+use crate::service::policy::analyzer::Analyzer;
+use crate::service::policy::words::{Arg, Role, Scope, Stdin};
 /// One thing a program's text names.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Named {

@@ -4,8 +4,9 @@
 use super::embedded::inline_code_names;
 use super::{getopt, subcommand};
 use crate::service::policy::Category as C;
-use crate::service::policy::shell::{
-    Analyzer, Arg, Resolved, Role, Scope, Stdin, chdir, looks_like_path, resolve, snippet,
+use crate::service::policy::analyzer::Analyzer;
+use crate::service::policy::words::{
+    Arg, Resolved, Role, Scope, Stdin, chdir, looks_like_path, resolve, snippet,
 };
 
 impl Analyzer<'_> {
@@ -20,14 +21,14 @@ impl Analyzer<'_> {
 
     /// Code that only exists at run time (`eval "$X"`, `… | sh`, `bash -c "$X"`): ask.
     pub fn dynamic_code(&mut self, prog: &str, what: String, offending: &str) {
-        self.facts.push(crate::service::policy::shell::Fact {
+        self.facts.push(crate::service::policy::words::Fact {
             categories: vec![C::Unknown],
             forced: Some(crate::service::policy::Action::Ask),
             rule: "builtin/dynamic-code".into(),
             reason: what,
             offending: Some(offending.to_string()),
             program: Some(prog.to_string()),
-            kind: crate::service::policy::shell::Kind::Normal,
+            kind: crate::service::policy::words::Kind::Normal,
         });
     }
 

@@ -4,9 +4,8 @@
 use super::embedded::{Named, awk_names, sed_names};
 use super::getopt;
 use crate::service::policy::Category as C;
-use crate::service::policy::shell::{
-    Analyzer, Arg, Resolved, Role, Scope, chdir, resolve, snippet,
-};
+use crate::service::policy::analyzer::Analyzer;
+use crate::service::policy::words::{Arg, Resolved, Role, Scope, chdir, resolve, snippet};
 
 /// tar's short options that take a value, in the dashed and the traditional (`tar cIf`)
 /// forms alike.
@@ -45,7 +44,7 @@ impl Analyzer<'_> {
                 scope.cwd = chdir(&scope.cwd, &home);
             }
             Some(t) if t.known() == Some("-") => {
-                scope.cwd = crate::service::policy::shell::Cwd::Unknown;
+                scope.cwd = crate::service::policy::words::Cwd::Unknown;
             }
             Some(t) => {
                 self.path(name, &t, Role::Cd, scope);
@@ -111,14 +110,14 @@ impl Analyzer<'_> {
                     None,
                 );
             } else if t.dynamic {
-                self.facts.push(crate::service::policy::shell::Fact {
+                self.facts.push(crate::service::policy::words::Fact {
                     categories: vec![C::Unknown],
                     forced: Some(crate::service::policy::Action::Ask),
                     rule: "builtin/dynamic-target".into(),
                     reason: format!("`kill {}` signals a process known only at run time", t.raw),
                     offending: Some(t.raw.clone()),
                     program: Some("kill".into()),
-                    kind: crate::service::policy::shell::Kind::Path,
+                    kind: crate::service::policy::words::Kind::Path,
                 });
             } else {
                 self.push(

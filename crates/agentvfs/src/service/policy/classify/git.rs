@@ -1,7 +1,8 @@
 //! `git`: global options before the subcommand, then one classification per subcommand.
 
 use crate::service::policy::Category as C;
-use crate::service::policy::shell::{Analyzer, Arg, Role, Scope, Stdin, chdir, snippet};
+use crate::service::policy::analyzer::Analyzer;
+use crate::service::policy::words::{Arg, Role, Scope, Stdin, chdir, snippet};
 
 impl Analyzer<'_> {
     pub(super) fn git(&mut self, args: &[Arg], scope: &mut Scope) {
@@ -380,7 +381,7 @@ impl Analyzer<'_> {
                 }
                 check_operands(self, Role::Delete);
                 // `git clean` acts on the whole working tree it is run in.
-                if let crate::service::policy::shell::Cwd::Outside(tok) = &gscope.cwd
+                if let crate::service::policy::words::Cwd::Outside(tok) = &gscope.cwd
                     && positional.is_empty()
                 {
                     let tok = tok.clone();

@@ -9,9 +9,10 @@ mod network;
 mod packages;
 
 use super::Category as C;
-use super::shell::{
-    Analyzer, Arg, MAX_DEPTH, Resolved, Role, SYSTEM_BIN_DIRS, Scope, Stdin, looks_like_path,
-    resolve, snippet,
+use crate::service::policy::analyzer::Analyzer;
+use crate::service::policy::words::{
+    Arg, MAX_DEPTH, Resolved, Role, SYSTEM_BIN_DIRS, Scope, Stdin, looks_like_path, resolve,
+    snippet,
 };
 
 // ---- option parsing ----------------------------------------------------------------------
@@ -519,7 +520,7 @@ impl Analyzer<'_> {
                 }
             }
             "popd" => {
-                scope.cwd = super::shell::Cwd::Unknown;
+                scope.cwd = super::words::Cwd::Unknown;
                 self.read_only(name);
             }
             "test" | "[" => self.test_cmd(name, rest, scope),

@@ -2,7 +2,8 @@
 
 use super::getopt;
 use crate::service::policy::Category as C;
-use crate::service::policy::shell::{Analyzer, Arg, Role, Scope, Stdin, snippet};
+use crate::service::policy::analyzer::Analyzer;
+use crate::service::policy::words::{Arg, Role, Scope, Stdin, snippet};
 
 impl Analyzer<'_> {
     pub(super) fn curl(&mut self, args: &[Arg], scope: &mut Scope) {

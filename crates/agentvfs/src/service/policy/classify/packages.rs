@@ -2,7 +2,8 @@
 
 use super::{getopt, subcommand};
 use crate::service::policy::Category as C;
-use crate::service::policy::shell::{Analyzer, Arg, Role, Scope, looks_like_path, snippet};
+use crate::service::policy::analyzer::Analyzer;
+use crate::service::policy::words::{Arg, Role, Scope, looks_like_path, snippet};
 
 impl Analyzer<'_> {
     /// A package-manager command that fetches from its index and changes the project.

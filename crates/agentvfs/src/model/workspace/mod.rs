@@ -1,0 +1,448 @@
+//! A workspace (the vault's main line or a fork) and every change to it. All changes go
+//! through `Edit`, inside one store transaction that also checks quotas and appends the
+//! audit record, so the CLI, the mount and the proxy share one set of rules.
+//!
+//! Here: the workspace and its reads, audit and log. `edit` holds the transaction,
+//! `edit_tree` the tree changes it makes, `checkpoints` named states, `actor` who acts.
+
+mod actor;
+mod checkpoints;
+mod edit;
+mod edit_tree;
+
+use std::sync::{Arc, Mutex};
+
+pub use actor::Actor;
+pub(crate) use edit::Logging;
+pub use edit::{Edit, WriteOptions};
+use serde::Serialize;
+
+use super::id::ObjectId;
+use super::node::{Node, NodeKind};
+use super::now_ns;
+use super::path::VPath;
+use super::quota::Quota;
+use super::vault::Vault;
+use super::view::View;
+use crate::error::{Error, Result};
+use crate::store::{AuditRecord, OpRecord, StoreRead, StoreWrite, WorkspaceRecord};
+
+/// An open workspace of a vault.
+#[derive(Clone)]
+pub struct Workspace {
+    pub(crate) vault: Arc<Vault>,
+    name: String,
+    actor: Actor,
+    /// The workspace row and quota as this handle's (or a clone's) last edit left them,
+    /// with the batch tag of that write (see `Store::batch_tag`): a busy mount's next edit,
+    /// or a read in between, takes them from here instead of querying them again.
+    batch_state: Arc<Mutex<Option<BatchState>>>,
+}
+
+struct BatchState {
+    tag: (u64, u64),
+    ws: WorkspaceRecord,
+    quota: Quota,
+}
+
+/// One version of a path across checkpoints (`avfs log`).
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct PathVersion {
+    /// The checkpoint where this version first appears, or `null` for the live state.
+    pub checkpoint: Option<String>,
+    /// Checkpoint time (ns since the epoch), or now for the live state.
+    pub at: i64,
+    /// `file`, `dir`, `symlink`, `fifo`, or `deleted`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub size: u64,
+    pub mode: u32,
+    pub mtime: i64,
+    pub content_id: Option<String>,
+}
+
+pub(crate) fn validate_name(name: &str, what: &str) -> Result<()> {
+    let bad = |reason: &str| Error::InvalidName {
+        name: name.to_string(),
+        reason: format!("{what} names {reason}"),
+    };
+    if name.is_empty() || name.len() > 100 {
+        return Err(bad("must be 1 to 100 characters"));
+    }
+    if name.starts_with(['-', '.']) {
+        return Err(bad("must not start with `-` or `.`"));
+    }
+    if !name
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+    {
+        return Err(bad("may contain only letters, digits, `-`, `_` and `.`"));
+    }
+    Ok(())
+}
+
+impl Workspace {
+    pub(crate) fn new(vault: Arc<Vault>, name: String, actor: Actor) -> Self {
+        Workspace {
+            vault,
+            name,
+            actor,
+            batch_state: Arc::default(),
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn vault(&self) -> &Arc<Vault> {
+        &self.vault
+    }
+
+    pub(crate) fn record(&self, r: &dyn StoreRead) -> Result<WorkspaceRecord> {
+        if let Some((ws, _)) = self.batch_state_at(self.vault.store.batch_tag()) {
+            return Ok(ws);
+        }
+        r.workspace(&self.name)?.ok_or_else(|| Error::ForkNotFound {
+            name: self.name.clone(),
+        })
+    }
+
+    /// The row and quota saved by the write tagged `tag`, if that was this handle's last
+    /// edit; `None` outside a batch.
+    fn batch_state_at(&self, tag: Option<(u64, u64)>) -> Option<(WorkspaceRecord, Quota)> {
+        let tag = tag?;
+        let state = self.batch_state.lock().unwrap_or_else(|p| p.into_inner());
+        state
+            .as_ref()
+            .filter(|s| s.tag == tag)
+            .map(|s| (s.ws.clone(), s.quota.clone()))
+    }
+
+    fn save_batch_state(&self, state: Option<BatchState>) {
+        *self.batch_state.lock().unwrap_or_else(|p| p.into_inner()) = state;
+    }
+
+    /// Read the live state in one consistent snapshot.
+    pub fn read<R>(&self, f: impl FnOnce(&View<'_>) -> Result<R>) -> Result<R> {
+        let cache = &self.vault.cache;
+        self.vault.store.read(|r| {
+            let ws = self.record(r)?;
+            f(&View {
+                r,
+                cache,
+                overlay: Some(ws.id),
+                base: ws.base,
+            })
+        })
+    }
+
+    /// Copy the content of file `node` from `offset` into `buf`; returns how many bytes
+    /// (short only at the end of the file). Content is addressed by id, so this reads no
+    /// workspace state: the same for the live state and for any checkpoint.
+    pub fn read_content(&self, node: &Node, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        let cache = &self.vault.cache;
+        self.vault
+            .store
+            .read(|r| super::view::read_content(r, cache, node, offset, buf))
+    }
+
+    /// Read the state at a checkpoint (or the live state when `at` is `None`).
+    pub fn read_at<R>(
+        &self,
+        at: Option<&str>,
+        f: impl FnOnce(&View<'_>) -> Result<R>,
+    ) -> Result<R> {
+        let Some(name) = at else {
+            return self.read(f);
+        };
+        let cache = &self.vault.cache;
+        self.vault.store.read(|r| {
+            let ws = self.record(r)?;
+            let cp = r
+                .checkpoint(ws.id, name)?
+                .ok_or_else(|| Error::CheckpointNotFound {
+                    name: name.to_string(),
+                })?;
+            f(&View {
+                r,
+                cache,
+                overlay: None,
+                base: cp.root,
+            })
+        })
+    }
+
+    /// Apply a change in one transaction: check quotas, record an operation in the op log
+    /// (state before and after, so it can be undone) and an audit record. Afterwards the
+    /// workspace's base is the new state and its overlay is empty, so the next change pays
+    /// only for itself. On failure nothing is written except an audit record of the failure.
+    pub fn edit<R>(
+        &self,
+        operation: &str,
+        paths: &[&VPath],
+        f: impl FnOnce(&mut Edit<'_>) -> Result<R>,
+    ) -> Result<R> {
+        self.edit_inner(operation, paths, Logging::Op, f)
+    }
+
+    /// Apply a change without an op-log entry and without folding the overlay: for batches
+    /// that belong to a larger operation (import batches, a mount's buffered writes), which
+    /// record one entry when they finish.
+    pub fn edit_batch<R>(
+        &self,
+        operation: &str,
+        paths: &[&VPath],
+        f: impl FnOnce(&mut Edit<'_>) -> Result<R>,
+    ) -> Result<R> {
+        self.edit_inner(operation, paths, Logging::AuditOnly, f)
+    }
+
+    /// The root of the live state, folding pending overlay entries into objects (the
+    /// overlay itself is left alone). Cost: O(pending changes).
+    pub fn snapshot_root(&self) -> Result<ObjectId> {
+        self.edit_inner("snapshot", &[], Logging::None, |e| e.fold())
+    }
+
+    /// Fold pending overlay entries into the base without recording anything: the
+    /// observable state is unchanged, but later lookups read immutable (cached) trees
+    /// instead of overlay rows. For long sessions with many unlogged changes (a mount).
+    pub fn fold_pending(&self) -> Result<()> {
+        self.edit_inner("fold", &[], Logging::None, |e| {
+            let root = e.fold()?;
+            if root != e.ws.base {
+                e.w.overlay_clear(e.ws.id)?;
+                e.ws.base = root;
+            }
+            Ok(())
+        })
+    }
+
+    pub(crate) fn edit_inner<R>(
+        &self,
+        operation: &str,
+        paths: &[&VPath],
+        logging: Logging,
+        f: impl FnOnce(&mut Edit<'_>) -> Result<R>,
+    ) -> Result<R> {
+        let paths: Vec<String> = paths.iter().map(|p| p.display()).collect();
+        let cache = &self.vault.cache;
+        let result = self.vault.store.write(|w| {
+            // In a batch, the previous write's state is current if that write was this
+            // handle's edit (no other write came between).
+            let tag = self.vault.store.batch_tag();
+            let before = tag.map(|(batch, n)| (batch, n - 1));
+            let (ws, quota) = match self.batch_state_at(before) {
+                Some(state) => state,
+                None => (self.record(w)?, Quota::load(w)?),
+            };
+            let now = now_ns();
+            let mut edit = Edit {
+                w,
+                cache,
+                ws,
+                quota,
+                now,
+                description: None,
+                undo_target: None,
+                op_extra: None,
+            };
+            let (before, batch_open) = match logging {
+                Logging::Op => {
+                    // Rebase on the folded state at once (nothing observable changes), so
+                    // folds inside `f` and after it pay only for what `f` changes.
+                    let root = edit.fold()?;
+                    if root != edit.ws.base {
+                        edit.w.overlay_clear(edit.ws.id)?;
+                        edit.ws.base = root;
+                    }
+                    // A batch writer's pending changes are history of their own, before
+                    // this change and before anything `f` reads from the op log.
+                    (Some(root), edit.settle_unlogged(root)?)
+                }
+                _ => (None, false),
+            };
+            let out = f(&mut edit)?;
+            if let Some(before) = before {
+                let after = edit.fold()?;
+                edit.w.overlay_clear(edit.ws.id)?;
+                edit.ws.base = after;
+                let description = edit.description.take().unwrap_or_else(|| paths.join(" "));
+                edit.w.append_op(&OpRecord {
+                    id: 0,
+                    workspace: edit.ws.id,
+                    at: edit.now,
+                    kind: operation.to_string(),
+                    description,
+                    root_before: Some(before),
+                    root_after: Some(after),
+                    target: edit.undo_target,
+                    extra: edit.op_extra.take(),
+                })?;
+                if batch_open {
+                    edit.advance_unlogged(after)?;
+                }
+            }
+            edit.flush_totals()?;
+            let Edit { w, ws, quota, .. } = edit;
+            if !matches!(logging, Logging::None) {
+                self.audit(w, operation, &paths, "ok", None)?;
+            }
+            self.save_batch_state(tag.map(|tag| BatchState { tag, ws, quota }));
+            Ok(out)
+        });
+        if result.is_err() {
+            self.save_batch_state(None);
+        }
+        if let Err(e) = &result {
+            // Best effort: the failure itself is worth recording, but must not mask `e`.
+            let _ = self.vault.store.write(|w| {
+                self.audit(w, operation, &paths, e.kind(), Some(e.to_string()))
+                    .map(|_| ())
+            });
+        }
+        result
+    }
+
+    /// Parse a path for a change, recording a refused attempt (e.g. `../escape`) in the
+    /// audit log like any other failed change.
+    pub fn parse_path(&self, operation: &str, raw: &str) -> Result<VPath> {
+        self.resolve_path(raw).inspect_err(|e| {
+            let _ = self.record_audit(operation, &[raw.to_string()], e.kind(), Some(e.to_string()));
+        })
+    }
+
+    /// Parse a path as the kernel resolves one: what a `..` steps out of, or a trailing
+    /// `/` follows, must be a directory (or a symlink, followed at use), else
+    /// `not_a_directory` (`ls f/..` on a file fails as it does on a host).
+    pub fn resolve_path(&self, raw: &str) -> Result<VPath> {
+        let (path, dirs) = VPath::parse_with_dirs(raw)?;
+        if !dirs.is_empty() {
+            self.read(|v| {
+                for d in &dirs {
+                    let node = v.get(d)?;
+                    if !node.is_dir() && !matches!(node.kind, NodeKind::Symlink { .. }) {
+                        return Err(Error::NotADirectory { path: d.display() });
+                    }
+                }
+                Ok(())
+            })?;
+        }
+        Ok(path)
+    }
+
+    /// Append an audit record outside any change (e.g. a denied command) and return its id.
+    pub fn record_audit(
+        &self,
+        operation: &str,
+        paths: &[String],
+        result: &str,
+        detail: Option<String>,
+    ) -> Result<i64> {
+        self.vault
+            .store
+            .write(|w| self.audit(w, operation, paths, result, detail.clone()))
+    }
+
+    fn audit(
+        &self,
+        w: &mut dyn StoreWrite,
+        operation: &str,
+        paths: &[String],
+        result: &str,
+        detail: Option<String>,
+    ) -> Result<i64> {
+        w.append_audit(&AuditRecord {
+            id: 0,
+            at: now_ns(),
+            actor: self.actor.actor.clone(),
+            source: self.actor.source.clone(),
+            workspace: self.name.clone(),
+            operation: operation.to_string(),
+            paths: paths.to_vec(),
+            result: result.to_string(),
+            detail,
+        })
+    }
+
+    /// (regular files, bytes) of the live tree, kept in step with every change: O(1).
+    pub fn totals(&self) -> Result<(u64, u64)> {
+        self.vault.store.read(|r| {
+            let ws = self.record(r)?;
+            Ok((ws.files, ws.bytes))
+        })
+    }
+
+    /// The versions of `path` across this workspace's checkpoints and the live state.
+    /// Consecutive identical versions collapse into one.
+    pub fn log(&self, path: &VPath) -> Result<Vec<PathVersion>> {
+        let cache = &self.vault.cache;
+        self.vault.store.read(|r| {
+            let ws = self.record(r)?;
+            let mut states: Vec<(Option<String>, i64, View<'_>)> = r
+                .checkpoints(ws.id)?
+                .into_iter()
+                .map(|cp| {
+                    let view = View {
+                        r,
+                        cache,
+                        overlay: None,
+                        base: cp.root,
+                    };
+                    (Some(cp.name), cp.created_at, view)
+                })
+                .collect();
+            states.push((
+                None,
+                now_ns(),
+                View {
+                    r,
+                    cache,
+                    overlay: Some(ws.id),
+                    base: ws.base,
+                },
+            ));
+            let mut out: Vec<PathVersion> = Vec::new();
+            let mut seen_any = false;
+            for (checkpoint, at, view) in states {
+                let node = view.find(path)?;
+                let v = match &node {
+                    Some(n) => PathVersion {
+                        checkpoint,
+                        at,
+                        kind: n.type_name().to_string(),
+                        size: n.size(),
+                        mode: n.attrs.mode,
+                        mtime: n.attrs.mtime,
+                        content_id: n.content_id().map(|i| i.to_hex()),
+                    },
+                    None => PathVersion {
+                        checkpoint,
+                        at,
+                        kind: "deleted".into(),
+                        size: 0,
+                        mode: 0,
+                        mtime: 0,
+                        content_id: None,
+                    },
+                };
+                seen_any |= node.is_some();
+                let same = out.last().is_some_and(|p| {
+                    p.kind == v.kind
+                        && p.content_id == v.content_id
+                        && p.mode == v.mode
+                        && p.size == v.size
+                });
+                if !same && (seen_any) {
+                    out.push(v);
+                }
+            }
+            if !seen_any {
+                return Err(Error::PathNotFound {
+                    path: path.display(),
+                });
+            }
+            Ok(out)
+        })
+    }
+}
