@@ -1,7 +1,7 @@
 //! `avfs mcp`: a real MCP session over the binary's stdin/stdout, one JSON-RPC message per
 //! line, as an MCP client (Claude Desktop, an IDE) would drive it.
 
-mod mount_support;
+mod common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use mount_support::require_fuse;
+use common::mount::{avfs_command, avfs_json, require_fuse};
 
 const TOOLS: [&str; 9] = [
     "checkpoint",
@@ -25,16 +25,9 @@ const TOOLS: [&str; 9] = [
     "write_file",
 ];
 
+/// `avfs --json ARGS` (checked against the schema) that must succeed: its data.
 fn avfs(home: &Path, args: &[&str]) -> Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_avfs"))
-        .arg("--json")
-        .args(args)
-        .env("AVFS_HOME", home)
-        .env("AVFS_ACTOR", "test")
-        .env_remove("AVFS_VAULT")
-        .output()
-        .expect("run avfs");
-    let doc: Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
+    let (doc, _) = avfs_json(home, args);
     assert_eq!(doc["ok"], true, "avfs {args:?}: {doc}");
     doc["data"].clone()
 }
@@ -49,11 +42,8 @@ struct Client {
 
 impl Client {
     fn start(home: &Path, args: &[&str]) -> Client {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_avfs"))
+        let mut child = avfs_command(home)
             .args(args)
-            .env("AVFS_HOME", home)
-            .env("AVFS_ACTOR", "test")
-            .env_remove("AVFS_VAULT")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())

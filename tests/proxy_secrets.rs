@@ -4,12 +4,12 @@
 //! private keys, `.env` files and credentials stay out of reach. Real binary, real vault,
 //! real FUSE mount.
 
-mod mount_support;
+mod common;
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use mount_support::{ProxyEnv, avfs_env, ok};
+use common::mount::{ProxyEnv, avfs_env, ok};
 use serde_json::Value;
 
 const PRIVATE_KEY: &str = "-----BEGIN PRIVATE KEY-----\n\
@@ -99,7 +99,7 @@ fn write_tree(root: &Path, files: &[(&str, &str)]) {
 
 #[test]
 fn ordinary_trees_stay_visible_and_private_keys_stay_hidden() {
-    let e = Env::new();
+    let Some(e) = Env::new() else { return };
     let host = tempfile::tempdir().unwrap();
     let combined = format!("{CERTIFICATE}{CERTIFICATE}{RSA_KEY}");
     write_tree(
@@ -231,7 +231,7 @@ fn ordinary_trees_stay_visible_and_private_keys_stay_hidden() {
 
 #[test]
 fn python_venv_with_pip_is_whole_inside_the_proxy() {
-    let e = Env::new();
+    let Some(e) = Env::new() else { return };
     // ensurepip installs pip, whose vendored certifi ships `cacert.pem`: a CA bundle.
     e.sh("python3 -m venv .venv");
     let out = e.sh(".venv/bin/python -c 'import pip._vendor.certifi as c; \
@@ -258,7 +258,7 @@ fn child_env(v: &Value) -> BTreeMap<String, String> {
 
 #[test]
 fn secret_looking_environment_is_withheld_and_the_rest_passes() {
-    let e = Env::new();
+    let Some(e) = Env::new() else { return };
     let secret = [
         ("my_token", "t0k3n"),
         ("DATABASE_URL", "postgres://u:pass@db.example/app"),
@@ -335,7 +335,7 @@ fn secret_looking_environment_is_withheld_and_the_rest_passes() {
 
 #[test]
 fn the_policy_file_chooses_what_is_refused() {
-    let e = Env::new();
+    let Some(e) = Env::new() else { return };
     ok(e.avfs(&["write", "-p", "keys/server.pem", "--", PRIVATE_KEY]));
     ok(e.avfs(&["write", "-p", "notes/secret.txt", "x"]));
     // Own name globs; the private-key rule is kept.
@@ -384,7 +384,7 @@ fn the_policy_file_chooses_what_is_refused() {
 /// named paths keep the secret as it was.
 #[test]
 fn a_tracked_secret_is_never_recorded_as_deleted_by_git() {
-    let e = Env::new();
+    let Some(e) = Env::new() else { return };
     let host = tempfile::tempdir().unwrap();
     let git = |args: &[&str]| {
         let out = std::process::Command::new("git")
@@ -428,7 +428,7 @@ fn a_tracked_secret_is_never_recorded_as_deleted_by_git() {
 /// mount is refused too.
 #[test]
 fn a_hard_link_to_a_secret_is_as_hidden_as_the_secret() {
-    let e = Env::new();
+    let Some(e) = Env::new() else { return };
     let host = tempfile::tempdir().unwrap();
     write_tree(
         host.path(),
