@@ -283,3 +283,47 @@ fn a_command_that_cannot_start_returns_an_envelope_and_keeps_its_approval() {
     let (v, _) = e.exec(&["--policy", p, "--approve", &token, "--", "./run.sh"]);
     assert_eq!(v["ok"], false, "{v}");
 }
+
+/// The builtin policy asks before a delete whose targets are known only at run time: the
+/// command does not run and exits 125 with a token; the token runs exactly that command,
+/// once, and no other.
+#[test]
+fn an_asked_command_runs_only_once_approved() {
+    let Some(e) = Env::new() else { return };
+    ok(e.avfs(&["write", "x.o", "obj"]));
+    let cmd = "find . -name '*.o' | xargs rm";
+    let (asked, code) = e.exec(&["--shell", cmd]);
+    assert_eq!(code, 125, "{asked}");
+    let d = &asked["data"];
+    assert_eq!(d["outcome"], "approval_required", "{asked}");
+    assert_eq!(d["ran"], false);
+    assert_eq!(d["decision"]["action"], "ask");
+    assert_eq!(d["exit_code"], Value::Null);
+    let token = d["approval_token"].as_str().unwrap().to_string();
+    assert_eq!(
+        ok(e.avfs(&["cat", "x.o"])),
+        "obj",
+        "nothing ran before approval"
+    );
+
+    // The token is for that command only.
+    let (other, code) = e.exec(&[
+        "--approve",
+        &token,
+        "--shell",
+        "find . -name '*.x' | xargs rm",
+    ]);
+    assert_eq!((other["ok"].as_bool(), code), (Some(false), 5), "{other}");
+    assert_eq!(other["error"]["kind"], "invalid_argument");
+    assert_eq!(ok(e.avfs(&["cat", "x.o"])), "obj");
+
+    let (ran, code) = e.exec(&["--approve", &token, "--shell", cmd]);
+    assert_eq!(code, 0, "{ran}");
+    assert_eq!(ran["data"]["outcome"], "completed");
+    assert_eq!(ran["data"]["ran"], true);
+    assert_eq!(changes(&ran), [("deleted".to_string(), "/x.o".to_string())]);
+
+    // Used once: the same token is refused and nothing runs again.
+    let (again, code) = e.exec(&["--approve", &token, "--shell", cmd]);
+    assert_eq!((again["ok"].as_bool(), code), (Some(false), 5), "{again}");
+}
