@@ -454,3 +454,103 @@ fn a_hard_link_to_a_secret_is_as_hidden_as_the_secret() {
     // The person at the CLI still reads them.
     assert_eq!(ok(e.avfs(&["cat", "notes.txt"])), "API_KEY=hunter2\n");
 }
+
+/// Every secret pattern of the default policy, each with a file or variable it must hide,
+/// and a near miss it must not. The lists are compared with `avfs policy show`, so a default
+/// pattern added without an example here fails.
+#[test]
+fn every_default_secret_pattern_is_hidden() {
+    let Some(e) = Env::new() else { return };
+    let paths: &[(&str, &str)] = &[
+        (".env", ".env"),
+        (".env.*", ".env.local"),
+        ("id_rsa", "home/.keys/id_rsa"),
+        ("id_dsa", "id_dsa"),
+        ("id_ecdsa", "id_ecdsa"),
+        ("id_ed25519", "deploy/id_ed25519"),
+        ("id_ecdsa_sk", "id_ecdsa_sk"),
+        ("id_ed25519_sk", "id_ed25519_sk"),
+        ("*.key", "tls/server.key"),
+        (".ssh/", "home/.ssh/config"),
+        (".aws/", ".aws/credentials"),
+    ];
+    let private_keys: &[(&str, &str)] = &[("*.pem", "keys/server.pem")];
+    let env_vars: &[(&str, &str)] = &[
+        ("*_TOKEN", "GITHUB_TOKEN"),
+        ("*SECRET*", "MYSECRETTHING"),
+        ("AWS_*", "AWS_REGION"),
+        ("*_KEY", "STRIPE_KEY"),
+        ("*PASSWORD*", "DBPASSWORDX"),
+        ("*PASSWD*", "ROOTPASSWDX"),
+        ("*_PWD", "DB_PWD"),
+        ("*PASS", "SMTPPASS"),
+        ("*PASSPHRASE*", "GPGPASSPHRASEX"),
+        ("*PRIVATEKEY*", "XPRIVATEKEYX"),
+        ("*ACCESSKEY*", "XACCESSKEYX"),
+        ("*APIKEY*", "XAPIKEYX"),
+        ("*AUTHORIZATION*", "XAUTHORIZATIONX"),
+        ("*CREDENTIAL*", "XCREDENTIALX"),
+        ("SSH_AUTH_SOCK", "SSH_AUTH_SOCK"),
+    ];
+    let policy = ok(e.avfs(&["--json", "policy", "show"]));
+    let policy: Value = serde_json::from_str(&policy).unwrap();
+    let globs = |key: &str| -> Vec<String> {
+        policy["data"][key]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|g| g.as_str().unwrap().to_string())
+            .collect()
+    };
+    let firsts = |l: &[(&str, &str)]| l.iter().map(|(p, _)| p.to_string()).collect::<Vec<_>>();
+    assert_eq!(globs("secret_globs"), firsts(paths));
+    assert_eq!(globs("private_key_globs"), firsts(private_keys));
+    assert_eq!(globs("secret_env_patterns"), firsts(env_vars));
+
+    // Files: each secret refused, each near miss readable.
+    let near_misses = [".envrc", "id_rsa.pub", "keyboard.txt", "certs/ca.pem"];
+    let tree = tempfile::tempdir().unwrap();
+    let mut files: Vec<(&str, &str)> = paths.iter().map(|(_, f)| (*f, "secret\n")).collect();
+    files.push((private_keys[0].1, PRIVATE_KEY));
+    // A certificate is a `.pem` without a private key: readable.
+    files.extend(near_misses.iter().map(|f| {
+        let content = if f.ends_with(".pem") {
+            CERTIFICATE
+        } else {
+            "public\n"
+        };
+        (*f, content)
+    }));
+    write_tree(tree.path(), &files);
+    ok(e.avfs(&["import", tree.path().to_str().unwrap(), "/"]));
+    let mut script = String::new();
+    for (f, _) in &files {
+        script.push_str(&format!(
+            "if cat '{f}' >/dev/null 2>&1; then echo 'read {f}'; else echo 'refused {f}'; fi\n"
+        ));
+    }
+    let got = e.sh(&script);
+    let mut want = String::new();
+    for (f, _) in &files {
+        let refused = !near_misses.contains(f);
+        want.push_str(&format!(
+            "{} {f}\n",
+            if refused { "refused" } else { "read" }
+        ));
+    }
+    assert_eq!(got, want);
+
+    // Environment: each matching variable withheld, a plain one passed.
+    let mut vars: Vec<(&str, &str)> = env_vars.iter().map(|(_, v)| (*v, "s3cret")).collect();
+    vars.push(("EDITOR", "visible"));
+    let (v, code) = e.exec_env(&["--", "env"], &vars);
+    assert_eq!(code, 0, "{v}");
+    let seen = child_env(&v);
+    for (pattern, name) in env_vars {
+        assert!(
+            !seen.contains_key(*name),
+            "{name} ({pattern}) reached the command"
+        );
+    }
+    assert_eq!(seen.get("EDITOR").map(String::as_str), Some("visible"));
+}
