@@ -465,3 +465,39 @@ fn mode_keeping_tools_keep_modes_and_apply_reports_them() {
         assert_eq!(got, mode, "{name} on the host");
     }
 }
+
+/// The vault-wide quotas surface in the mount as EDQUOT too: `max_size` when the live tree
+/// would outgrow it, `max_files` when one more file would be too many. What fit stays.
+#[test]
+fn size_and_file_count_quotas_surface_as_edquot() {
+    if !require_fuse() {
+        return;
+    }
+    const EDQUOT: i32 = 122;
+    let home = tempfile::tempdir().unwrap();
+    let h = home.path();
+    ok(avfs_in(h, &["vault", "create", "qs"]));
+    ok(avfs_in(h, &["quota", "set", "--max-size-mb", "1"]));
+    let m = Mounted::mount_existing(home, "qs");
+    fs::write(m.dir.join("half"), vec![1u8; 512 * 1024]).unwrap();
+    let err = fs::write(m.dir.join("more"), vec![2u8; 768 * 1024]).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(EDQUOT), "max_size: got {err}");
+    m.unmount();
+    assert_eq!(ok(m.avfs(&["cat", "half"])).len(), 512 * 1024);
+    ok(m.avfs(&["vault", "check"]));
+
+    let home = tempfile::tempdir().unwrap();
+    let h = home.path();
+    ok(avfs_in(h, &["vault", "create", "qf"]));
+    ok(avfs_in(h, &["quota", "set", "--max-files", "3"]));
+    let m = Mounted::mount_existing(home, "qf");
+    for i in 0..3 {
+        fs::write(m.dir.join(format!("f{i}")), b"x").unwrap();
+    }
+    let err = fs::write(m.dir.join("f3"), b"x").unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(EDQUOT), "max_files: got {err}");
+    m.unmount();
+    let listed = ok(m.avfs(&["ls", "/"]));
+    assert_eq!(listed.lines().collect::<Vec<_>>(), ["f0", "f1", "f2"]);
+    ok(m.avfs(&["vault", "check"]));
+}
