@@ -136,10 +136,12 @@ impl Client {
         (result["isError"] == true, from_text)
     }
 
-    /// A tool call that must succeed; returns its data.
+    /// A tool call that must succeed; returns its data, checked against the schema of the
+    /// CLI command the tool stands for.
     fn ok(&mut self, tool: &str, args: Value) -> Value {
         let (is_error, data) = self.call(tool, args.clone());
         assert!(!is_error, "{tool} {args} failed: {data}");
+        common::check_data(&cli_command(tool, &args), &data);
         data
     }
 
@@ -161,6 +163,20 @@ impl Client {
         assert!(status.success(), "avfs mcp exited with {status}");
         let rest: Vec<String> = self.lines.try_iter().collect();
         assert!(rest.is_empty(), "stdout after the session: {rest:?}");
+    }
+}
+
+/// The CLI command (as the schema names it) whose `--json` data a tool returns.
+fn cli_command(tool: &str, args: &Value) -> String {
+    match tool {
+        "read_file" => "cat".into(),
+        "write_file" => "write".into(),
+        "list_files" => "ls".into(),
+        "exec" => "proxy exec".into(),
+        "fork" => "vault fork".into(),
+        "checkpoint" => format!("checkpoint {}", args["action"].as_str().unwrap_or("save")),
+        "diff" | "merge" | "rollback" => tool.into(),
+        other => panic!("tool `{other}` has no CLI command in the schema"),
     }
 }
 

@@ -72,6 +72,23 @@ pub fn contract() -> &'static Contract {
     })
 }
 
+/// Check `data` against the schema of `command` (as named in the envelope); panics with
+/// every violation.
+pub fn check_data(command: &str, data: &Value) {
+    let v = contract()
+        .commands
+        .get(command)
+        .unwrap_or_else(|| panic!("command `{command}` is not in the schema"));
+    let v = v
+        .as_ref()
+        .unwrap_or_else(|e| panic!("the schema of `{command}` does not compile: {e}"));
+    let errs = validation_errors(v, data);
+    assert!(
+        errs.is_empty(),
+        "data of `{command}` does not match the schema: {errs:?}\n{data:#}"
+    );
+}
+
 /// The exit code README.md documents for an error kind.
 pub fn exit_code_for(kind: &str) -> i32 {
     match kind {
