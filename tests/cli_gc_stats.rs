@@ -310,7 +310,7 @@ fn stats_add_up_across_forks_and_dedup() {
     assert_eq!(s["content_bytes"], 10_000);
     assert_eq!(s["dedup_ratio"], 9.0);
     assert!(s["disk_bytes"].as_u64().unwrap() > 10_000);
-    assert!(s["stored_bytes"].as_u64() >= s["content_bytes"].as_u64());
+    assert!(s["stored_bytes"].as_u64().unwrap() >= s["content_bytes"].as_u64().unwrap());
     // stats is the same whichever workspace of the vault selects it.
     assert_eq!(env.stats(Some("f2")), s);
     env.avfs(&["stats"])

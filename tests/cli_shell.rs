@@ -1,15 +1,11 @@
 //! `avfs shell`, `avfs completions` and `avfs man` through the real binary.
 
-use std::io::Write;
-use std::process::{Command, Stdio};
+mod common;
 
-fn avfs(home: &std::path::Path) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_avfs"));
-    c.env("AVFS_HOME", home)
-        .env("AVFS_ACTOR", "test")
-        .env_remove("AVFS_VAULT");
-    c
-}
+use std::io::Write;
+use std::process::Stdio;
+
+use common::mount::avfs_command as avfs;
 
 /// Feed `script` to `avfs [args] shell` on stdin: (stdout, stderr, exit code).
 fn shell(home: &std::path::Path, args: &[&str], script: &str) -> (String, String, i32) {

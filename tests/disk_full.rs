@@ -20,14 +20,12 @@ struct SmallDisk {
 
 impl SmallDisk {
     fn new(size: &str) -> Option<SmallDisk> {
-        if !rustix::process::geteuid().is_root() {
-            if std::env::var("AVFS_CI_ALLOW_NO_DISK_FULL").as_deref() == Ok("1") {
-                eprintln!("skipping: not root (AVFS_CI_ALLOW_NO_DISK_FULL=1)");
-                return None;
-            }
-            panic!(
-                "the disk-full test mounts a tmpfs and needs root (AVFS_CI_ALLOW_NO_DISK_FULL=1 skips it)"
-            );
+        if !common::skip::require(
+            "the disk-full test mounts a tmpfs and needs root",
+            rustix::process::geteuid().is_root(),
+            "AVFS_CI_ALLOW_NO_DISK_FULL",
+        ) {
+            return None;
         }
         let dir = tempfile::tempdir().unwrap();
         let mnt = dir.path().join("disk");
@@ -62,13 +60,7 @@ fn avfs(home: &Path, args: &[&str], stdin: Option<&Path>) -> Output {
 }
 
 fn json(out: &Output) -> Value {
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "not one JSON document ({e}): {}\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })
+    common::one_document(out)
 }
 
 #[test]

@@ -4,74 +4,22 @@
 //! checkout). Every command runs with its own `$AVFS_HOME` and without `$AVFS_VAULT`; every
 //! `--json` document is checked against the committed schema.
 
+mod common;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Output;
-use std::sync::OnceLock;
 
 use assert_cmd::Command;
+use common::HostEntry as Entry;
+use common::skip::require_tool;
 use serde_json::{Value, json};
 use tempfile::TempDir;
 
 // ---------------------------------------------------------------------------------------
 // Helpers
-
-const BIN: &str = env!("CARGO_BIN_EXE_avfs");
-
-/// Envelope and per-command validators from `schema/avfs.schema.json`. A command whose
-/// schema does not compile maps to the error (reported by `history_schemas_compile`).
-struct Schema {
-    envelope: jsonschema::Validator,
-    commands: BTreeMap<String, Result<jsonschema::Validator, String>>,
-}
-
-fn schema() -> &'static Schema {
-    static SCHEMA: OnceLock<Schema> = OnceLock::new();
-    SCHEMA.get_or_init(|| {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("schema/avfs.schema.json");
-        let doc: Value = serde_json::from_str(&fs::read_to_string(path).unwrap()).unwrap();
-        Schema {
-            envelope: jsonschema::validator_for(&doc["envelope"]).unwrap(),
-            commands: doc["commands"]
-                .as_object()
-                .unwrap()
-                .iter()
-                .map(|(k, v)| {
-                    (
-                        k.clone(),
-                        jsonschema::validator_for(v).map_err(|e| e.to_string()),
-                    )
-                })
-                .collect(),
-        }
-    })
-}
-
-fn check_contract(doc: &Value) {
-    let s = schema();
-    let errs: Vec<String> = s.envelope.iter_errors(doc).map(|e| e.to_string()).collect();
-    assert!(
-        errs.is_empty(),
-        "envelope violates the schema: {errs:?}\n{doc}"
-    );
-    if doc["ok"] == json!(true) {
-        let cmd = doc["command"].as_str().unwrap();
-        let Ok(v) = s
-            .commands
-            .get(cmd)
-            .unwrap_or_else(|| panic!("no schema for command `{cmd}`"))
-        else {
-            return;
-        };
-        let errs: Vec<String> = v.iter_errors(&doc["data"]).map(|e| e.to_string()).collect();
-        assert!(
-            errs.is_empty(),
-            "`{cmd}` data violates the schema: {errs:?}\n{doc}"
-        );
-    }
-}
 
 /// A throwaway `$AVFS_HOME` plus scratch space for host directories.
 struct Env {
@@ -95,7 +43,7 @@ impl Env {
     }
 
     fn run(&self, vault: Option<&str>, args: &[&str], stdin: Option<&[u8]>) -> Output {
-        let mut cmd = Command::new(BIN);
+        let mut cmd = Command::new(common::BIN);
         cmd.env("AVFS_HOME", self.home.path())
             .env_remove("AVFS_VAULT")
             .env("AVFS_ACTOR", "history-test");
@@ -121,15 +69,13 @@ impl Env {
         String::from_utf8(out.stdout).unwrap()
     }
 
-    /// The whole `--json` document (validated against the schema) and the exit code.
+    /// The whole `--json` document (validated against the schema, the exit code against
+    /// the documented one) and the exit code.
     fn json(&self, vault: Option<&str>, args: &[&str]) -> (Value, i32) {
         let mut full = vec!["--json"];
         full.extend_from_slice(args);
         let out = self.run(vault, &full, None);
-        let text = String::from_utf8(out.stdout).unwrap();
-        let doc: Value = serde_json::from_str(text.trim())
-            .unwrap_or_else(|e| panic!("{args:?}: stdout is not one JSON document ({e}): {text}"));
-        check_contract(&doc);
+        let doc = common::check_json_output(&full, &out);
         (doc, out.status.code().unwrap())
     }
 
@@ -198,38 +144,12 @@ impl Env {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Entry {
-    Dir(u32),
-    File(u32, Vec<u8>),
-    Symlink(PathBuf),
-}
-
-/// A host directory tree, `.git` excluded.
+/// A host directory tree, `.git` excluded, without times.
 fn host_tree(root: &Path) -> BTreeMap<String, Entry> {
-    fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<String, Entry>) {
-        for e in fs::read_dir(dir).unwrap() {
-            let e = e.unwrap();
-            if e.file_name() == ".git" {
-                continue;
-            }
-            let p = e.path();
-            let rel = p.strip_prefix(root).unwrap().to_str().unwrap().to_string();
-            let m = fs::symlink_metadata(&p).unwrap();
-            let mode = m.permissions().mode() & 0o7777;
-            if m.file_type().is_symlink() {
-                out.insert(rel, Entry::Symlink(fs::read_link(&p).unwrap()));
-            } else if m.is_dir() {
-                out.insert(rel, Entry::Dir(mode));
-                walk(root, &p, out);
-            } else {
-                out.insert(rel, Entry::File(mode, fs::read(&p).unwrap()));
-            }
-        }
-    }
-    let mut out = BTreeMap::new();
-    walk(root, root, &mut out);
-    out
+    common::host_tree(root, false)
+        .into_iter()
+        .filter(|(rel, _)| rel != ".git" && !rel.starts_with(".git/"))
+        .collect()
 }
 
 fn lines(s: &str) -> Vec<&str> {
@@ -272,10 +192,15 @@ fn history_schemas_compile() {
         "export",
     ]
     .iter()
-    .filter_map(|c| match schema().commands.get(*c) {
-        None => Some(format!("{c}: missing")),
-        Some(Err(e)) => Some(format!("{c}: {e}")),
-        Some(Ok(_)) => None,
+    .filter_map(|c| {
+        let contract = common::contract();
+        if !contract.command_names().contains(*c) {
+            return Some(format!("{c}: missing"));
+        }
+        contract
+            .broken_schemas()
+            .get(*c)
+            .map(|e| format!("{c}: {e}"))
     })
     .collect();
     assert!(broken.is_empty(), "schema/avfs.schema.json: {broken:?}");
@@ -439,7 +364,9 @@ fn diff_patch_shows_hunks_renames_modes_and_binary_summaries() {
 /// The patch is "git-style": `git apply` turns the checkpoint's tree into the live tree.
 #[test]
 fn diff_patch_applies_with_git_apply() {
-    let Some(_) = git_version() else { return };
+    if !require_tool("git") {
+        return;
+    }
     let env = Env::new();
     env.create("p");
     env.write("p", "a.txt", b"hello\nthere\n");
@@ -1137,8 +1064,18 @@ fn prune_older_than_and_bad_arguments() {
         5,
         "invalid_argument",
     );
-    // Everything is older than "0s" ago... give the clock a moment.
-    std::thread::sleep(std::time::Duration::from_millis(20));
+    // Everything is older than 1ms once the clock has passed c1's time by 1ms: wait for
+    // that, not for a guessed interval.
+    let c1_ns = env.data("po", &["checkpoint", "list"])[0]["created_at"]
+        .as_i64()
+        .unwrap();
+    common::wait::until_true("the clock to pass c1 by 1ms", || {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as i64;
+        now > c1_ns + 1_000_000
+    });
     let r = env.data("po", &["prune", "--older-than", "1ms"]);
     assert_eq!(r["pruned"]["checkpoints_removed"], json!(["c1"]));
     assert_eq!(env.cat("po", "a.txt"), b"a\n");
@@ -1147,19 +1084,6 @@ fn prune_older_than_and_bad_arguments() {
 
 // ---------------------------------------------------------------------------------------
 // apply / export --changes (real git checkouts)
-
-fn git_version() -> Option<String> {
-    let out = std::process::Command::new("git")
-        .arg("--version")
-        .output()
-        .ok()?;
-    if out.status.success() {
-        Some(String::from_utf8_lossy(&out.stdout).into_owned())
-    } else {
-        eprintln!("git is not available: skipping");
-        None
-    }
-}
 
 fn git(dir: &Path, args: &[&str]) -> String {
     let out = std::process::Command::new("git")
@@ -1242,7 +1166,7 @@ const APPLIED: &[&str] = &[
 
 #[test]
 fn apply_round_trip_with_git() {
-    if git_version().is_none() {
+    if !require_tool("git") {
         return;
     }
     let env = Env::new();
@@ -1297,7 +1221,7 @@ fn apply_round_trip_with_git() {
 
 #[test]
 fn apply_dry_run_writes_nothing() {
-    if git_version().is_none() {
+    if !require_tool("git") {
         return;
     }
     let env = Env::new();
@@ -1320,7 +1244,7 @@ fn apply_dry_run_writes_nothing() {
 
 #[test]
 fn apply_refuses_host_changes_since_import_unless_forced() {
-    if git_version().is_none() {
+    if !require_tool("git") {
         return;
     }
     let env = Env::new();
@@ -1387,7 +1311,7 @@ fn apply_refuses_host_changes_since_import_unless_forced() {
 
 #[test]
 fn export_changes_writes_only_the_changes_below_a_path() {
-    if git_version().is_none() {
+    if !require_tool("git") {
         return;
     }
     let env = Env::new();

@@ -4,7 +4,6 @@
 //! import stopped part-way.
 
 mod common;
-mod mount_support;
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -14,17 +13,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use common::TestEnv;
-use mount_support::{avfs_in, ok, require_fuse};
+use common::mount::{avfs_in, ok, require_fuse};
 use serde_json::Value;
 
 fn json(out: std::process::Output) -> Value {
-    serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim()).unwrap_or_else(|e| {
-        panic!(
-            "not JSON ({e}): {}\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })
+    common::one_document(&out)
 }
 
 fn file_names(env: &TestEnv) -> BTreeSet<String> {

@@ -1,7 +1,7 @@
 //! `avfs mcp`: a real MCP session over the binary's stdin/stdout, one JSON-RPC message per
 //! line, as an MCP client (Claude Desktop, an IDE) would drive it.
 
-mod mount_support;
+mod common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use mount_support::require_fuse;
+use common::mount::{avfs_command, avfs_json, require_fuse};
 
 const TOOLS: [&str; 9] = [
     "checkpoint",
@@ -25,16 +25,9 @@ const TOOLS: [&str; 9] = [
     "write_file",
 ];
 
+/// `avfs --json ARGS` (checked against the schema) that must succeed: its data.
 fn avfs(home: &Path, args: &[&str]) -> Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_avfs"))
-        .arg("--json")
-        .args(args)
-        .env("AVFS_HOME", home)
-        .env("AVFS_ACTOR", "test")
-        .env_remove("AVFS_VAULT")
-        .output()
-        .expect("run avfs");
-    let doc: Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
+    let (doc, _) = avfs_json(home, args);
     assert_eq!(doc["ok"], true, "avfs {args:?}: {doc}");
     doc["data"].clone()
 }
@@ -49,11 +42,8 @@ struct Client {
 
 impl Client {
     fn start(home: &Path, args: &[&str]) -> Client {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_avfs"))
+        let mut child = avfs_command(home)
             .args(args)
-            .env("AVFS_HOME", home)
-            .env("AVFS_ACTOR", "test")
-            .env_remove("AVFS_VAULT")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -146,10 +136,12 @@ impl Client {
         (result["isError"] == true, from_text)
     }
 
-    /// A tool call that must succeed; returns its data.
+    /// A tool call that must succeed; returns its data, checked against the schema of the
+    /// CLI command the tool stands for.
     fn ok(&mut self, tool: &str, args: Value) -> Value {
         let (is_error, data) = self.call(tool, args.clone());
         assert!(!is_error, "{tool} {args} failed: {data}");
+        common::check_data(&cli_command(tool, &args), &data);
         data
     }
 
@@ -171,6 +163,20 @@ impl Client {
         assert!(status.success(), "avfs mcp exited with {status}");
         let rest: Vec<String> = self.lines.try_iter().collect();
         assert!(rest.is_empty(), "stdout after the session: {rest:?}");
+    }
+}
+
+/// The CLI command (as the schema names it) whose `--json` data a tool returns.
+fn cli_command(tool: &str, args: &Value) -> String {
+    match tool {
+        "read_file" => "cat".into(),
+        "write_file" => "write".into(),
+        "list_files" => "ls".into(),
+        "exec" => "proxy exec".into(),
+        "fork" => "vault fork".into(),
+        "checkpoint" => format!("checkpoint {}", args["action"].as_str().unwrap_or("save")),
+        "diff" | "merge" | "rollback" => tool.into(),
+        other => panic!("tool `{other}` has no CLI command in the schema"),
     }
 }
 

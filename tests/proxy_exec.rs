@@ -1,27 +1,21 @@
 //! `avfs proxy exec` end to end: real binary, real vault, real FUSE mount, real `sh`.
 
-mod mount_support;
+mod common;
 
 use std::process::Command;
 
-use mount_support::{ProxyEnv, ok};
+use common::mount::{ProxyEnv, avfs_json, ok};
 use serde_json::Value;
 
 type Env = ProxyEnv;
 
 impl ProxyEnv {
-    /// `avfs --json proxy exec …`: the envelope and the exit code.
+    /// `avfs --json proxy exec …` (checked against the schema): the envelope and the exit
+    /// code.
     fn exec(&self, args: &[&str]) -> (Value, i32) {
-        let mut full = vec!["--json", "proxy", "exec"];
+        let mut full = vec!["proxy", "exec"];
         full.extend_from_slice(args);
-        let out = self.avfs(&full);
-        let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-            panic!(
-                "not one JSON document ({e}): {}",
-                String::from_utf8_lossy(&out.stdout)
-            )
-        });
-        (v, out.status.code().unwrap_or(-1))
+        avfs_json(self.home.path(), &full)
     }
 }
 
@@ -41,7 +35,7 @@ fn changes(v: &Value) -> Vec<(String, String)> {
 
 #[test]
 fn changed_files_are_exactly_right() {
-    let e = Env::new();
+    let Some(e) = Env::new() else { return };
     ok(e.avfs(&["write", "keep.txt", "same"]));
     ok(e.avfs(&["write", "mod.txt", "old"]));
     ok(e.avfs(&["write", "del.txt", "bye"]));
@@ -82,26 +76,27 @@ fn changed_files_are_exactly_right() {
 
 #[test]
 fn timeout_kills_everything_keeps_partial_output_and_exits_124() {
-    let e = Env::new();
+    let Some(e) = Env::new() else { return };
     // The pids go to a file in the workspace (host paths are a policy matter).
-    let script = "echo partial; setsid sleep 100 & echo $! >> pids; (sleep 100 & echo $! >> pids); sh -c 'sleep 100 & sleep 100'";
+    let script = "echo partial; setsid sleep 1000 & echo $! >> pids; (sleep 1000 & echo $! >> pids); sh -c 'sleep 1000 & sleep 1000'";
     let (v, code) = e.exec(&["--timeout", "1s", "--shell", script]);
     assert_eq!(code, 124, "{v}");
     assert_eq!(v["data"]["timed_out"], true);
     assert_eq!(v["data"]["stdout"]["text"], "partial\n");
-    std::thread::sleep(std::time::Duration::from_millis(100));
     let pids = ok(e.avfs(&["cat", "pids"]));
     assert_eq!(pids.lines().count(), 2, "{pids}");
+    // The kill is asynchronous: each descendant must go (the deadline bounds only a hang,
+    // and a descendant that survives the timeout for good fails here).
     for pid in pids.lines() {
-        let alive =
-            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "));
-        assert!(!alive, "descendant {pid} outlived the timeout");
+        common::wait::until_true(&format!("descendant {pid} to die"), || {
+            common::wait::process_gone(pid)
+        });
     }
 }
 
 #[test]
 fn output_flood_is_truncated_without_hanging() {
-    let e = Env::new();
+    let Some(e) = Env::new() else { return };
     let (v, code) = e.exec(&[
         "--checkpoint",
         "never",
@@ -121,7 +116,7 @@ fn output_flood_is_truncated_without_hanging() {
 
 #[test]
 fn rollback_restores_the_state_before_the_exec_and_can_be_undone() {
-    let e = Env::new();
+    let Some(e) = Env::new() else { return };
     ok(e.avfs(&["write", "a.txt", "original"]));
     let (v, _) = e.exec(&["--shell", "echo clobbered > a.txt; touch b.txt"]);
     let id = v["data"]["exec_id"].as_i64().unwrap().to_string();
@@ -135,7 +130,7 @@ fn rollback_restores_the_state_before_the_exec_and_can_be_undone() {
 
 #[test]
 fn denied_commands_do_not_run_and_still_return_an_envelope() {
-    let e = Env::new();
+    let Some(e) = Env::new() else { return };
     ok(e.avfs(&["write", "a.txt", "x"]));
     for cmd in [
         "rm -rf /",
@@ -157,7 +152,7 @@ fn denied_commands_do_not_run_and_still_return_an_envelope() {
 
 #[test]
 fn secrets_are_hidden_and_secret_env_is_withheld() {
-    let e = Env::new();
+    let Some(e) = Env::new() else { return };
     ok(e.avfs(&["write", ".env", "API_KEY=hunter2"]));
     ok(e.avfs(&["write", "visible.txt", "ok"]));
     let out = Command::new(env!("CARGO_BIN_EXE_avfs"))
@@ -188,7 +183,7 @@ fn secrets_are_hidden_and_secret_env_is_withheld() {
 
 #[test]
 fn task_forks_are_created_on_first_use() {
-    let e = Env::new();
+    let Some(e) = Env::new() else { return };
     ok(e.avfs(&["write", "base.txt", "b"]));
     let (v, code) = e.exec(&[
         "--fork-from",
@@ -209,7 +204,7 @@ fn task_forks_are_created_on_first_use() {
 
 #[test]
 fn readonly_runs_cannot_write() {
-    let e = Env::new();
+    let Some(e) = Env::new() else { return };
     let (v, code) = e.exec(&["--readonly", "--shell", "echo x > f.txt"]);
     assert_ne!(code, 0);
     assert_eq!(v["data"]["request"]["mode"], "read_only");
@@ -225,7 +220,7 @@ fn readonly_runs_cannot_write() {
 
 #[test]
 fn exit_code_mirrors_the_child() {
-    let e = Env::new();
+    let Some(e) = Env::new() else { return };
     let (v, code) = e.exec(&["--", "sh", "-c", "echo out; echo err >&2; exit 7"]);
     assert_eq!(code, 7);
     assert_eq!(v["data"]["exit_code"], 7);
@@ -237,7 +232,7 @@ fn exit_code_mirrors_the_child() {
 /// and an approval token it used stays valid for a run that can start.
 #[test]
 fn a_command_that_cannot_start_returns_an_envelope_and_keeps_its_approval() {
-    let e = Env::new();
+    let Some(e) = Env::new() else { return };
     ok(e.avfs(&[
         "write",
         "--mode",
@@ -287,4 +282,48 @@ fn a_command_that_cannot_start_returns_an_envelope_and_keeps_its_approval() {
     // Used by a run that started: gone now.
     let (v, _) = e.exec(&["--policy", p, "--approve", &token, "--", "./run.sh"]);
     assert_eq!(v["ok"], false, "{v}");
+}
+
+/// The builtin policy asks before a delete whose targets are known only at run time: the
+/// command does not run and exits 125 with a token; the token runs exactly that command,
+/// once, and no other.
+#[test]
+fn an_asked_command_runs_only_once_approved() {
+    let Some(e) = Env::new() else { return };
+    ok(e.avfs(&["write", "x.o", "obj"]));
+    let cmd = "find . -name '*.o' | xargs rm";
+    let (asked, code) = e.exec(&["--shell", cmd]);
+    assert_eq!(code, 125, "{asked}");
+    let d = &asked["data"];
+    assert_eq!(d["outcome"], "approval_required", "{asked}");
+    assert_eq!(d["ran"], false);
+    assert_eq!(d["decision"]["action"], "ask");
+    assert_eq!(d["exit_code"], Value::Null);
+    let token = d["approval_token"].as_str().unwrap().to_string();
+    assert_eq!(
+        ok(e.avfs(&["cat", "x.o"])),
+        "obj",
+        "nothing ran before approval"
+    );
+
+    // The token is for that command only.
+    let (other, code) = e.exec(&[
+        "--approve",
+        &token,
+        "--shell",
+        "find . -name '*.x' | xargs rm",
+    ]);
+    assert_eq!((other["ok"].as_bool(), code), (Some(false), 5), "{other}");
+    assert_eq!(other["error"]["kind"], "invalid_argument");
+    assert_eq!(ok(e.avfs(&["cat", "x.o"])), "obj");
+
+    let (ran, code) = e.exec(&["--approve", &token, "--shell", cmd]);
+    assert_eq!(code, 0, "{ran}");
+    assert_eq!(ran["data"]["outcome"], "completed");
+    assert_eq!(ran["data"]["ran"], true);
+    assert_eq!(changes(&ran), [("deleted".to_string(), "/x.o".to_string())]);
+
+    // Used once: the same token is refused and nothing runs again.
+    let (again, code) = e.exec(&["--approve", &token, "--shell", cmd]);
+    assert_eq!((again["ok"].as_bool(), code), (Some(false), 5), "{again}");
 }

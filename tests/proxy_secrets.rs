@@ -4,12 +4,12 @@
 //! private keys, `.env` files and credentials stay out of reach. Real binary, real vault,
 //! real FUSE mount.
 
-mod mount_support;
+mod common;
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use mount_support::{ProxyEnv, avfs_env, ok};
+use common::mount::{ProxyEnv, avfs_env, ok};
 use serde_json::Value;
 
 const PRIVATE_KEY: &str = "-----BEGIN PRIVATE KEY-----\n\
@@ -99,7 +99,7 @@ fn write_tree(root: &Path, files: &[(&str, &str)]) {
 
 #[test]
 fn ordinary_trees_stay_visible_and_private_keys_stay_hidden() {
-    let e = Env::new();
+    let Some(e) = Env::new() else { return };
     let host = tempfile::tempdir().unwrap();
     let combined = format!("{CERTIFICATE}{CERTIFICATE}{RSA_KEY}");
     write_tree(
@@ -231,7 +231,7 @@ fn ordinary_trees_stay_visible_and_private_keys_stay_hidden() {
 
 #[test]
 fn python_venv_with_pip_is_whole_inside_the_proxy() {
-    let e = Env::new();
+    let Some(e) = Env::new() else { return };
     // ensurepip installs pip, whose vendored certifi ships `cacert.pem`: a CA bundle.
     e.sh("python3 -m venv .venv");
     let out = e.sh(".venv/bin/python -c 'import pip._vendor.certifi as c; \
@@ -258,7 +258,7 @@ fn child_env(v: &Value) -> BTreeMap<String, String> {
 
 #[test]
 fn secret_looking_environment_is_withheld_and_the_rest_passes() {
-    let e = Env::new();
+    let Some(e) = Env::new() else { return };
     let secret = [
         ("my_token", "t0k3n"),
         ("DATABASE_URL", "postgres://u:pass@db.example/app"),
@@ -335,7 +335,7 @@ fn secret_looking_environment_is_withheld_and_the_rest_passes() {
 
 #[test]
 fn the_policy_file_chooses_what_is_refused() {
-    let e = Env::new();
+    let Some(e) = Env::new() else { return };
     ok(e.avfs(&["write", "-p", "keys/server.pem", "--", PRIVATE_KEY]));
     ok(e.avfs(&["write", "-p", "notes/secret.txt", "x"]));
     // Own name globs; the private-key rule is kept.
@@ -384,7 +384,7 @@ fn the_policy_file_chooses_what_is_refused() {
 /// named paths keep the secret as it was.
 #[test]
 fn a_tracked_secret_is_never_recorded_as_deleted_by_git() {
-    let e = Env::new();
+    let Some(e) = Env::new() else { return };
     let host = tempfile::tempdir().unwrap();
     let git = |args: &[&str]| {
         let out = std::process::Command::new("git")
@@ -428,7 +428,7 @@ fn a_tracked_secret_is_never_recorded_as_deleted_by_git() {
 /// mount is refused too.
 #[test]
 fn a_hard_link_to_a_secret_is_as_hidden_as_the_secret() {
-    let e = Env::new();
+    let Some(e) = Env::new() else { return };
     let host = tempfile::tempdir().unwrap();
     write_tree(
         host.path(),
@@ -453,4 +453,104 @@ fn a_hard_link_to_a_secret_is_as_hidden_as_the_secret() {
     assert_ne!(code, 0, "{v}");
     // The person at the CLI still reads them.
     assert_eq!(ok(e.avfs(&["cat", "notes.txt"])), "API_KEY=hunter2\n");
+}
+
+/// Every secret pattern of the default policy, each with a file or variable it must hide,
+/// and a near miss it must not. The lists are compared with `avfs policy show`, so a default
+/// pattern added without an example here fails.
+#[test]
+fn every_default_secret_pattern_is_hidden() {
+    let Some(e) = Env::new() else { return };
+    let paths: &[(&str, &str)] = &[
+        (".env", ".env"),
+        (".env.*", ".env.local"),
+        ("id_rsa", "home/.keys/id_rsa"),
+        ("id_dsa", "id_dsa"),
+        ("id_ecdsa", "id_ecdsa"),
+        ("id_ed25519", "deploy/id_ed25519"),
+        ("id_ecdsa_sk", "id_ecdsa_sk"),
+        ("id_ed25519_sk", "id_ed25519_sk"),
+        ("*.key", "tls/server.key"),
+        (".ssh/", "home/.ssh/config"),
+        (".aws/", ".aws/credentials"),
+    ];
+    let private_keys: &[(&str, &str)] = &[("*.pem", "keys/server.pem")];
+    let env_vars: &[(&str, &str)] = &[
+        ("*_TOKEN", "GITHUB_TOKEN"),
+        ("*SECRET*", "MYSECRETTHING"),
+        ("AWS_*", "AWS_REGION"),
+        ("*_KEY", "STRIPE_KEY"),
+        ("*PASSWORD*", "DBPASSWORDX"),
+        ("*PASSWD*", "ROOTPASSWDX"),
+        ("*_PWD", "DB_PWD"),
+        ("*PASS", "SMTPPASS"),
+        ("*PASSPHRASE*", "GPGPASSPHRASEX"),
+        ("*PRIVATEKEY*", "XPRIVATEKEYX"),
+        ("*ACCESSKEY*", "XACCESSKEYX"),
+        ("*APIKEY*", "XAPIKEYX"),
+        ("*AUTHORIZATION*", "XAUTHORIZATIONX"),
+        ("*CREDENTIAL*", "XCREDENTIALX"),
+        ("SSH_AUTH_SOCK", "SSH_AUTH_SOCK"),
+    ];
+    let policy = ok(e.avfs(&["--json", "policy", "show"]));
+    let policy: Value = serde_json::from_str(&policy).unwrap();
+    let globs = |key: &str| -> Vec<String> {
+        policy["data"][key]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|g| g.as_str().unwrap().to_string())
+            .collect()
+    };
+    let firsts = |l: &[(&str, &str)]| l.iter().map(|(p, _)| p.to_string()).collect::<Vec<_>>();
+    assert_eq!(globs("secret_globs"), firsts(paths));
+    assert_eq!(globs("private_key_globs"), firsts(private_keys));
+    assert_eq!(globs("secret_env_patterns"), firsts(env_vars));
+
+    // Files: each secret refused, each near miss readable.
+    let near_misses = [".envrc", "id_rsa.pub", "keyboard.txt", "certs/ca.pem"];
+    let tree = tempfile::tempdir().unwrap();
+    let mut files: Vec<(&str, &str)> = paths.iter().map(|(_, f)| (*f, "secret\n")).collect();
+    files.push((private_keys[0].1, PRIVATE_KEY));
+    // A certificate is a `.pem` without a private key: readable.
+    files.extend(near_misses.iter().map(|f| {
+        let content = if f.ends_with(".pem") {
+            CERTIFICATE
+        } else {
+            "public\n"
+        };
+        (*f, content)
+    }));
+    write_tree(tree.path(), &files);
+    ok(e.avfs(&["import", tree.path().to_str().unwrap(), "/"]));
+    let mut script = String::new();
+    for (f, _) in &files {
+        script.push_str(&format!(
+            "if cat '{f}' >/dev/null 2>&1; then echo 'read {f}'; else echo 'refused {f}'; fi\n"
+        ));
+    }
+    let got = e.sh(&script);
+    let mut want = String::new();
+    for (f, _) in &files {
+        let refused = !near_misses.contains(f);
+        want.push_str(&format!(
+            "{} {f}\n",
+            if refused { "refused" } else { "read" }
+        ));
+    }
+    assert_eq!(got, want);
+
+    // Environment: each matching variable withheld, a plain one passed.
+    let mut vars: Vec<(&str, &str)> = env_vars.iter().map(|(_, v)| (*v, "s3cret")).collect();
+    vars.push(("EDITOR", "visible"));
+    let (v, code) = e.exec_env(&["--", "env"], &vars);
+    assert_eq!(code, 0, "{v}");
+    let seen = child_env(&v);
+    for (pattern, name) in env_vars {
+        assert!(
+            !seen.contains_key(*name),
+            "{name} ({pattern}) reached the command"
+        );
+    }
+    assert_eq!(seen.get("EDITOR").map(String::as_str), Some("visible"));
 }

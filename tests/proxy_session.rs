@@ -2,12 +2,13 @@
 //! (`--confine` Landlock, `--offline` network namespace), end to end: the real binary, a
 //! real vault, a real FUSE mount kept by a real daemon, real `sh`.
 
-mod mount_support;
+mod common;
 
 use std::path::Path;
 use std::process::{Command, Output};
 
-use mount_support::{ok, require_fuse};
+use common::mount::{avfs_command, avfs_json, ok, require_fuse};
+use common::skip::require_root;
 use serde_json::Value;
 
 struct Env {
@@ -41,11 +42,8 @@ impl Env {
     }
 
     fn cmd(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_avfs"));
-        c.args(args)
-            .env("AVFS_HOME", self.home.path())
-            .env("AVFS_ACTOR", "test")
-            .env_remove("AVFS_VAULT");
+        let mut c = avfs_command(self.home.path());
+        c.args(args);
         c
     }
 
@@ -53,18 +51,9 @@ impl Env {
         self.cmd(args).output().unwrap()
     }
 
+    /// `avfs --json ARGS`, checked against the schema: the document and the exit code.
     fn json(&self, args: &[&str]) -> (Value, i32) {
-        let mut full = vec!["--json"];
-        full.extend_from_slice(args);
-        let out = self.avfs(&full);
-        let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-            panic!(
-                "not one JSON document ({e}): {}\n{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            )
-        });
-        (v, out.status.code().unwrap_or(-1))
+        avfs_json(self.home.path(), args)
     }
 
     fn start(&self, fork: &str, name: &str, extra: &[&str]) -> Value {
@@ -156,12 +145,12 @@ fn commands_in_a_session_report_changes_and_roll_back_one_by_one() {
     let (stop, code) = e.json(&["session", "stop", "s"]);
     assert_eq!(code, 0, "{stop}");
     assert_eq!(stop["data"]["stopped"], true);
-    assert!(!mount_support_has(&mount), "the session's mount is gone");
+    assert!(!is_mounted(&mount), "the session's mount is gone");
     let (list, _) = e.json(&["session", "list"]);
     assert_eq!(list["data"].as_array().unwrap().len(), 0);
 }
 
-fn mount_support_has(dir: &str) -> bool {
+fn is_mounted(dir: &str) -> bool {
     std::fs::read_to_string("/proc/self/mountinfo")
         .unwrap()
         .lines()
@@ -234,12 +223,9 @@ fn a_killed_daemon_is_cleaned_up_by_stop() {
             .unwrap()
             .success()
     );
-    for _ in 0..200 {
-        if !Path::new(&format!("/proc/{pid}")).exists() {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
+    common::wait::until_true(&format!("session daemon {pid} to die"), || {
+        common::wait::process_gone(&pid)
+    });
     let (v, code) = e.json(&["proxy", "exec", "--session", "k", "--", "true"]);
     assert_eq!(v["error"]["kind"], "session_not_found", "{v}");
     assert_eq!(code, 3);
@@ -248,10 +234,7 @@ fn a_killed_daemon_is_cleaned_up_by_stop() {
     let (stop, code) = e.json(&["session", "stop", "k"]);
     assert_eq!(code, 0, "{stop}");
     assert_eq!(stop["data"]["stale"], true);
-    assert!(
-        !mount_support_has(&dir),
-        "the dead daemon's mount is detached"
-    );
+    assert!(!is_mounted(&dir), "the dead daemon's mount is detached");
     // The name is free again.
     e.start("task", "k", &[]);
 }
@@ -445,7 +428,8 @@ fn a_policy_can_confine_every_command() {
 #[test]
 fn offline_commands_see_only_loopback() {
     let Some(e) = Env::new() else { return };
-    if !rustix_is_root() {
+    if !rustix::process::geteuid().is_root() {
+        // Without root there is no network namespace, and --offline says so.
         let (v, _) = e.json(&[
             "--vault",
             "task",
@@ -456,6 +440,8 @@ fn offline_commands_see_only_loopback() {
             "true",
         ]);
         assert_eq!(v["error"]["kind"], "confinement_unavailable", "{v}");
+    }
+    if !require_root() {
         return;
     }
     // Interfaces, read the way `ip link` would, by a script the policy cannot see into.
@@ -497,13 +483,4 @@ fn offline_commands_see_only_loopback() {
     let (v, _) = e.run("o", &["--", "sh", "ifaces.sh"]);
     assert_eq!(v["confinement"]["offline"], false);
     assert_ne!(v["stdout"]["text"], "lo\n", "{v}");
-}
-
-fn rustix_is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .unwrap()
-        .lines()
-        .find(|l| l.starts_with("Uid:"))
-        .and_then(|l| l.split_whitespace().nth(2).map(|u| u == "0"))
-        .unwrap_or(false)
 }

@@ -89,14 +89,11 @@ test("proxyExec of a denied `rm -rf /`: not run, exit 126, nothing changed", asy
 test("proxyExec timeout: killed, timed_out, exit 124", fuse, async (t) => {
   requireFuse();
   const c = await newVault(t);
-  const started = Date.now();
   const env = await c.avfs.proxyExec(["sleep", "30"], { timeout: "1s" });
-  assert.ok(Date.now() - started < 20_000, "the timeout stopped the command");
   assert.equal(env.ran, true);
   assert.equal(env.timed_out, true);
   assert.equal(env.exit_code, null);
   assert.equal(typeof env.signal, "number");
-  assert.ok(env.duration_ms >= 900);
   assertExit(c, env, 124);
 });
 

@@ -252,7 +252,7 @@ def test_proxy_exec_timeout(vault: Client, validator: SchemaValidator) -> None:
     env = vault.proxy_exec(["sleep", "30"], timeout=0.5)
     assert env.ran and env.timed_out and env.exit_code is None
     assert env.status == validator.last_exit_code == 124
-    assert env.duration_ms < 20_000
+    assert env.signal is not None
 
 
 @pytest.mark.usefixtures("fuse")

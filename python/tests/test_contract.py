@@ -31,6 +31,7 @@ MODELS: dict[type, tuple[str, str | None]] = {
     t.DeleteReport: ("vault delete", None),
     t.Checkpoint: ("checkpoint save", None),
     t.NodeInfo: ("stat", None),
+    t.DeviceNumber: ("stat", "DeviceNumber"),
     t.WriteOutput: ("write", None),
     t.MoveOutput: ("mv", None),
     t.Diff: ("diff", None),

@@ -58,7 +58,25 @@ pub struct ShellOutput {
 }
 
 fn s<T: JsonSchema>() -> Value {
-    serde_json::to_value(schema_for!(T)).unwrap_or(Value::Null)
+    let mut schema = serde_json::to_value(schema_for!(T)).unwrap_or(Value::Null);
+    close_objects(&mut schema);
+    schema
+}
+
+/// The contract is exact: an object schema that lists its properties allows no others, so
+/// a field added to an output type without a schema change fails the contract tests
+/// instead of slipping through. Maps (no `properties`) keep their `additionalProperties`.
+fn close_objects(schema: &mut Value) {
+    match schema {
+        Value::Object(map) => {
+            if map.contains_key("properties") && !map.contains_key("additionalProperties") {
+                map.insert("additionalProperties".into(), Value::Bool(false));
+            }
+            map.values_mut().for_each(close_objects);
+        }
+        Value::Array(items) => items.iter_mut().for_each(close_objects),
+        _ => {}
+    }
 }
 
 /// Command name (as in the envelope's `command`) to the schema of its `data`.
@@ -147,11 +165,21 @@ pub fn document() -> Value {
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
         .collect();
+    let mut envelope = envelope();
+    close_objects(&mut envelope);
     json!({
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "title": "avfs --json output",
         "description": "Every avfs command run with --json prints exactly one document matching `envelope`. On success `data` matches `commands[command]`.",
-        "envelope": {
+        "envelope": envelope,
+        "commands": commands,
+    })
+}
+
+/// The envelope every `--json` document matches: success with `data`, or failure with a
+/// typed `error`.
+fn envelope() -> Value {
+    json!({
             "oneOf": [
                 {
                     "type": "object",
@@ -180,7 +208,5 @@ pub fn document() -> Value {
                     }
                 }
             ]
-        },
-        "commands": commands,
     })
 }

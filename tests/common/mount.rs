@@ -1,23 +1,13 @@
-//! Shared by the mount tests: a vault mounted through the real `avfs` binary in a temp dir.
-//! FUSE tests never skip silently: without /dev/fuse they fail unless
-//! AVFS_CI_ALLOW_NO_FUSE=1 is set on purpose.
-#![allow(dead_code)]
+//! The mount side of the tests: a vault mounted through the real `avfs` binary in a temp
+//! dir, a proxy environment, and the plain `avfs` runner they use. Mounting needs FUSE: the
+//! constructors return None only where `skip::require_fuse` allowed a visible skip.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-pub fn require_fuse() -> bool {
-    if Path::new("/dev/fuse").exists() {
-        return true;
-    }
-    if std::env::var("AVFS_CI_ALLOW_NO_FUSE").as_deref() == Ok("1") {
-        eprintln!("skipping: /dev/fuse missing and AVFS_CI_ALLOW_NO_FUSE=1");
-        return false;
-    }
-    panic!(
-        "/dev/fuse is missing: FUSE tests cannot run (set AVFS_CI_ALLOW_NO_FUSE=1 to skip on purpose)"
-    );
-}
+use serde_json::Value;
+
+pub use super::skip::require_fuse;
 
 /// Whether mounts must use FUSE over io_uring: the kernel allows it (the fuse module's
 /// `enable_uring` is on, or avfs turns it on as root), or AVFS_REQUIRE_URING=1 says the
@@ -36,11 +26,14 @@ pub struct ProxyEnv {
 }
 
 impl ProxyEnv {
-    pub fn new() -> ProxyEnv {
-        require_fuse();
+    /// None only when FUSE is missing and its absence may skip the test.
+    pub fn new() -> Option<ProxyEnv> {
+        if !require_fuse() {
+            return None;
+        }
         let home = tempfile::tempdir().unwrap();
         ok(avfs_in(home.path(), &["vault", "create", "w"]));
-        ProxyEnv { home }
+        Some(ProxyEnv { home })
     }
 
     pub fn avfs(&self, args: &[&str]) -> Output {
@@ -49,9 +42,11 @@ impl ProxyEnv {
 }
 
 /// Run one of the project's scripts with the binary under test (`AVFS_BIN`), FUSE
-/// required; returns its stdout after checking it succeeded.
-pub fn run_script(interpreter: &str, script: &str, args: &[&str]) -> String {
-    assert!(require_fuse(), "the script mounts: FUSE is required");
+/// required; returns its stdout after checking it succeeded (None: skipped without FUSE).
+pub fn run_script(interpreter: &str, script: &str, args: &[&str]) -> Option<String> {
+    if !require_fuse() {
+        return None;
+    }
     let out = Command::new(interpreter)
         .arg(
             Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -68,7 +63,7 @@ pub fn run_script(interpreter: &str, script: &str, args: &[&str]) -> String {
     );
     assert!(out.status.success(), "{script}: {stdout}\n{stderr}");
     println!("{stdout}");
-    stdout
+    Some(stdout)
 }
 
 pub struct Mounted {
@@ -81,15 +76,31 @@ pub fn avfs_in(home: &Path, args: &[&str]) -> Output {
     avfs_env(home, args, &[])
 }
 
+/// `avfs` with `$AVFS_HOME` set, actor `test`, and no `$AVFS_VAULT`.
+pub fn avfs_command(home: &Path) -> Command {
+    let mut c = Command::new(super::BIN);
+    c.env("AVFS_HOME", home)
+        .env("AVFS_ACTOR", "test")
+        .env_remove("AVFS_VAULT");
+    c
+}
+
 pub fn avfs_env(home: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_avfs"))
+    avfs_command(home)
         .args(args)
         .envs(env.iter().copied())
-        .env("AVFS_HOME", home)
-        .env("AVFS_ACTOR", "test")
-        .env_remove("AVFS_VAULT")
         .output()
         .expect("run avfs")
+}
+
+/// `avfs --json ARGS`: the document, checked against the committed schema (and the exit
+/// code against the documented one for an error), and the exit code.
+pub fn avfs_json(home: &Path, args: &[&str]) -> (Value, i32) {
+    let mut full = vec!["--json"];
+    full.extend_from_slice(args);
+    let out = avfs_in(home, &full);
+    let doc = super::check_json_output(&full, &out);
+    (doc, out.status.code().unwrap_or(-1))
 }
 
 pub fn ok(out: Output) -> String {
@@ -103,23 +114,30 @@ pub fn ok(out: Output) -> String {
 }
 
 impl Mounted {
-    /// A fresh vault `name` mounted at `<home>/mnt`.
-    pub fn new(name: &str) -> Mounted {
-        assert!(require_fuse() || std::env::var("AVFS_CI_ALLOW_NO_FUSE").is_ok());
+    /// A fresh vault `name` mounted at `<home>/mnt`. None only when FUSE is missing and
+    /// its absence may skip the test (`skip::require_fuse`).
+    pub fn new(name: &str) -> Option<Mounted> {
+        if !require_fuse() {
+            return None;
+        }
         let home = tempfile::tempdir().unwrap();
         ok(avfs_in(home.path(), &["vault", "create", name]));
-        Self::mount_existing(home, name)
+        Some(Self::mount_with(home, name, &[]))
     }
 
     /// A fresh vault served through `/dev/fuse` even where io_uring is available (the
     /// fallback transport gets the same tests).
-    pub fn dev_fuse(name: &str) -> Mounted {
-        assert!(require_fuse() || std::env::var("AVFS_CI_ALLOW_NO_FUSE").is_ok());
+    pub fn dev_fuse(name: &str) -> Option<Mounted> {
+        if !require_fuse() {
+            return None;
+        }
         let home = tempfile::tempdir().unwrap();
         ok(avfs_in(home.path(), &["vault", "create", name]));
-        Self::mount_with(home, name, &[("AVFS_FUSE_URING", "0")])
+        Some(Self::mount_with(home, name, &[("AVFS_FUSE_URING", "0")]))
     }
 
+    /// Mount an existing vault of `home`; FUSE must be there (the test has already
+    /// required it, or this fails).
     pub fn mount_existing(home: tempfile::TempDir, vault: &str) -> Mounted {
         Self::mount_with(home, vault, &[])
     }

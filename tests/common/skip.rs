@@ -1,0 +1,55 @@
+//! A test never returns early and counts as passed. A tool or facility it needs that is
+//! missing fails it, unless the opt-out variable named for that facility is `1`: then the
+//! test prints a `SKIP` line (past the harness's output capture, so the run's log shows it
+//! and `.ci/run` counts it) and its caller returns.
+
+use std::io::Write;
+use std::path::Path;
+
+/// True when `available`. Otherwise panics, or, with `opt_out=1` set on purpose, prints
+/// `SKIP <test>: <what> (<opt_out>=1)` and returns false.
+pub fn require(what: &str, available: bool, opt_out: &str) -> bool {
+    if available {
+        return true;
+    }
+    if std::env::var(opt_out).as_deref() == Ok("1") {
+        let thread = std::thread::current();
+        let test = thread.name().unwrap_or("?");
+        // Straight to the process's stderr: the harness captures only eprintln!.
+        let _ = writeln!(std::io::stderr(), "SKIP {test}: {what} ({opt_out}=1)");
+        return false;
+    }
+    panic!("{what}: this test cannot run (set {opt_out}=1 to skip it on purpose)");
+}
+
+/// /dev/fuse, for every test that mounts (opt-out: AVFS_CI_ALLOW_NO_FUSE=1).
+pub fn require_fuse() -> bool {
+    require(
+        "/dev/fuse is missing",
+        Path::new("/dev/fuse").exists(),
+        "AVFS_CI_ALLOW_NO_FUSE",
+    )
+}
+
+/// Root, for tests that mount a tmpfs or make network namespaces (opt-out:
+/// AVFS_CI_ALLOW_NOT_ROOT=1).
+pub fn require_root() -> bool {
+    require(
+        "not running as root",
+        rustix::process::geteuid().is_root(),
+        "AVFS_CI_ALLOW_NOT_ROOT",
+    )
+}
+
+/// A program on PATH that answers `--version` (opt-out: AVFS_CI_ALLOW_NO_TOOLS=1).
+pub fn require_tool(program: &str) -> bool {
+    let there = std::process::Command::new(program)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    require(
+        &format!("`{program}` is not installed"),
+        there,
+        "AVFS_CI_ALLOW_NO_TOOLS",
+    )
+}
