@@ -41,7 +41,7 @@ const INTERFACES = {
   Change: ["commands", "diff", "$defs", "Change"],
   DiffSummary: ["commands", "diff", "$defs", "DiffSummary"],
   DiffOutput: ["commands", "diff"],
-  MergeConflict: ["commands", "merge", "$defs", "Conflict"],
+  Conflict: ["commands", "merge", "$defs", "Conflict"],
   MergeReport: ["commands", "merge"],
   OpInfo: ["commands", "undo"],
   Decision: ["commands", "proxy exec", "$defs", "Decision"],

@@ -108,7 +108,7 @@ pub struct ExecParams {
     /// When to checkpoint first: "auto" (when the policy says the command may change
     /// things; the default), "always" or "never".
     #[serde(default)]
-    pub checkpoint: Option<CheckpointParam>,
+    pub checkpoint: Option<CheckpointMode>,
     /// Run a command the policy answered `ask` for, with the approval_token from that
     /// envelope.
     #[serde(default)]
@@ -129,14 +129,6 @@ pub struct ExecParams {
     /// the current vault).
     #[serde(default)]
     pub vault: Option<String>,
-}
-
-#[derive(Clone, Copy, Deserialize, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum CheckpointParam {
-    Auto,
-    Always,
-    Never,
 }
 
 #[derive(Deserialize, JsonSchema)]
@@ -382,12 +374,7 @@ impl AvfsServer {
                 cwd,
                 timeout,
                 readonly: p.readonly,
-                checkpoint: match p.checkpoint {
-                    None => defaults.checkpoint,
-                    Some(CheckpointParam::Auto) => CheckpointMode::Auto,
-                    Some(CheckpointParam::Always) => CheckpointMode::Always,
-                    Some(CheckpointParam::Never) => CheckpointMode::Never,
-                },
+                checkpoint: p.checkpoint.unwrap_or(defaults.checkpoint),
                 output_cap: p.max_output.unwrap_or(defaults.output_cap),
                 approve: p.approve,
                 confine: Confinement {

@@ -2,7 +2,8 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, ValueEnum};
+use clap::Args;
+use clap::builder::TypedValueParser;
 
 use agentvfs::Result;
 use agentvfs::model::{OpInfo, limits};
@@ -13,13 +14,6 @@ use agentvfs::service::proxy::{CheckpointMode, EXEC_OP, Envelope, ExecOptions};
 
 use super::Ctx;
 use crate::output::Reply;
-
-#[derive(Clone, Copy, ValueEnum)]
-pub enum CheckpointArg {
-    Auto,
-    Always,
-    Never,
-}
 
 #[derive(Args)]
 pub struct ExecArgs {
@@ -34,8 +28,8 @@ pub struct ExecArgs {
     pub readonly: bool,
     /// When to checkpoint before running: auto (when the policy says it may change
     /// things), always, never.
-    #[arg(long, value_enum, default_value = "auto")]
-    pub checkpoint: CheckpointArg,
+    #[arg(long, default_value = "auto", value_parser = checkpoint_mode())]
+    pub checkpoint: CheckpointMode,
     /// A TOML policy file instead of the built-in policy (`avfs policy show`).
     #[arg(long)]
     pub policy: Option<PathBuf>,
@@ -131,11 +125,7 @@ pub fn cmd_exec(ctx: &Ctx, a: ExecArgs) -> Result<Reply> {
         cwd: a.cwd.clone(),
         timeout,
         readonly: a.readonly,
-        checkpoint: match a.checkpoint {
-            CheckpointArg::Auto => CheckpointMode::Auto,
-            CheckpointArg::Always => CheckpointMode::Always,
-            CheckpointArg::Never => CheckpointMode::Never,
-        },
+        checkpoint: a.checkpoint,
         output_cap: a.max_output,
         approve: a.approve.clone(),
         allow_env: a.allow_env.clone(),
@@ -182,4 +172,12 @@ pub fn cmd_rollback(ctx: &Ctx, a: RollbackArgs) -> Result<Reply> {
     let op: OpInfo = ws.rollback(EXEC_OP, a.exec_id)?;
     let human = format!("{} (undo with `avfs undo`)", op.description);
     Ok(Reply::new(&op, human))
+}
+
+/// `--checkpoint`: the library's own `CheckpointMode`, with its spellings listed in help.
+fn checkpoint_mode() -> impl clap::builder::TypedValueParser<Value = CheckpointMode> {
+    clap::builder::PossibleValuesParser::new(CheckpointMode::NAMES).map(|s| {
+        s.parse::<CheckpointMode>()
+            .expect("one of CheckpointMode::NAMES")
+    })
 }

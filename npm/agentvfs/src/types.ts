@@ -266,8 +266,11 @@ export interface DiffOutput {
   patch?: string | null;
 }
 
+/** The earlier name of `Conflict`. @deprecated Use `Conflict`, as the Rust library names it. */
+export type MergeConflict = Conflict;
+
 /** A path changed on both sides of a merge in ways that do not combine. */
-export interface MergeConflict {
+export interface Conflict {
   path: string;
   /** The target's change: `added`, `modified`, `deleted` or `type_changed`. */
   ours: string;
@@ -286,7 +289,7 @@ export interface MergeReport {
   /** How the target changes (or would change): its live state before vs. the result. */
   changes: Change[];
   /** Conflicts found; resolved by the strategy when it is `ours` or `theirs`. */
-  conflicts: MergeConflict[];
+  conflicts: Conflict[];
   /** Text files whose edits on both sides were combined line by line. */
   text_merged: string[];
 }

@@ -16,9 +16,9 @@ from typing import Any, Literal, TypeVar
 
 from .errors import AvfsError, ProtocolError, error_from
 from .types import (
-    Checkpoint,
+    CheckpointInfo,
     DeleteReport,
-    Diff,
+    DiffOutput,
     Envelope,
     ForkOutput,
     MergeReport,
@@ -173,17 +173,17 @@ class Client:
 
     # -- checkpoints ------------------------------------------------------------------
 
-    def checkpoint_save(self, name: str | None = None, message: str | None = None) -> Checkpoint:
-        return self._one(Checkpoint, "checkpoint", "save", *_opt(None, name), *_opt("-m", message))
+    def checkpoint_save(self, name: str | None = None, message: str | None = None) -> CheckpointInfo:
+        return self._one(CheckpointInfo, "checkpoint", "save", *_opt(None, name), *_opt("-m", message))
 
-    def checkpoint_list(self) -> list[Checkpoint]:
-        return self._many(Checkpoint, "checkpoint", "list")
+    def checkpoint_list(self) -> list[CheckpointInfo]:
+        return self._many(CheckpointInfo, "checkpoint", "list")
 
-    def checkpoint_restore(self, name: str) -> Checkpoint:
-        return self._one(Checkpoint, "checkpoint", "restore", name)
+    def checkpoint_restore(self, name: str) -> CheckpointInfo:
+        return self._one(CheckpointInfo, "checkpoint", "restore", name)
 
-    def checkpoint_delete(self, name: str) -> Checkpoint:
-        return self._one(Checkpoint, "checkpoint", "delete", name)
+    def checkpoint_delete(self, name: str) -> CheckpointInfo:
+        return self._one(CheckpointInfo, "checkpoint", "delete", name)
 
     # -- files ------------------------------------------------------------------------
 
@@ -232,12 +232,12 @@ class Client:
 
     # -- history ----------------------------------------------------------------------
 
-    def diff(self, from_: str | None = None, to: str | None = None, *, patch: bool = False) -> Diff:
+    def diff(self, from_: str | None = None, to: str | None = None, *, patch: bool = False) -> DiffOutput:
         """Changes from `from_` (default: last checkpoint) to `to` (default: live, `@`)."""
         if to is not None and from_ is None:
             raise ValueError("diff: give from_ together with to")
         return self._one(
-            Diff, "diff", *_opt(None, from_), *_opt(None, to), *_flag("--patch", patch)
+            DiffOutput, "diff", *_opt(None, from_), *_opt(None, to), *_flag("--patch", patch)
         )
 
     def merge(

@@ -92,7 +92,7 @@ class DeleteReport:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Checkpoint:
+class CheckpointInfo:
     name: str
     created_at: int
     root: str
@@ -169,7 +169,7 @@ class DiffSummary:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Diff:
+class DiffOutput:
     from_: str
     to: str
     summary: DiffSummary
@@ -350,3 +350,9 @@ def from_json(cls: type[T], data: dict[str, Any]) -> T:
         if key in data:
             kwargs[f.name] = _convert(f.type, data[key])
     return cls(**kwargs)
+
+
+# Earlier names of two types, kept so existing code keeps working: the types are named as
+# the Rust library and the TypeScript client name them.
+Checkpoint = CheckpointInfo
+Diff = DiffOutput

@@ -33,13 +33,35 @@ pub mod exit {
     pub const DENIED: i32 = 126;
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// When `proxy exec` checkpoints before running: the one spelling of this option for the
+/// CLI (`--checkpoint`), the MCP `exec` tool and the session protocol.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum CheckpointMode {
     /// Checkpoint when the policy says the command may change things.
     Auto,
     Always,
     Never,
+}
+
+impl CheckpointMode {
+    /// The spellings `FromStr` takes, as the CLI lists them.
+    pub const NAMES: [&'static str; 3] = ["auto", "always", "never"];
+}
+
+impl std::str::FromStr for CheckpointMode {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "auto" => Ok(CheckpointMode::Auto),
+            "always" => Ok(CheckpointMode::Always),
+            "never" => Ok(CheckpointMode::Never),
+            _ => Err(Error::invalid(format!(
+                "checkpoint is one of auto, always or never, not `{s}`"
+            ))),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
