@@ -176,7 +176,9 @@ pub fn canonical_dir(dir: &Path) -> Result<PathBuf> {
             dir: dir.to_path_buf(),
             reason: "not a directory".into(),
         }),
-        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => {
+        // A FUSE connection whose daemon died answers ENOTCONN, or ECONNABORTED while the
+        // kernel is still tearing down its io_uring queues.
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTCONN | libc::ECONNABORTED)) => {
             Ok(std::path::absolute(dir).unwrap_or(dir.to_path_buf()))
         }
         Err(e) => Err(Error::io("opening", dir, e)),
