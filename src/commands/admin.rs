@@ -4,7 +4,7 @@ use clap::{Args, Subcommand};
 
 use agentvfs::Result;
 use agentvfs::model::{GcReport, Quota, StatsReport, Vault, limits, now_ns};
-use agentvfs::service::maintenance;
+use agentvfs::service::{maintenance, quota};
 use agentvfs::store::AuditRecord;
 
 use super::Ctx;
@@ -75,18 +75,13 @@ pub fn run_quota(ctx: &Ctx, cmd: QuotaCmd) -> (&'static str, Result<Reply>) {
 }
 
 fn quota_set(ctx: &Ctx, a: QuotaSetArgs) -> Result<Reply> {
-    let v = vault(ctx)?;
-    let mut q = v.quota()?;
-    if let Some(s) = &a.max_size_mb {
-        q.max_size_mb = limits::parse_limit("--max-size-mb", s, limits::MAX_QUOTA_MIB)?;
-    }
-    if let Some(s) = &a.max_files {
-        q.max_files = limits::parse_limit("--max-files", s, limits::MAX_QUOTA_COUNT)?;
-    }
-    if let Some(s) = &a.max_file_size_mb {
-        q.max_file_size_mb = limits::parse_limit("--max-file-size-mb", s, limits::MAX_QUOTA_MIB)?;
-    }
-    v.set_quota(&q)?;
+    let change = quota::QuotaChange {
+        max_size_mb: a.max_size_mb.as_deref(),
+        max_files: a.max_files.as_deref(),
+        max_file_size_mb: a.max_file_size_mb.as_deref(),
+    };
+    let vault = vault(ctx)?;
+    let q = quota::set(&vault, &change)?;
     Ok(Reply::new(&q, render_quota(&q)))
 }
 

@@ -13,6 +13,7 @@ pub mod mounter;
 pub mod mounts;
 pub mod policy;
 pub mod proxy;
+pub mod quota;
 pub mod registry;
 pub mod runner;
 pub mod search;
