@@ -4,9 +4,11 @@
 mod embedded;
 mod exec;
 mod files;
+mod find;
 mod git;
 mod network;
 mod packages;
+mod wrappers;
 
 use super::Category as C;
 use crate::service::policy::analyzer::Analyzer;
