@@ -1,6 +1,7 @@
 //! What each program does: the built-in knowledge of common tools, wrappers, shells,
 //! interpreters, `git`, package managers, and the getopt-style parsing their flags need.
 
+mod archives;
 mod embedded;
 mod exec;
 mod files;
@@ -8,6 +9,7 @@ mod find;
 mod git;
 mod network;
 mod packages;
+mod text;
 mod wrappers;
 
 use super::Category as C;
@@ -913,7 +915,7 @@ impl Analyzer<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::files::{awk_writes, sed_writes};
+    use super::text::{awk_writes, sed_writes};
     use super::*;
 
     #[test]
