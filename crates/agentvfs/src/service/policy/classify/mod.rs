@@ -7,6 +7,7 @@ mod exec;
 mod files;
 mod find;
 mod git;
+mod git_config;
 mod network;
 mod packages;
 mod text;
