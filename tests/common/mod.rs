@@ -2,6 +2,7 @@
 //! and takes what it needs:
 //! - `cli`: a throwaway `$AVFS_HOME` (`TestEnv`) and the real binary, with every `--json`
 //!   output checked against the committed schema;
+//! - `history`: the history tests' throwaway `$AVFS_HOME` (`Env`) and their host-tree helpers;
 //! - `host`: host trees to import, export and compare;
 //! - `mount`: vaults mounted through FUSE, proxy environments, FUSE request traces;
 //! - `skip`: what a test needs (FUSE, git, root…) fails it when missing, unless a deliberate
@@ -11,6 +12,7 @@
 #![allow(dead_code, unused_imports)]
 
 pub mod cli;
+pub mod history;
 pub mod host;
 pub mod mount;
 pub mod skip;

@@ -3,6 +3,7 @@
 //! paths or processes; other engines implement the same trait without touching the layers above.
 
 pub mod id;
+mod lock;
 mod sqlite;
 mod wal;
 

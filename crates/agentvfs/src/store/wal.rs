@@ -15,7 +15,7 @@ use std::thread::JoinHandle;
 
 use rusqlite::{Connection, OpenFlags};
 
-use super::sqlite::lock;
+use super::lock::lock;
 
 /// Log size, in frames (pages), past which a commit asks for a background checkpoint:
 /// 2,048 frames is 8 MiB at the default 4 KiB page, twice SQLite's inline default.

@@ -1,350 +1,32 @@
 //! What each program does: the built-in knowledge of common tools, wrappers, shells,
 //! interpreters, `git`, package managers, and the getopt-style parsing their flags need.
 
+mod archives;
 mod embedded;
 mod exec;
 mod files;
+mod find;
 mod git;
+mod git_config;
 mod network;
+mod opts;
 mod packages;
+mod tables;
+mod text;
+mod wrappers;
 
+pub(super) use self::opts::subcommand;
+use self::opts::{Opts, basename, destructive_flag, getopt, normalize};
+use self::tables::{
+    BUILD, DESTRUCTIVE, HOST_ESCAPE, INTERACTIVE, INTERPRETERS, NETWORKED, PRIVILEGED, READ_ONLY,
+    READ_ONLY_TEXT, SHELLS, WRITES,
+};
 use super::Category as C;
 use crate::service::policy::analyzer::Analyzer;
 use crate::service::policy::words::{
     Arg, MAX_DEPTH, Resolved, Role, SYSTEM_BIN_DIRS, Scope, Stdin, looks_like_path, resolve,
     snippet,
 };
-
-// ---- option parsing ----------------------------------------------------------------------
-
-/// One parsed command-line element.
-#[derive(Debug, Clone)]
-pub(super) enum Opt {
-    /// `-x` or `--name` (names keep their dashes).
-    Flag(String),
-    /// An option with its value (`-o FILE`, `-oFILE`, `--out=FILE`, `--out FILE`).
-    Value(String, Arg),
-    Operand(Arg),
-}
-
-/// Parsed arguments.
-#[derive(Debug, Clone, Default)]
-pub(super) struct Opts(pub Vec<Opt>);
-
-impl Opts {
-    pub fn has(&self, names: &[&str]) -> bool {
-        self.0.iter().any(|o| match o {
-            Opt::Flag(n) | Opt::Value(n, _) => names.contains(&n.as_str()),
-            Opt::Operand(_) => false,
-        })
-    }
-
-    pub fn values(&self, names: &[&str]) -> Vec<&Arg> {
-        self.0
-            .iter()
-            .filter_map(|o| match o {
-                Opt::Value(n, v) if names.contains(&n.as_str()) => Some(v),
-                _ => None,
-            })
-            .collect()
-    }
-
-    pub fn operands(&self) -> Vec<&Arg> {
-        self.0
-            .iter()
-            .filter_map(|o| match o {
-                Opt::Operand(a) => Some(a),
-                _ => None,
-            })
-            .collect()
-    }
-
-    /// Values of options not listed in `skip` (their values may still be paths).
-    pub fn other_values(&self, skip: &[&str]) -> Vec<&Arg> {
-        self.0
-            .iter()
-            .filter_map(|o| match o {
-                Opt::Value(n, v) if !skip.contains(&n.as_str()) => Some(v),
-                _ => None,
-            })
-            .collect()
-    }
-}
-
-/// getopt_long-style parsing. `short_val`: letters that take a value; `long_val`: long names
-/// (without `--`) that take a value; `posix`: options end at the first operand.
-pub(super) fn getopt(args: &[Arg], short_val: &str, long_val: &[&str], posix: bool) -> Opts {
-    let mut out = Vec::new();
-    let mut i = 0;
-    let mut only_operands = false;
-    while i < args.len() {
-        let a = &args[i];
-        i += 1;
-        if only_operands || !a.is_flag() {
-            if posix {
-                only_operands = true;
-            }
-            out.push(Opt::Operand(a.clone()));
-            continue;
-        }
-        let t = a.text.as_str();
-        if t == "--" {
-            only_operands = true;
-            continue;
-        }
-        if let Some(long) = t.strip_prefix("--") {
-            // GNU getopt takes any unambiguous prefix of a long option (`--use-compress-prog`).
-            let full = |n: &str| -> String {
-                let mut hits = long_val.iter().filter(|l| l.starts_with(n));
-                match (long_val.contains(&n), hits.next(), hits.next()) {
-                    (false, Some(only), None) if !n.is_empty() => (*only).to_string(),
-                    _ => n.to_string(),
-                }
-            };
-            if let Some((n, v)) = long.split_once('=') {
-                out.push(Opt::Value(format!("--{}", full(n)), a.derived(v)));
-            } else if long_val.contains(&full(long).as_str()) {
-                let t = format!("--{}", full(long));
-                match args.get(i) {
-                    Some(v) => {
-                        out.push(Opt::Value(t, v.clone()));
-                        i += 1;
-                    }
-                    None => out.push(Opt::Flag(t)),
-                }
-            } else {
-                out.push(Opt::Flag(t.to_string()));
-            }
-            continue;
-        }
-        let chars: Vec<char> = t[1..].chars().collect();
-        for (k, c) in chars.iter().enumerate() {
-            if short_val.contains(*c) {
-                let rest: String = chars[k + 1..].iter().collect();
-                if !rest.is_empty() {
-                    out.push(Opt::Value(format!("-{c}"), a.derived(&rest)));
-                } else if let Some(v) = args.get(i) {
-                    out.push(Opt::Value(format!("-{c}"), v.clone()));
-                    i += 1;
-                } else {
-                    out.push(Opt::Flag(format!("-{c}")));
-                }
-                break;
-            }
-            out.push(Opt::Flag(format!("-{c}")));
-        }
-    }
-    Opts(out)
-}
-
-/// The program's subcommand, for `[[rule]] subcommand` (after git's / cargo's global options).
-pub(super) fn subcommand(name: &str, rest: &[Arg]) -> Option<String> {
-    let mut i = 0;
-    while i < rest.len() {
-        let a = &rest[i];
-        let t = a.known()?;
-        match name {
-            "git" if matches!(t, "-C" | "-c" | "--git-dir" | "--work-tree" | "--namespace") => {
-                i += 2;
-                continue;
-            }
-            "cargo" if t.starts_with('+') => {
-                i += 1;
-                continue;
-            }
-            "cargo" if matches!(t, "--color" | "-Z" | "--config" | "-C") => {
-                i += 2;
-                continue;
-            }
-            _ => {}
-        }
-        if t.starts_with('-') {
-            i += 1;
-            continue;
-        }
-        return Some(t.to_string());
-    }
-    None
-}
-
-/// `-rf`, `--force`, `--delete`…: flags that make an unknown command word dangerous.
-fn destructive_flag(a: &Arg) -> bool {
-    let Some(t) = a.known() else { return false };
-    if let Some(long) = t.strip_prefix("--") {
-        let n = long.split('=').next().unwrap_or(long);
-        return matches!(
-            n,
-            "force" | "recursive" | "delete" | "no-preserve-root" | "hard" | "prune" | "mirror"
-        ) || n.starts_with("force")
-            || n.starts_with("delete")
-            || n.starts_with("remove");
-    }
-    if t == "-delete" {
-        return true;
-    }
-    t.len() > 1
-        && t.starts_with('-')
-        && t[1..].chars().all(|c| c.is_ascii_alphabetic())
-        && t[1..].chars().any(|c| matches!(c, 'r' | 'R' | 'f'))
-}
-
-fn basename(s: &str) -> &str {
-    s.trim_end_matches('/').rsplit('/').next().unwrap_or(s)
-}
-
-/// `python3.12` → `python`, `pip3` → `pip`, `mkfs.ext4` → `mkfs`, `nodejs` → `node`.
-fn normalize(name: &str) -> String {
-    for base in [
-        "python", "pip", "ruby", "perl", "php", "lua", "node", "pypy",
-    ] {
-        if let Some(rest) = name.strip_prefix(base)
-            && rest.chars().all(|c| c.is_ascii_digit() || c == '.')
-        {
-            return base.to_string();
-        }
-    }
-    if name == "nodejs" {
-        return "node".into();
-    }
-    if name.starts_with("mkfs.") || name.starts_with("mke2fs") {
-        return "mkfs".into();
-    }
-    if name.starts_with("qemu-system-") {
-        return "qemu-system".into();
-    }
-    name.to_string()
-}
-
-// ---- program tables ----------------------------------------------------------------------
-
-/// Only read; their operands are paths.
-#[rustfmt::skip]
-const READ_ONLY: &[&str] = &[
-    "ls", "dir", "vdir", "ll", "cat", "tac", "head", "tail", "wc", "stat", "file", "du", "tree",
-    "nl", "rev", "fold", "fmt", "column", "paste", "join", "expand", "unexpand", "od", "hexdump",
-    "strings", "md5sum", "sha1sum", "sha224sum", "sha256sum", "sha384sum", "sha512sum", "b2sum",
-    "b3sum", "cksum", "sum", "diff", "diff3", "sdiff", "cmp", "comm", "realpath", "readlink",
-    "base32", "base64", "basenc", "zcat", "bzcat", "xzcat", "zstdcat", "lz4cat", "zgrep", "lsattr",
-    "getfacl", "namei", "bat", "batcat", "exa", "eza", "lsd", "cut", "tsort", "pr", "look",
-    "colordiff", "wdiff", "diffstat", "hexyl", "tokei", "cloc", "scc", "shellcheck", "hadolint",
-    "yamllint", "flake8", "pylint", "pyflakes", "pycodestyle", "pydocstyle", "bandit", "codespell",
-    "cspell", "markdownlint", "jsonlint", "xmllint", "tidy", "pdftotext", "identify", "exiftool",
-    "mediainfo", "ffprobe", "nm", "objdump", "readelf", "ldd", "size", "addr2line", "c++filt",
-    "rustfilt", "sqlformat", "bc", "dc", "csvlook", "csvstat", "xsv", "mlr", "lsof", "vmstat",
-    "iostat", "mpstat", "pidstat", "ss", "netstat", "printenv", "md5", "shasum", "sha1", "fgrep",
-    "egrep",
-];
-
-/// Only read, and their operands are text, not paths.
-#[rustfmt::skip]
-const READ_ONLY_TEXT: &[&str] = &[
-    "echo", "printf", "true", "false", ":", "sleep", "seq", "yes", "expr", "basename", "dirname",
-    "which", "whereis", "type", "whoami", "id", "groups", "uname", "uptime", "free", "df", "ps",
-    "pgrep", "nproc", "lscpu", "lsblk", "lsusb", "lspci", "lsmod", "arch", "tty", "locale",
-    "getconf", "pwd", "tr", "factor", "numfmt", "cal", "clear", "tput", "dircolors", "envsubst",
-    "gettext", "ngettext", "export", "unset", "set", "shopt", "declare", "typeset", "local",
-    "readonly", "shift", "getopts", "wait", "read", "return", "exit", "break", "continue", "let",
-    "unalias", "hash", "jobs", "dirs", "times", "umask", "ulimit", "history", "disown", "caller",
-    "compgen", "complete", "compopt", "enable", "help", "bind", "logout", "apropos", "whatis",
-    "users", "who", "w", "last", "logname", "hostid", "date", "sync", "mapfile", "readarray",
-    "journalctl", "stty",
-];
-
-/// Change the workspace; their operands are written.
-#[rustfmt::skip]
-const WRITES: &[&str] = &[
-    "touch", "mkdir", "cp", "mv", "ln", "install", "link", "mkfifo", "mknod", "rename", "prename",
-    "dos2unix", "unix2dos", "sponge", "setfacl", "ed", "ex", "mktemp", "csplit", "split", "ar",
-    "cpio", "zip", "gpg", "age", "convert", "magick", "ffmpeg", "pandoc",
-];
-
-/// Build tools, compilers, test runners, formatters: change the workspace and run project
-/// code; their operands are read.
-#[rustfmt::skip]
-const BUILD: &[&str] = &[
-    "make", "gmake", "cmake", "ninja", "meson", "bazel", "bazelisk", "buck", "buck2", "scons",
-    "gcc", "g++", "cc", "c++", "clang", "clang++", "ld", "lld", "as", "rustc", "javac", "java",
-    "kotlinc", "kotlin", "scalac", "scala", "sbt", "mvn", "mvnw", "gradle", "gradlew", "ant",
-    "dotnet", "swift", "swiftc", "zig", "ghc", "cabal", "stack", "tsc", "esbuild", "webpack",
-    "vite", "rollup", "parcel", "babel", "jest", "vitest", "mocha", "ava", "tap", "playwright",
-    "cypress", "pytest", "py.test", "tox", "nox", "coverage", "mypy", "pyright", "ruff", "black",
-    "isort", "autopep8", "yapf", "prettier", "eslint", "stylelint", "biome", "rustfmt",
-    "clang-format", "clang-tidy", "gofmt", "goimports", "golangci-lint", "protoc", "flatc", "just",
-    "task", "mage", "pre-commit", "dune", "elixir", "mix", "erlc", "escript", "rake", "rspec",
-    "phpunit", "ctest", "cargo-nextest", "maturin", "wasm-pack", "trunk", "lua", "luajit",
-    "Rscript", "julia", "groovy", "swipl", "ocaml", "tclsh", "hugo", "jekyll", "mdbook",
-    "sphinx-build", "mkdocs", "doxygen", "latexmk", "pdflatex", "xelatex", "lualatex", "tectonic",
-    "typst", "direnv", "autoreconf", "autoconf", "automake", "libtool", "pkg-config", "configure",
-    "strip", "objcopy", "patchelf", "jar", "node-gyp",
-];
-
-/// Delete or overwrite their operands.
-#[rustfmt::skip]
-const DESTRUCTIVE: &[&str] = &[
-    "unlink", "shred", "srm", "wipe", "wipefs", "mkfs", "mkswap", "fdisk", "sfdisk", "cfdisk",
-    "gdisk", "sgdisk", "parted", "blkdiscard", "truncate",
-];
-
-/// Talk to the network.
-#[rustfmt::skip]
-const NETWORKED: &[&str] = &[
-    "nc", "ncat", "netcat", "socat", "telnet", "ftp", "tftp", "lftp", "ping", "ping6",
-    "traceroute", "tracepath", "mtr", "dig", "nslookup", "host", "whois", "nmap", "http", "https",
-    "xh", "httpie", "aria2c", "axel", "gh", "hub", "glab", "aws", "gcloud", "gsutil", "az",
-    "kubectl", "helm", "terraform", "tofu", "pulumi", "heroku", "flyctl", "fly", "vercel",
-    "netlify", "doctl", "s3cmd", "rclone", "ngrok", "iperf", "iperf3", "youtube-dl", "yt-dlp",
-    "sftp", "mosh", "ansible", "ansible-playbook", "vagrant", "packer", "wrangler", "firebase",
-    "supabase", "npx", "pnpx", "bunx", "uvx", "pipx", "nix", "nix-shell", "opam", "conda", "mamba",
-    "micromamba", "twine", "ollama",
-];
-
-/// Need root or act on the host's kernel, services or daemons.
-#[rustfmt::skip]
-const PRIVILEGED: &[&str] = &[
-    "chroot", "mount", "umount", "nsenter", "unshare", "setcap", "capsh", "insmod", "rmmod",
-    "modprobe", "sysctl", "iptables", "ip6tables", "nft", "ufw", "firewall-cmd", "service",
-    "shutdown", "reboot", "halt", "poweroff", "init", "telinit", "useradd", "userdel", "usermod",
-    "groupadd", "groupdel", "groupmod", "passwd", "chpasswd", "chsh", "chfn", "visudo", "vipw",
-    "docker", "docker-compose", "podman", "nerdctl", "ctr", "crictl", "lxc", "virsh",
-    "qemu-system", "apt", "apt-get", "aptitude", "yum", "dnf", "pacman", "zypper", "apk", "snap",
-    "flatpak", "emerge", "swapon", "swapoff", "losetup", "cryptsetup", "dmsetup", "mdadm",
-    "hdparm", "setenforce", "launchctl", "hostnamectl", "timedatectl", "localectl", "loginctl",
-    "kexec", "efibootmgr", "grub-install", "update-grub", "ldconfig", "depmod", "chattr",
-    "systemd-run", "chrt", "route", "ifconfig", "ifup", "ifdown", "iwconfig", "nmcli", "tc",
-    "setfattr", "renice", "dmesg", "sudoedit", "pkexec", "run0", "newgrp", "sg", "runuser",
-    "fusermount", "fusermount3", "mkinitramfs", "update-initramfs", "dpkg-reconfigure",
-];
-
-/// Need a terminal.
-#[rustfmt::skip]
-const INTERACTIVE: &[&str] = &[
-    "vi", "vim", "nvim", "view", "vimdiff", "nano", "pico", "micro", "joe", "mcedit", "ne", "kak",
-    "hx", "helix", "less", "more", "most", "pg", "man", "info", "pinfo", "htop", "btop", "atop",
-    "iotop", "iftop", "nethogs", "glances", "nmon", "tmux", "screen", "byobu", "mc", "ranger",
-    "nnn", "lf", "vifm", "fzf", "sk", "dialog", "whiptail", "ncdu", "tig", "lazygit", "gitui",
-    "irb", "pry", "ghci", "iex", "utop", "fc", "zellij", "gdb", "lldb", "cgdb", "visidata", "vd",
-    "emacsclient",
-];
-
-/// Act on the host outside the workspace.
-#[rustfmt::skip]
-const HOST_ESCAPE: &[&str] = &[
-    "pkill", "killall", "at", "batch", "atrm", "open", "xdg-open", "osascript", "pbcopy",
-    "pbpaste", "xclip", "xsel", "wl-copy", "wl-paste", "notify-send", "wall", "write", "logger",
-    "gio", "gsettings", "defaults", "xdotool",
-];
-
-#[rustfmt::skip]
-const SHELLS: &[&str] = &[
-    "sh", "bash", "zsh", "dash", "ksh", "mksh", "ash", "yash", "fish", "tcsh", "csh", "rbash",
-];
-
-#[rustfmt::skip]
-const INTERPRETERS: &[&str] = &[
-    "python", "pypy", "node", "ruby", "perl", "php", "deno", "bun",
-];
-
-// ---- classification ----------------------------------------------------------------------
 
 impl Analyzer<'_> {
     /// Classify one simple command given as words (argv requests, wrappers, substitutions).
@@ -911,7 +593,7 @@ impl Analyzer<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::files::{awk_writes, sed_writes};
+    use super::text::{awk_writes, sed_writes};
     use super::*;
 
     #[test]

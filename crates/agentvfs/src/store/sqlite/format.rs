@@ -1,0 +1,229 @@
+//! The vault file's on-disk format: the application id that marks a SQLite file as a vault,
+//! the forward migrations, the connection settings, and telling a foreign or damaged file
+//! from a vault.
+
+use std::path::Path;
+use std::time::Duration;
+
+use rusqlite::{Connection, OpenFlags};
+
+use crate::error::{Error, Result};
+
+/// The newest on-disk format this build reads and writes.
+pub const FORMAT_VERSION: u32 = 3;
+
+pub(super) const APPLICATION_ID: i32 = 0x6176_6673; // "avfs"
+const BUSY_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Forward migrations: entry `i` upgrades a vault from version `i` to `i + 1`.
+const MIGRATIONS: &[&str] = &[
+    r#"
+CREATE TABLE settings(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE objects(
+    id BLOB NOT NULL UNIQUE,
+    kind INTEGER NOT NULL,
+    size INTEGER NOT NULL,
+    data BLOB NOT NULL
+);
+CREATE TABLE workspaces(
+    id INTEGER PRIMARY KEY,
+    name TEXT NOT NULL UNIQUE,
+    base BLOB NOT NULL,
+    parent TEXT,
+    fork_root BLOB,
+    fork_checkpoint TEXT,
+    created_at INTEGER NOT NULL,
+    files INTEGER NOT NULL,
+    bytes INTEGER NOT NULL
+);
+CREATE TABLE overlay(
+    ws INTEGER NOT NULL,
+    path TEXT NOT NULL,
+    parent TEXT NOT NULL,
+    node BLOB,
+    PRIMARY KEY(ws, path)
+) WITHOUT ROWID;
+CREATE INDEX overlay_by_parent ON overlay(ws, parent);
+CREATE TABLE checkpoints(
+    id INTEGER PRIMARY KEY,
+    ws INTEGER NOT NULL,
+    name TEXT NOT NULL,
+    root BLOB NOT NULL,
+    message TEXT,
+    created_at INTEGER NOT NULL,
+    files INTEGER NOT NULL,
+    bytes INTEGER NOT NULL,
+    UNIQUE(ws, name)
+);
+CREATE TABLE ops(
+    id INTEGER PRIMARY KEY,
+    ws INTEGER NOT NULL,
+    at INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    description TEXT NOT NULL,
+    root_before BLOB,
+    root_after BLOB,
+    target INTEGER,
+    extra TEXT
+);
+CREATE INDEX ops_by_ws ON ops(ws, id);
+CREATE TABLE audit(
+    id INTEGER PRIMARY KEY,
+    at INTEGER NOT NULL,
+    actor TEXT NOT NULL,
+    source TEXT NOT NULL,
+    workspace TEXT NOT NULL,
+    operation TEXT NOT NULL,
+    paths TEXT NOT NULL,
+    result TEXT NOT NULL,
+    detail TEXT
+);
+CREATE INDEX audit_by_time ON audit(at);
+CREATE TRIGGER audit_append_only_update BEFORE UPDATE ON audit
+    BEGIN SELECT RAISE(ABORT, 'audit log is append-only'); END;
+CREATE TRIGGER audit_append_only_delete BEFORE DELETE ON audit
+    BEGIN SELECT RAISE(ABORT, 'audit log is append-only'); END;
+"#,
+    // v2: trees may hold hard links (link nodes and the hidden inode directory). No table
+    // changes; the bump makes builds that cannot read links refuse such a vault as
+    // `unsupported_format` instead of misreading it.
+    "",
+    // v3: trees may hold device nodes, sockets and hard links to any non-directory (the
+    // `CharDevice`, `BlockDevice`, `Socket` and `Shared` kinds). No table changes, as v2.
+    "",
+];
+
+/// Create the empty vault file readable and writable by its owner alone (0600, whatever the
+/// umask). SQLite then initialises it, and gives the `-wal` and `-shm` files it creates
+/// beside it the same mode.
+pub(super) fn create_private_file(path: &Path) -> Result<()> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::AlreadyExists => Error::AlreadyExists {
+                name: path.display().to_string(),
+            },
+            _ => Error::io("creating", path, e),
+        })?;
+    // The umask may have taken bits away from 0600.
+    file.set_permissions(std::fs::Permissions::from_mode(0o600))
+        .map_err(|e| Error::io("restricting", path, e))
+}
+
+/// Open a connection to an existing file. Nothing is written to it here: a foreign
+/// SQLite file must be left byte-identical when it turns out not to be a vault.
+pub(super) fn open_conn(path: &Path) -> Result<Connection> {
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(|e| not_a_vault(path, e))?;
+    conn.busy_timeout(BUSY_TIMEOUT)?;
+    Ok(conn)
+}
+
+/// Switch a checked connection to the vault's settings (WAL and friends).
+/// Called once the file has shown the vault's application id: a failure from here on is
+/// damage to a vault, not a foreign file.
+pub(super) fn configure_checked(conn: &Connection, path: &Path) -> Result<()> {
+    configure(conn).map_err(|e| damaged(path, e))
+}
+
+fn damaged(path: &Path, e: Error) -> Error {
+    match e {
+        // SQLite cannot even set up its shared memory on a full disk: that is no damage.
+        Error::CorruptVault { reason } | Error::Storage(reason) if no_space_left(path) => {
+            Error::DiskFull { path: None, reason }
+        }
+        Error::CorruptVault { reason } | Error::Storage(reason) => Error::CorruptVault {
+            reason: format!("{}: {reason}", path.display()),
+        },
+        other => other,
+    }
+}
+
+/// Whether the file system holding `path` has no space left for it.
+fn no_space_left(path: &Path) -> bool {
+    rustix::fs::statvfs(path).is_ok_and(|s| s.f_bavail == 0 || s.f_favail == 0)
+}
+
+fn not_a_vault(path: &Path, e: rusqlite::Error) -> Error {
+    if no_space_left(path) {
+        return Error::DiskFull {
+            path: None,
+            reason: e.to_string(),
+        };
+    }
+    Error::NotAVault {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    }
+}
+
+pub(super) fn configure(conn: &Connection) -> Result<()> {
+    conn.busy_timeout(BUSY_TIMEOUT)?;
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    // NORMAL in WAL mode is durable across application crashes; `fsync` paths call
+    // `checkpoint_durable` when a caller needs power-loss durability.
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    conn.pragma_update(None, "foreign_keys", "ON")?;
+    conn.set_prepared_statement_cache_capacity(64);
+    Ok(())
+}
+
+pub(super) fn check_format(conn: &Connection, path: &Path) -> Result<()> {
+    let app_id: i32 = conn
+        .pragma_query_value(None, "application_id", |r| r.get(0))
+        .map_err(|e| not_a_vault(path, e))?;
+    if app_id != APPLICATION_ID {
+        return Err(Error::NotAVault {
+            path: path.to_path_buf(),
+            reason: "SQLite file without the agentvfs application id".into(),
+        });
+    }
+    let version = user_version(conn)?;
+    if version > FORMAT_VERSION {
+        return Err(Error::UnsupportedFormat {
+            path: path.to_path_buf(),
+            found: version,
+            supported: FORMAT_VERSION,
+        });
+    }
+    Ok(())
+}
+
+fn user_version(conn: &Connection) -> Result<u32> {
+    Ok(conn.pragma_query_value(None, "user_version", |r| r.get::<_, u32>(0))?)
+}
+
+/// Apply forward migrations under an immediate transaction, so two processes opening a new
+/// vault at once never both migrate.
+pub(super) fn migrate(conn: &Connection, path: &Path) -> Result<()> {
+    if user_version(conn)? as usize >= MIGRATIONS.len() {
+        return Ok(());
+    }
+    conn.execute_batch("BEGIN IMMEDIATE")?;
+    let result = (|| {
+        let mut version = user_version(conn)?;
+        while (version as usize) < MIGRATIONS.len() {
+            conn.execute_batch(MIGRATIONS[version as usize])?;
+            version += 1;
+            conn.pragma_update(None, "user_version", version)?;
+        }
+        Ok(())
+    })();
+    match result {
+        Ok(()) => {
+            conn.execute_batch("COMMIT")?;
+            Ok(())
+        }
+        Err(e) => {
+            let _ = conn.execute_batch("ROLLBACK");
+            Err(damaged(path, e))
+        }
+    }
+}
