@@ -96,12 +96,12 @@ fn name(n: &OsStr) -> Result<&str, Errno> {
 impl Filesystem for Fs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         // The session clears set-ID bits and file capabilities on write, truncate and chown
-        // (see `MountSession::write_data` and `SetAttr`), so the kernel need not ask for
+        // (see `MountFs::write_data` and `SetAttr`), so the kernel need not ask for
         // `security.capability` before every write: that GETXATTR round trip was a fifth
         // of all requests in an untar. Kernels without it keep asking.
         let _ = config.add_capabilities(InitFlags::FUSE_HANDLE_KILLPRIV_V2);
         // Writes land in the page cache and reach the session in large batches, when the
-        // session says that is safe (see `MountSession::writeback_safe`).
+        // session says that is safe (see `MountFs::writeback_safe`).
         if self.session.writeback_safe()
             && config
                 .add_capabilities(InitFlags::FUSE_WRITEBACK_CACHE)

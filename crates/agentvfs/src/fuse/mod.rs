@@ -1,5 +1,5 @@
 //! The FUSE adapter: translates kernel requests (via `fuser`, or FUSE over io_uring) into
-//! calls on a `Backend`, which `MountSession` is, and replies. No rules live here:
+//! calls on a `Backend`, which `MountFs` is, and replies. No rules live here:
 //! validation, buffering and errno choice are the session's.
 
 mod filesystem;
@@ -11,9 +11,7 @@ use std::time::Duration;
 
 use fuser::FopenFlags;
 
-use crate::service::mount::{
-    Attr, AttrKind, FsStats, MResult, MountSession, Opened, SetAttr, Writer,
-};
+use crate::service::mount::{Attr, AttrKind, FsStats, MResult, MountFs, Opened, SetAttr, Writer};
 
 pub use self::mount::{FuseMounter, Mounted, Transport, serve, serve_backend, spawn, spawn_shared};
 
@@ -25,12 +23,12 @@ pub use self::mount::{FuseMounter, Mounted, Transport, serve, serve_backend, spa
 const TTL: Duration = Duration::from_secs(30);
 
 /// What the adapter serves: the file system operations of both transports, errors as errno
-/// values. `MountSession` is the one `avfs mount` serves. `examples/fuse_floor.rs` serves an
+/// values. `MountFs` is the one `avfs mount` serves. `examples/fuse_floor.rs` serves an
 /// in-memory one that does no other work, through this same adapter, to measure what FUSE
 /// itself costs with the same options, caching and transport.
 pub trait Backend: Send + Sync + 'static {
     fn readonly(&self) -> bool;
-    /// Whether the kernel may cache writes (see `MountSession::writeback_safe`).
+    /// Whether the kernel may cache writes (see `MountFs::writeback_safe`).
     fn writeback_safe(&self) -> bool;
     /// The kernel agreed to cache writes.
     fn set_writeback(&self);
@@ -104,16 +102,16 @@ pub trait Backend: Send + Sync + 'static {
     fn fallocate(&self, ino: u64, offset: u64, len: u64, mode: i32) -> MResult<()>;
 }
 
-/// `Backend` methods that are `MountSession` methods of the same signature.
+/// `Backend` methods that are `MountFs` methods of the same signature.
 macro_rules! session_calls {
     ($($name:ident($($arg:ident: $ty:ty),*) -> $ret:ty;)*) => {
         $(fn $name(&self, $($arg: $ty),*) -> $ret {
-            MountSession::$name(self, $($arg),*)
+            MountFs::$name(self, $($arg),*)
         })*
     };
 }
 
-impl Backend for MountSession {
+impl Backend for MountFs {
     session_calls! {
         readonly() -> bool;
         writeback_safe() -> bool;

@@ -11,7 +11,7 @@ use fuser::{Config, MountOption, Session};
 use super::filesystem::Fs;
 use super::ring;
 use super::{Backend, uring_wanted};
-use crate::service::mount::MountSession;
+use crate::service::mount::MountFs;
 use crate::service::mounter::{Mounter, ServedMount};
 
 fn config(name: &str, readonly: bool) -> Config {
@@ -64,7 +64,7 @@ pub struct Mounted {
 pub struct FuseMounter;
 
 impl Mounter for FuseMounter {
-    fn mount(&self, session: Arc<MountSession>, dir: &Path) -> crate::Result<Box<dyn ServedMount>> {
+    fn mount(&self, session: Arc<MountFs>, dir: &Path) -> crate::Result<Box<dyn ServedMount>> {
         let mounted = spawn_shared(session, dir).map_err(|e| crate::Error::MountFailed {
             dir: dir.to_path_buf(),
             reason: e.to_string(),
@@ -117,7 +117,7 @@ fn mount(
 }
 
 /// Serve `session` at `dir` until it is unmounted. Blocks.
-pub fn serve(session: MountSession, dir: &Path) -> std::io::Result<()> {
+pub fn serve(session: MountFs, dir: &Path) -> std::io::Result<()> {
     serve_backend(Arc::new(session), "avfs", dir, |_| {})
 }
 
@@ -136,12 +136,12 @@ pub fn serve_backend(
 }
 
 /// Serve `session` at `dir` on background threads.
-pub fn spawn(session: MountSession, dir: &Path) -> std::io::Result<Mounted> {
+pub fn spawn(session: MountFs, dir: &Path) -> std::io::Result<Mounted> {
     spawn_shared(Arc::new(session), dir)
 }
 
 /// Mount a session the caller keeps a handle to (to record its changes between commands).
-pub fn spawn_shared(session: Arc<MountSession>, dir: &Path) -> std::io::Result<Mounted> {
+pub fn spawn_shared(session: Arc<MountFs>, dir: &Path) -> std::io::Result<Mounted> {
     let (mounted, transport) = mount(session, "avfs", dir)?;
     Ok(Mounted {
         background: mounted.spawn()?,

@@ -57,7 +57,7 @@ pub(crate) mod testing {
     impl super::mounter::Mounter for NeverMounts {
         fn mount(
             &self,
-            _session: std::sync::Arc<super::mount::MountSession>,
+            _session: std::sync::Arc<super::mount::MountFs>,
             dir: &std::path::Path,
         ) -> crate::Result<Box<dyn super::mounter::ServedMount>> {
             panic!("this test must fail before mounting {}", dir.display())

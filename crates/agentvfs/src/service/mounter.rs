@@ -1,18 +1,18 @@
-//! What the services need from a file-system adapter: serve a `MountSession` at a
+//! What the services need from a file-system adapter: serve a `MountFs` at a
 //! directory. The FUSE adapter (`crate::fuse::FuseMounter`) implements it; the services take
 //! it by injection, so none of them imports an adapter.
 
 use std::path::Path;
 use std::sync::Arc;
 
-use super::mount::MountSession;
+use super::mount::MountFs;
 use crate::error::{Error, Result};
 
-/// Serves mount sessions as real directories.
+/// Serves mounted file systems (`MountFs`) as real directories.
 pub trait Mounter: Send + Sync {
     /// Serve `session` at `dir` (answering requests on background threads) until the
     /// returned mount is unmounted, from here or from outside.
-    fn mount(&self, session: Arc<MountSession>, dir: &Path) -> Result<Box<dyn ServedMount>>;
+    fn mount(&self, session: Arc<MountFs>, dir: &Path) -> Result<Box<dyn ServedMount>>;
 
     /// Whether mounts can be made at all; a clear error where they cannot, before any
     /// work is done.
@@ -37,7 +37,7 @@ pub trait ServedMount: Send {
 pub struct NoMounter;
 
 impl Mounter for NoMounter {
-    fn mount(&self, _session: Arc<MountSession>, _dir: &Path) -> Result<Box<dyn ServedMount>> {
+    fn mount(&self, _session: Arc<MountFs>, _dir: &Path) -> Result<Box<dyn ServedMount>> {
         Err(Error::FuseUnavailable)
     }
 

@@ -291,10 +291,10 @@ fn serve(
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, Ordering};
 
-    use super::mount::MountSession;
+    use super::mount::MountFs;
 
     let (_, ws) = service.open(Some(spec))?;
-    let session = MountSession::new(ws, at, rec.readonly)?;
+    let session = MountFs::new(ws, at, rec.readonly)?;
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [
         signal_hook::consts::SIGTERM,

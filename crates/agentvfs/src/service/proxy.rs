@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use super::confine::Confinement;
 use super::history::{DiffSummary, summarize};
-use super::mount::MountSession;
+use super::mount::MountFs;
 use super::mounter::Mounter;
 use super::policy::{Action, CommandRequest, Decision, PolicyEngine};
 use super::runner::{self, Captured, RunSpec};
@@ -207,7 +207,7 @@ fn random_token() -> String {
 /// changes are recorded as their own op-log entry.
 pub struct LiveMount<'m> {
     pub dir: &'m Path,
-    pub session: &'m MountSession,
+    pub session: &'m MountFs,
     /// The session's name, for the envelope.
     pub name: &'m str,
 }
@@ -530,7 +530,7 @@ impl ProxyRuntime<'_> {
         let mut exec_id = None;
         let result = (|| {
             let dir = private_dir("avfs-exec")?;
-            let session = MountSession::new(self.ws.clone(), None, readonly)?
+            let session = MountFs::new(self.ws.clone(), None, readonly)?
                 .with_label(EXEC_OP, text)?
                 .with_hidden(self.policy.secret_paths().clone());
             let finished_as = session.finished_as();

@@ -17,7 +17,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::mount::MountSession;
+use super::mount::MountFs;
 use super::mounter::{Mounter, ServedMount};
 use super::mounts;
 use super::policy::{CommandRequest, PolicyEngine};
@@ -316,7 +316,7 @@ fn cleanup(reg: &Registry, rec: &SessionRecord) {
 
 /// The daemon's mount, remade when the fork changed behind its back.
 struct Live {
-    session: Arc<MountSession>,
+    session: Arc<MountFs>,
     bg: Box<dyn ServedMount>,
     /// The op log's head after our last command: anything else means someone else wrote.
     seen: Option<i64>,
@@ -331,7 +331,7 @@ impl Live {
         dir: &Path,
         mounter: &dyn Mounter,
     ) -> Result<Live> {
-        let session = MountSession::new(ws.clone(), None, false)?
+        let session = MountFs::new(ws.clone(), None, false)?
             .with_label(EXEC_OP, "session")?
             .with_hidden(policy.secret_paths().clone());
         session.record_at_finish(false);

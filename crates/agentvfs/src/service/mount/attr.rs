@@ -2,7 +2,7 @@
 //! (ownership, modes, times, sizes, and the privileges a change or a write clears).
 
 use super::errno::err;
-use super::{MResult, MountSession, errno, lock};
+use super::{MResult, MountFs, errno, lock};
 use crate::error::Error;
 use crate::model::node::{Node, NodeKind};
 use crate::model::now_ns;
@@ -236,7 +236,7 @@ fn apply_setattr(n: &mut Node, s: &SetAttr, now: i64) {
     n.attrs.ctime = now;
 }
 
-impl MountSession {
+impl MountFs {
     /// What the kernel sees of `node` at `ino`: a secret shows mode 000.
     fn shown_attr(&self, ino: u64, node: &Node) -> Attr {
         let mut attr = attr_of(ino, node);

@@ -2,7 +2,7 @@
 
 use super::attr::inherit_setgid;
 use super::errno::err;
-use super::{Attr, MResult, MountSession, SetAttr, libc_flags, lock};
+use super::{Attr, MResult, MountFs, SetAttr, libc_flags, lock};
 use crate::error::Error;
 use crate::model::node::{Attrs, Node, NodeKind};
 use crate::model::now_ns;
@@ -18,7 +18,7 @@ pub(super) fn name_ok(name: &str) -> MResult<()> {
     Ok(())
 }
 
-impl MountSession {
+impl MountFs {
     pub fn lookup(&self, parent: u64, name: &str) -> MResult<Attr> {
         let path = self.visible_child(parent, name)?;
         let node = self.get_node(&path)?;

@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use super::attr::kind_of;
 use super::errno::err;
 use super::writeback::Dirty;
-use super::{AttrKind, MResult, MountSession, ROOT_INO, libc_flags, lock};
+use super::{AttrKind, MResult, MountFs, ROOT_INO, libc_flags, lock};
 use crate::model::buffer::ContentBuffer;
 use crate::model::node::Node;
 
@@ -83,7 +83,7 @@ pub(super) struct Handle {
 /// A directory entry as listed at opendir: (inode, kind, name).
 pub(super) type DirEntry = (u64, AttrKind, String);
 
-impl MountSession {
+impl MountFs {
     /// Open an inode.
     pub fn open(&self, ino: u64, flags: i32) -> MResult<Opened> {
         self.refuse_secret(ino)?;

@@ -2,12 +2,12 @@
 //! by content (private keys).
 
 use super::errno::err;
-use super::{MResult, MountSession, NODE_CACHE_LIMIT, ROOT_INO, lock};
+use super::{MResult, MountFs, NODE_CACHE_LIMIT, ROOT_INO, lock};
 use crate::model::node::{Node, NodeKind};
 use crate::model::path::VPath;
 use crate::service::secrets::{self, KEY_SNIFF_BYTES};
 
-impl MountSession {
+impl MountFs {
     /// Whether `path` is hidden: by its name or a directory's above it, or because it is a
     /// file the policy hides when it holds a private key and it does. `node` is the entry's
     /// node when the caller has it; a path that does not exist is hidden only by name.

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 
 use super::entries::name_ok;
 use super::errno::err;
-use super::{MResult, MountSession, NODE_CACHE_LIMIT, lock};
+use super::{MResult, MountFs, NODE_CACHE_LIMIT, lock};
 use crate::model::node::Node;
 use crate::model::path::VPath;
 
@@ -25,7 +25,7 @@ pub(super) struct Inodes {
     pub(super) next: u64,
 }
 
-impl MountSession {
+impl MountFs {
     /// The node at `path`, from the cache when it is current.
     pub(super) fn get_node(&self, path: &VPath) -> MResult<Node> {
         if let Some(n) = lock(&self.nodes).get(path) {

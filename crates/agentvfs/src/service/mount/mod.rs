@@ -1,4 +1,4 @@
-//! `MountSession`: a workspace served as a POSIX file system. It owns the inode table (stable
+//! `MountFs`: a workspace served as a POSIX file system. It owns the inode table (stable
 //! for the life of the mount and independent of content ids), open handles, and per-inode
 //! write buffers that are committed in one transaction on close, fsync or a size threshold,
 //! never one per `write()`. The FUSE adapter only translates calls; every rule is here.
@@ -6,7 +6,7 @@
 //!
 //! The seams: `errno` (error mapping), `inodes` (the inode table), `handles` (open handles),
 //! `writeback` (buffers and commits), `attr` (attributes and setattr), `xattr`, `entries`
-//! (names) and `hidden` (secrets). Each adds its own `impl MountSession` block.
+//! (names) and `hidden` (secrets). Each adds its own `impl MountFs` block.
 
 mod attr;
 mod entries;
@@ -42,7 +42,8 @@ pub type MResult<T> = std::result::Result<T, Errno>;
 
 pub const ROOT_INO: u64 = 1;
 
-pub struct MountSession {
+/// A workspace served as a file system for the kernel (one per mount).
+pub struct MountFs {
     ws: Workspace,
     /// Serve this checkpoint, read-only.
     at: Option<String>,
@@ -104,9 +105,9 @@ pub mod libc_flags {
     pub const O_APPEND: i32 = 0o2000;
 }
 
-impl MountSession {
+impl MountFs {
     /// Serve `ws` (or its checkpoint `at`, read-only).
-    pub fn new(ws: Workspace, at: Option<String>, readonly: bool) -> crate::Result<MountSession> {
+    pub fn new(ws: Workspace, at: Option<String>, readonly: bool) -> crate::Result<MountFs> {
         let quota = ws.vault().quota()?;
         let (kind, description) = ("mount", "changes made through the mount");
         if readonly || at.is_some() {
@@ -144,7 +145,7 @@ impl MountSession {
         }
         inodes.by_ino.insert(ROOT_INO, Some(VPath::root()));
         inodes.by_path.insert(VPath::root(), ROOT_INO);
-        Ok(MountSession {
+        Ok(MountFs {
             ws,
             readonly: readonly || at.is_some(),
             writes_paused: AtomicBool::new(false),
@@ -300,7 +301,7 @@ impl MountSession {
         }
     }
 
-    /// Commit everything and record the whole mount session as one operation in the op log.
+    /// Commit everything and record the whole mount as one operation in the op log.
     pub fn finish(&self) -> crate::Result<()> {
         self.commit_all();
         if self.readonly {

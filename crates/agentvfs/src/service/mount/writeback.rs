@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use super::attr::{kill_privs_on_write, set_size};
 use super::errno::err;
-use super::{MResult, MountSession, SetAttr, Writer, errno, lock};
+use super::{MResult, MountFs, SetAttr, Writer, errno, lock};
 use crate::model::buffer::{Changes, ContentBuffer};
 use crate::model::id::ObjectId;
 use crate::model::node::{CHUNK_SIZE, Node, NodeKind};
@@ -45,7 +45,7 @@ fn node_with_content(node: &Node, content: Option<ObjectId>, size: u64) -> Node 
     n
 }
 
-impl MountSession {
+impl MountFs {
     /// Read into `buf` from `offset`; returns how many bytes (short only at end of file).
     pub fn read_data_into(&self, ino: u64, fh: u64, offset: u64, buf: &mut [u8]) -> MResult<usize> {
         let buffered = lock(&self.dirty).get(&ino).map(|d| {

@@ -1,9 +1,9 @@
 //! Extended attributes: get, list, set and remove, kept on the node.
 
 use super::errno::err;
-use super::{MResult, MountSession};
+use super::{MResult, MountFs};
 
-impl MountSession {
+impl MountFs {
     pub fn getxattr(&self, ino: u64, name: &str) -> MResult<Vec<u8>> {
         // A secret shows no extended attributes (`ls -l` asks every entry for its ACL).
         if self.refuse_secret(ino).is_err() {
