@@ -210,14 +210,50 @@ fn spawn_reason(program: &str, cwd: &Path, e: &std::io::Error) -> String {
     e.to_string()
 }
 
+/// The descriptors through which this process serves FUSE mounts: `/dev/fuse` and the
+/// io_uring queues of FUSE over io_uring. A child must drop them before it touches a mount.
+/// While a child holds one the kernel keeps the connection open, so if this process is
+/// killed between fork and exec, the child's chdir into the mount waits for an answer from
+/// a server that is gone, forever and unkillably (found by the crash campaign).
+fn fuse_server_fds() -> Vec<i32> {
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| {
+        let e = e.ok()?;
+        let fd: i32 = e.file_name().to_str()?.parse().ok()?;
+        let target = std::fs::read_link(e.path()).ok()?;
+        let target = target.to_string_lossy();
+        (fd > 2 && (target == "/dev/fuse" || target == "anon_inode:[io_uring]")).then_some(fd)
+    })
+    .collect()
+}
+
 /// Run the command to completion or timeout.
 pub fn run(spec: &RunSpec<'_>) -> Result<RunResult> {
     let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     // Orphaned descendants (setsid, double fork) are reparented to us, so we can find them.
     let _ = rustix::process::set_child_subreaper(Some(rustix::process::getpid()));
     let mut cmd = Command::new(spec.program);
+    // The working directory is entered in the child only after it has dropped the
+    // descriptors that serve FUSE mounts (see `fuse_server_fds`), not by `current_dir`,
+    // which std enters before any `pre_exec` hook runs.
+    let cwd = std::ffi::CString::new(spec.cwd.as_os_str().as_encoded_bytes())
+        .map_err(|_| Error::invalid(format!("{} holds a NUL byte", spec.cwd.display())))?;
+    let server_fds = fuse_server_fds();
+    // SAFETY: only close(2) and chdir(2), both async-signal-safe, on data made before fork.
+    unsafe {
+        cmd.pre_exec(move || {
+            for fd in &server_fds {
+                libc::close(*fd);
+            }
+            if libc::chdir(cwd.as_ptr()) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
     cmd.args(spec.args)
-        .current_dir(spec.cwd)
         .env_clear()
         .envs(spec.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         .stdin(Stdio::null())
@@ -307,6 +343,31 @@ pub fn run(spec: &RunSpec<'_>) -> Result<RunResult> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_fuse_server_descriptors_are_found_and_the_child_runs_in_its_cwd() {
+        // /dev/fuse is what a mount serves through (the suite needs it anyway).
+        let fuse = std::fs::File::open("/dev/fuse").expect("/dev/fuse (FUSE is required)");
+        use std::os::fd::AsRawFd;
+        assert!(fuse_server_fds().contains(&fuse.as_raw_fd()));
+        let plain = std::fs::File::open("/dev/null").unwrap();
+        assert!(!fuse_server_fds().contains(&plain.as_raw_fd()));
+        // The working directory is entered by the pre-exec hook: `pwd` shows it, and a
+        // missing one is a spawn failure naming the reason.
+        assert_eq!(sh("pwd", 10_000, 1024).stdout.text, "/tmp\n");
+        let args = vec!["-c".to_string(), "pwd".to_string()];
+        let missing = run(&RunSpec {
+            program: "/bin/sh",
+            args: &args,
+            cwd: Path::new("/nonexistent/dir"),
+            env: Vec::new(),
+            timeout: Duration::from_secs(10),
+            cap: 1024,
+            confine: None,
+        });
+        let err = missing.expect_err("no such working directory");
+        assert_eq!(err.kind(), "spawn_failed", "{err}");
+    }
 
     fn sh(script: &str, timeout_ms: u64, cap: usize) -> RunResult {
         let args = vec!["-c".to_string(), script.to_string()];
