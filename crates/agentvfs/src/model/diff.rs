@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, HashMap};
 use serde::Serialize;
 
 use super::id::ObjectId;
-use super::links;
+use super::inode;
 use super::node::{Node, NodeKind};
 use super::path::VPath;
 use super::vault::Vault;
@@ -199,7 +199,7 @@ pub fn diff_views(a: &View<'_>, b: &View<'_>) -> Result<Vec<Change>> {
 
 /// Whether any hard-linked file differs between the two states (its names aside).
 fn inodes_differ(a: &View<'_>, b: &View<'_>) -> Result<bool> {
-    let dir = links::inodes_dir();
+    let dir = inode::inodes_dir();
     let (da, db) = (a.lookup_raw(&dir)?, b.lookup_raw(&dir)?);
     let files = |v: &View<'_>, d: Option<(Node, bool)>| -> Result<BTreeMap<String, Node>> {
         let Some((node, overlaid)) = d else {

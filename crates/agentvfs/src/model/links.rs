@@ -9,93 +9,14 @@ use std::collections::BTreeMap;
 
 use super::fold::{store_dir, store_root};
 use super::id::ObjectId;
+use super::inode::{INODES_DIR, as_inode, inode_path, inodes_dir, is_reserved, refuse_reserved};
 use super::merge::Conflict;
-use super::node::{LinkInfo, Node, NodeKind};
+use super::node::{Node, NodeKind};
 use super::path::VPath;
 use super::view::{ObjectCache, View};
 use super::workspace::Edit;
 use crate::error::{Error, Result};
 use crate::store::{StoreRead, StoreWrite};
-
-/// The reserved root entry holding the inodes. The leading U+0001 keeps it clear of any
-/// name a host tree or a tool plausibly uses; the model refuses it as a user path anyway.
-pub(crate) const INODES_DIR: &str = "\u{1}inodes";
-
-pub(crate) fn inodes_dir() -> VPath {
-    VPath::root().join(INODES_DIR)
-}
-
-pub(crate) fn inode_path(inode: u64) -> VPath {
-    inodes_dir().join(&format!("{inode:016x}"))
-}
-
-/// True for the reserved directory and anything below it.
-pub(crate) fn is_reserved(path: &VPath) -> bool {
-    path.components().next() == Some(INODES_DIR)
-}
-
-pub(crate) fn refuse_reserved(path: &VPath) -> Result<()> {
-    if is_reserved(path) {
-        return Err(Error::InvalidPath {
-            path: path.display(),
-            reason: "this name is reserved for hard links".into(),
-        });
-    }
-    Ok(())
-}
-
-/// The file a name of `inode` shows: a `File` node carrying `LinkInfo`.
-pub(crate) fn resolve(view: &View<'_>, inode: u64) -> Result<Node> {
-    let body = view
-        .lookup_raw(&inode_path(inode))?
-        .ok_or_else(|| Error::CorruptVault {
-            reason: format!("hard-linked inode {inode:x} is missing"),
-        })?
-        .0;
-    as_file(body, inode)
-}
-
-/// A stored body (`Inode` or `Shared`) as the node its names show, carrying `LinkInfo`.
-pub(crate) fn as_file(mut body: Node, inode: u64) -> Result<Node> {
-    let (nlink, kind) = match body.kind {
-        NodeKind::Inode {
-            nlink,
-            size,
-            content,
-        } => (nlink, NodeKind::File { size, content }),
-        NodeKind::Shared { nlink, kind } => (nlink, *kind),
-        _ => {
-            return Err(Error::CorruptVault {
-                reason: format!("hard-linked inode {inode:x} is not an inode"),
-            });
-        }
-    };
-    body.kind = kind;
-    body.link = Some(LinkInfo { inode, nlink });
-    Ok(body)
-}
-
-/// A node as the body stored for it with `nlink` names: `Inode` for a regular file,
-/// `Shared` for any other kind but a directory.
-pub(crate) fn as_inode(mut file: Node, nlink: u64) -> Result<Node> {
-    file.kind = match file.kind {
-        NodeKind::File { size, content } => NodeKind::Inode {
-            nlink,
-            size,
-            content,
-        },
-        NodeKind::Dir { .. } => return Err(Error::invalid("directories cannot be hard-linked")),
-        NodeKind::Link { .. } | NodeKind::Inode { .. } | NodeKind::Shared { .. } => {
-            return Err(Error::invalid("a stored hard link is not a node to link"));
-        }
-        kind => NodeKind::Shared {
-            nlink,
-            kind: Box::new(kind),
-        },
-    };
-    file.link = None;
-    Ok(file)
-}
 
 /// What a node adds to the regular-file totals: (1, size) for a regular file.
 fn counted(node: &Node) -> (i64, i64) {
@@ -170,13 +91,13 @@ impl Edit<'_> {
         };
         self.put_raw(name, Some(&link_node(inode)))?;
         self.stamp_dir(&name_parent, parent_node)?;
-        resolve(&self.view(), inode)
+        self.view().resolve_inode(inode)
     }
 
     /// Write `file` (a resolved node after a change, of the same kind) as the new state of
     /// `inode`, keeping its link count.
     pub(crate) fn write_inode(&mut self, inode: u64, file: Node) -> Result<()> {
-        let old = resolve(&self.view(), inode)?;
+        let old = self.view().resolve_inode(inode)?;
         let nlink = old.link.map_or(1, |l| l.nlink);
         if file.is_file() {
             self.quota.check_file_size(file.size())?;
@@ -188,7 +109,7 @@ impl Edit<'_> {
 
     /// One name of `inode` is gone: count it down, and drop the file with its last name.
     pub(crate) fn release(&mut self, inode: u64) -> Result<()> {
-        let mut file = resolve(&self.view(), inode)?;
+        let mut file = self.view().resolve_inode(inode)?;
         let nlink = file.link.map_or(1, |l| l.nlink);
         if nlink > 1 {
             file.attrs.ctime = self.now;
@@ -218,7 +139,7 @@ impl Edit<'_> {
         let NodeKind::Link { inode } = node.kind else {
             return Ok(());
         };
-        let mut file = resolve(&self.view(), inode)?;
+        let mut file = self.view().resolve_inode(inode)?;
         if file.link.is_some_and(|l| l.nlink > 1) {
             return Ok(());
         }
@@ -241,7 +162,7 @@ impl Edit<'_> {
     /// must not share the original's inode).
     pub(crate) fn unshare_links_below(&mut self, path: &VPath) -> Result<()> {
         for (p, inode) in self.links_below(path)? {
-            let mut file = resolve(&self.view(), inode)?;
+            let mut file = self.view().resolve_inode(inode)?;
             file.link = None;
             let (f, b) = counted(&file);
             self.account(f, b)?;

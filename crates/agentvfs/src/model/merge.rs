@@ -11,6 +11,7 @@ use serde::Serialize;
 use super::diff::{Change, diff_views};
 use super::fold::{fold_overlay, store_dir, store_root};
 use super::id::ObjectId;
+use super::inode;
 use super::links;
 use super::node::{Node, NodeKind, encode_content};
 use super::path::VPath;
@@ -125,9 +126,9 @@ impl Merger<'_, '_> {
         {
             // A hard-linked file merges like the node its names show; `reconcile_merge`
             // sets its link count.
-            let file = |n: &Node| links::as_file(n.clone(), 0);
+            let file = |n: &Node| inode::as_file(n.clone(), 0);
             let merged = self.merge(path, Some(&file(b)?), Some(file(o)?), Some(file(t)?))?;
-            return merged.map(|f| links::as_inode(f, 1)).transpose();
+            return merged.map(|f| inode::as_inode(f, 1)).transpose();
         }
         if same(ours.as_ref(), theirs.as_ref()) || same(base, theirs.as_ref()) {
             return Ok(ours);

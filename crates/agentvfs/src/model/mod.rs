@@ -9,6 +9,7 @@ mod fold;
 pub mod id {
     pub use crate::store::id::*;
 }
+mod inode;
 pub mod limits;
 mod links;
 pub mod merge;
