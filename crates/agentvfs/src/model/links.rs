@@ -305,59 +305,6 @@ pub(crate) fn reconcile_merge(
     store_dir(w, merged, entries)
 }
 
-/// Problems with the hard links of one state: a name whose inode is missing, an inode
-/// whose link count differs from its names, an inode without names. Walks the state when
-/// it has hard links; free otherwise.
-pub(crate) fn verify(view: &View<'_>) -> Result<Vec<String>> {
-    let dir = inodes_dir();
-    let Some((node, overlaid)) = view.lookup_raw(&dir)? else {
-        return Ok(Vec::new());
-    };
-    let mut names: BTreeMap<u64, u64> = BTreeMap::new();
-    let mut problems = Vec::new();
-    view.walk_raw(&VPath::root(), &mut |p, n| {
-        if let NodeKind::Link { inode } = n.kind {
-            *names.entry(inode).or_default() += 1;
-            if is_reserved(p) {
-                problems.push(format!("hard-link name {p} inside the reserved directory"));
-            }
-        }
-        Ok(())
-    })?;
-    for c in view.children_raw(&dir, &node, overlaid)? {
-        let inode = u64::from_str_radix(&c.name, 16).ok();
-        let count = inode.and_then(|i| names.remove(&i)).unwrap_or(0);
-        let mut kind = c.node.kind;
-        match kind.nlink_mut() {
-            Some(nlink) if *nlink == count && count > 0 => {}
-            Some(nlink) => problems.push(format!(
-                "hard-linked inode {} has link count {nlink} but {count} names",
-                c.name
-            )),
-            None => problems.push(format!("reserved entry {} is not an inode", c.name)),
-        }
-        if let NodeKind::Shared { kind, .. } = &kind
-            && (kind.is_shared_body()
-                || matches!(
-                    **kind,
-                    NodeKind::File { .. } | NodeKind::Dir { .. } | NodeKind::Link { .. }
-                ))
-        {
-            problems.push(format!(
-                "hard-linked inode {} holds a {} body",
-                c.name,
-                kind.type_name()
-            ));
-        }
-    }
-    for inode in names.keys() {
-        problems.push(format!(
-            "hard-link names of inode {inode:016x}, which is missing"
-        ));
-    }
-    Ok(problems)
-}
-
 /// Merge conflicts on a hard-linked file are found at its inode; report them under its
 /// names in either state instead (a walk, only when there is such a conflict).
 pub(crate) fn name_conflicts(

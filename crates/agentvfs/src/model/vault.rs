@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use serde::Serialize;
 
 use super::id::ObjectId;
-use super::node::{EncodedObject, Node, kind, object_id, references};
+use super::node::{EncodedObject, Node, kind, references};
 use super::now_ns;
 use super::quota::Quota;
 use super::view::{ObjectCache, View};
@@ -109,21 +109,6 @@ pub struct GcReport {
     pub objects_removed: u64,
     pub bytes_removed: u64,
     pub dry_run: bool,
-}
-
-/// One problem found by `vault check`.
-#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
-pub struct Problem {
-    pub object: Option<String>,
-    pub problem: String,
-}
-
-/// `vault check`.
-#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
-pub struct CheckReport {
-    pub ok: bool,
-    pub objects_checked: u64,
-    pub problems: Vec<Problem>,
 }
 
 fn fork_info(ws: &WorkspaceRecord) -> ForkInfo {
@@ -418,92 +403,10 @@ impl Vault {
         self.store.compact()?;
         Ok(before.saturating_sub(self.store.disk_size()))
     }
-
-    /// Verify every stored object hashes to its id, every referenced object exists, and
-    /// each workspace's hard links are consistent.
-    pub fn check(&self) -> Result<CheckReport> {
-        let engine: Vec<Problem> = self
-            .store
-            .integrity_problems()?
-            .into_iter()
-            .map(|p| Problem {
-                object: None,
-                problem: format!("storage: {p}"),
-            })
-            .collect();
-        self.store.read(|r| {
-            let mut problems = engine;
-            let ids = r.object_ids()?;
-            for (id, k) in &ids {
-                let Some(o) = r.object(id)? else { continue };
-                if object_id(*k, &o.data) != *id {
-                    problems.push(Problem {
-                        object: Some(id.to_hex()),
-                        problem: "content does not match its id".into(),
-                    });
-                    continue;
-                }
-                match references(*k, &o.data) {
-                    Ok(refs) => {
-                        for child in refs {
-                            if !r.has_object(&child)? {
-                                problems.push(Problem {
-                                    object: Some(child.to_hex()),
-                                    problem: format!("missing, referenced by {}", id.short()),
-                                });
-                            }
-                        }
-                    }
-                    Err(e) => problems.push(Problem {
-                        object: Some(id.to_hex()),
-                        problem: format!("cannot be decoded: {e}"),
-                    }),
-                }
-            }
-            for ws in r.workspaces()? {
-                if let Some(problem) = super::unlogged::marker_problem(r, ws.id)? {
-                    problems.push(Problem {
-                        object: None,
-                        problem: format!("workspace {}: {problem}", ws.name),
-                    });
-                }
-            }
-            if problems.is_empty() {
-                // Hard links of each live state (objects are known to be sound by now).
-                for ws in r.workspaces()? {
-                    let view = View {
-                        r,
-                        cache: &self.cache,
-                        overlay: Some(ws.id),
-                        base: ws.base,
-                    };
-                    for problem in super::links::verify(&view)? {
-                        problems.push(Problem {
-                            object: None,
-                            problem: format!("workspace {}: {problem}", ws.name),
-                        });
-                    }
-                }
-            }
-            for root in roots(r)? {
-                if !r.has_object(&root)? {
-                    problems.push(Problem {
-                        object: Some(root.to_hex()),
-                        problem: "missing root of a workspace, checkpoint or operation".into(),
-                    });
-                }
-            }
-            Ok(CheckReport {
-                ok: problems.is_empty(),
-                objects_checked: ids.len() as u64,
-                problems,
-            })
-        })
-    }
 }
 
 /// Ids every live state starts from.
-fn roots(r: &dyn StoreRead) -> Result<Vec<ObjectId>> {
+pub(super) fn roots(r: &dyn StoreRead) -> Result<Vec<ObjectId>> {
     let mut out = r.all_checkpoint_roots()?;
     for ws in r.workspaces()? {
         out.push(ws.base);
