@@ -12,7 +12,6 @@ pub mod id {
 }
 mod inode;
 pub mod limits;
-mod links;
 pub mod merge;
 pub mod node;
 mod oplog;

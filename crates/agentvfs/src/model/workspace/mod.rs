@@ -3,12 +3,14 @@
 //! audit record, so the CLI, the mount and the proxy share one set of rules.
 //!
 //! Here: the workspace and its reads, audit and log. `edit` holds the transaction,
-//! `edit_tree` the tree changes it makes, `checkpoints` named states, `actor` who acts.
+//! `edit_tree` the tree changes it makes, `links` its hard links, `checkpoints` named
+//! states, `actor` who acts.
 
 mod actor;
 mod checkpoints;
 mod edit;
 mod edit_tree;
+mod links;
 
 use std::sync::{Arc, Mutex};
 

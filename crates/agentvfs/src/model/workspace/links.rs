@@ -1,22 +1,12 @@
-//! Hard links. A hard-linked file is one `Inode` node (`Shared` for a symlink, FIFO, device
-//! or socket) kept in a reserved directory at the root of the same tree, and each of its
-//! names is a small `Link` node naming it. Both live
-//! in the versioned tree, so checkpoints, forks, restore, undo, diff and merge carry them
-//! like any other change. Views resolve a name to its file and hide the reserved
-//! directory; `Edit` sends changes made through a name to the shared inode.
+//! Hard links as changes: `Edit` giving a file another name, sending a change through a
+//! name to the shared inode, and dropping or unsharing names. Each hard-linked file is an
+//! inode in the reserved directory (see `model::inode`); each name a `Link` node naming it.
 
-use std::collections::BTreeMap;
-
-use super::fold::{store_dir, store_root};
-use super::id::ObjectId;
-use super::inode::{INODES_DIR, as_inode, inode_path, inodes_dir, is_reserved, refuse_reserved};
-use super::merge::Conflict;
-use super::node::{Node, NodeKind};
-use super::path::VPath;
-use super::view::{ObjectCache, View};
-use super::workspace::Edit;
 use crate::error::{Error, Result};
-use crate::store::{StoreRead, StoreWrite};
+use crate::model::Edit;
+use crate::model::inode::{as_inode, inode_path, inodes_dir, is_reserved, refuse_reserved};
+use crate::model::node::{Node, NodeKind};
+use crate::model::path::VPath;
 
 /// What a node adds to the regular-file totals: (1, size) for a regular file.
 fn counted(node: &Node) -> (i64, i64) {
@@ -27,7 +17,7 @@ fn counted(node: &Node) -> (i64, i64) {
 }
 
 fn link_node(inode: u64) -> Node {
-    let attrs = super::node::Attrs {
+    let attrs = crate::model::node::Attrs {
         mode: 0,
         uid: 0,
         gid: 0,
@@ -219,133 +209,4 @@ impl Edit<'_> {
         }
         Err(Error::Storage("no free inode number".into()))
     }
-}
-
-/// A state's reserved directory entries by name (empty when it has no hard links).
-fn inode_entries(
-    w: &dyn StoreRead,
-    cache: &ObjectCache,
-    root: &Node,
-) -> Result<BTreeMap<String, Node>> {
-    let NodeKind::Dir { tree: Some(t), .. } = &root.kind else {
-        return Ok(BTreeMap::new());
-    };
-    let Some(dir) = cache.tree(w, t)?.get(INODES_DIR).cloned() else {
-        return Ok(BTreeMap::new());
-    };
-    Ok(match &dir.kind {
-        NodeKind::Dir { tree: Some(t), .. } => cache.tree(w, t)?.entries.iter().cloned().collect(),
-        _ => BTreeMap::new(),
-    })
-}
-
-/// After a three-way merge of roots: every inode's link count becomes the number of its
-/// names in the merged tree, an inode left without names goes, and an inode one side
-/// dropped while the other gave it a name comes back. Walks the merged tree, so only when
-/// either side changed hard links.
-pub(crate) fn reconcile_merge(
-    w: &mut dyn StoreWrite,
-    cache: &ObjectCache,
-    merged: Node,
-    base: &Node,
-    ours: &Node,
-    theirs: &Node,
-) -> Result<Node> {
-    let base_inodes = inode_entries(&*w, cache, base)?;
-    let ours_inodes = inode_entries(&*w, cache, ours)?;
-    let theirs_inodes = inode_entries(&*w, cache, theirs)?;
-    if ours_inodes == base_inodes && theirs_inodes == base_inodes {
-        return Ok(merged);
-    }
-    let root_id = store_root(w, &merged)?;
-    let mut counts: BTreeMap<u64, u64> = BTreeMap::new();
-    View {
-        r: &*w,
-        cache,
-        overlay: None,
-        base: root_id,
-    }
-    .walk_raw(&VPath::root(), &mut |_, n| {
-        if let NodeKind::Link { inode } = n.kind {
-            *counts.entry(inode).or_default() += 1;
-        }
-        Ok(())
-    })?;
-    let merged_inodes = inode_entries(&*w, cache, &merged)?;
-    let mut inodes = BTreeMap::new();
-    for (inode, count) in counts {
-        let name = format!("{inode:016x}");
-        let Some(mut body) = merged_inodes
-            .get(&name)
-            .or_else(|| theirs_inodes.get(&name))
-            .or_else(|| ours_inodes.get(&name))
-            .cloned()
-        else {
-            return Err(Error::CorruptVault {
-                reason: format!("merge left names of hard-linked inode {inode:x} without it"),
-            });
-        };
-        if let Some(nlink) = body.kind.nlink_mut() {
-            *nlink = count;
-        }
-        inodes.insert(name, body);
-    }
-    let NodeKind::Dir { tree, .. } = &merged.kind else {
-        return Ok(merged);
-    };
-    let mut entries: BTreeMap<String, Node> = match tree {
-        Some(t) => cache.tree(&*w, t)?.entries.iter().cloned().collect(),
-        None => BTreeMap::new(),
-    };
-    let dir = entries.remove(INODES_DIR);
-    if !inodes.is_empty() {
-        let dir = dir.unwrap_or_else(|| Node::empty_dir(0o700, super::now_ns()));
-        entries.insert(INODES_DIR.to_string(), store_dir(w, dir, inodes)?);
-    }
-    store_dir(w, merged, entries)
-}
-
-/// Merge conflicts on a hard-linked file are found at its inode; report them under its
-/// names in either state instead (a walk, only when there is such a conflict).
-pub(crate) fn name_conflicts(
-    r: &dyn StoreRead,
-    cache: &ObjectCache,
-    roots: [ObjectId; 2],
-    conflicts: Vec<Conflict>,
-) -> Result<Vec<Conflict>> {
-    let prefix = format!("{}/", inodes_dir().display());
-    if !conflicts.iter().any(|c| c.path.starts_with(&prefix)) {
-        return Ok(conflicts);
-    }
-    let mut names: BTreeMap<u64, std::collections::BTreeSet<String>> = BTreeMap::new();
-    for root in roots {
-        View {
-            r,
-            cache,
-            overlay: None,
-            base: root,
-        }
-        .walk_raw(&VPath::root(), &mut |p, n| {
-            if let NodeKind::Link { inode } = n.kind {
-                names.entry(inode).or_default().insert(p.display());
-            }
-            Ok(())
-        })?;
-    }
-    let mut out = Vec::new();
-    for c in conflicts {
-        let inode = c
-            .path
-            .strip_prefix(&prefix)
-            .and_then(|hex| u64::from_str_radix(hex, 16).ok());
-        match inode.and_then(|i| names.get(&i)) {
-            Some(paths) => out.extend(paths.iter().map(|p| Conflict {
-                path: p.clone(),
-                ..c.clone()
-            })),
-            None => out.push(c),
-        }
-    }
-    out.sort_by(|a, b| a.path.cmp(&b.path));
-    Ok(out)
 }
