@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use serde::Serialize;
 
+use super::diff::{Change, StateRef, diff_views};
 use super::id::ObjectId;
 use super::node::{EncodedObject, Node, kind, references};
 use super::now_ns;
@@ -314,7 +315,7 @@ impl Vault {
                 overlay: Some(ws.id),
                 base: ws.base,
             };
-            let pending_changes = super::diff::diff_views(&bare, &live)?.len() as u64;
+            let pending_changes = diff_views(&bare, &live)?.len() as u64;
             Ok(VaultInfo {
                 path: self.path.display().to_string(),
                 format_version: FORMAT_VERSION,
@@ -402,6 +403,64 @@ impl Vault {
         let before = self.store.disk_size();
         self.store.compact()?;
         Ok(before.saturating_sub(self.store.disk_size()))
+    }
+}
+
+fn view_for<'a>(r: &'a dyn StoreRead, vault: &'a Vault, state: &StateRef) -> Result<View<'a>> {
+    let ws = |name: &str| {
+        r.workspace(name)?.ok_or_else(|| Error::ForkNotFound {
+            name: name.to_string(),
+        })
+    };
+    let bare = |base| View {
+        r,
+        cache: &vault.cache,
+        overlay: None,
+        base,
+    };
+    Ok(match state {
+        StateRef::Live(name) => {
+            let w = ws(name)?;
+            View {
+                r,
+                cache: &vault.cache,
+                overlay: Some(w.id),
+                base: w.base,
+            }
+        }
+        StateRef::Checkpoint { workspace, name } => {
+            let w = ws(workspace)?;
+            let cp = r
+                .checkpoint(w.id, name)?
+                .ok_or_else(|| Error::CheckpointNotFound { name: name.clone() })?;
+            bare(cp.root)
+        }
+        StateRef::ForkBase(name) => {
+            let w = ws(name)?;
+            bare(w.fork_root.unwrap_or(w.base))
+        }
+        StateRef::Root(id) => bare(*id),
+    })
+}
+
+impl Vault {
+    /// Run `f` with read views of two states, in one consistent snapshot.
+    pub fn with_views<R>(
+        &self,
+        a: &StateRef,
+        b: &StateRef,
+        f: impl FnOnce(&View<'_>, &View<'_>) -> Result<R>,
+    ) -> Result<R> {
+        self.store.read(|r| {
+            let va = view_for(r, self, a)?;
+            let vb = view_for(r, self, b)?;
+            f(&va, &vb)
+        })
+    }
+
+    /// What changed from state `a` to state `b`, sorted by path, with renames detected.
+    pub fn diff(&self, a: &StateRef, b: &StateRef) -> Result<Vec<Change>> {
+        self.with_views(a, b, diff_views)
     }
 }
 
