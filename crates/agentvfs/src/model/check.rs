@@ -11,6 +11,7 @@ use super::node::{NodeKind, object_id, references};
 use super::path::VPath;
 use super::vault::{Vault, roots};
 use super::view::View;
+use super::workspace::marker_problem;
 use crate::error::Result;
 
 /// One problem found by `vault check`.
@@ -71,7 +72,7 @@ impl Vault {
                 }
             }
             for ws in r.workspaces()? {
-                if let Some(problem) = super::unlogged::marker_problem(r, ws.id)? {
+                if let Some(problem) = marker_problem(r, ws.id)? {
                     problems.push(Problem {
                         object: None,
                         problem: format!("workspace {}: {problem}", ws.name),

@@ -17,7 +17,6 @@ pub mod node;
 mod oplog;
 pub mod path;
 mod quota;
-mod unlogged;
 mod vault;
 mod view;
 mod workspace;
@@ -25,10 +24,9 @@ mod workspace;
 pub use check::{CheckReport, Problem};
 pub use oplog::{OpInfo, PruneReport};
 pub use quota::Quota;
-pub use unlogged::BatchEnd;
 pub use vault::{CheckpointInfo, ForkInfo, GcReport, StatsReport, Vault, VaultInfo};
 pub use view::{Child, View};
-pub use workspace::{Actor, Edit, PathVersion, Workspace, WriteOptions};
+pub use workspace::{Actor, BatchEnd, Edit, PathVersion, Workspace, WriteOptions};
 
 /// Nanoseconds since the Unix epoch, now.
 pub fn now_ns() -> i64 {
