@@ -1,6 +1,7 @@
 //! A vault: one store file holding any number of workspaces (the main line and its forks),
 //! their checkpoints, the op log and the audit log. Forks are O(1): a new workspace whose
-//! base is an existing root.
+//! base is an existing root. Opening and forking workspaces (`Vault::workspace`,
+//! `Vault::fork`) is in `workspace::fork`, above this module.
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -14,7 +15,6 @@ use super::node::{EncodedObject, Node, kind, references};
 use super::now_ns;
 use super::quota::Quota;
 use super::view::{ObjectCache, View};
-use super::workspace::{Actor, Edit, Workspace, validate_name};
 use crate::error::{Error, Result};
 use crate::store::{AuditRecord, FORMAT_VERSION, SqliteStore, Store, StoreRead, WorkspaceRecord};
 
@@ -112,7 +112,7 @@ pub struct GcReport {
     pub dry_run: bool,
 }
 
-fn fork_info(ws: &WorkspaceRecord) -> ForkInfo {
+pub(super) fn fork_info(ws: &WorkspaceRecord) -> ForkInfo {
     ForkInfo {
         name: ws.name.clone(),
         parent: ws.parent.clone(),
@@ -206,16 +206,6 @@ impl Vault {
         self.store.sync()
     }
 
-    /// Open a workspace by name (`main` or a fork).
-    pub fn workspace(self: &Arc<Self>, name: &str, actor: Actor) -> Result<Workspace> {
-        self.store.read(|r| {
-            r.workspace(name)?.ok_or_else(|| Error::ForkNotFound {
-                name: name.to_string(),
-            })
-        })?;
-        Ok(Workspace::new(self.clone(), name.to_string(), actor))
-    }
-
     pub fn forks(&self) -> Result<Vec<ForkInfo>> {
         Ok(self
             .store
@@ -223,49 +213,6 @@ impl Vault {
             .iter()
             .map(fork_info)
             .collect())
-    }
-
-    /// Create fork `name` of workspace `source`, at its live state or at checkpoint `at`.
-    /// No content or per-file rows are copied: the fork's base is a root id.
-    pub fn fork(
-        self: &Arc<Self>,
-        source: &Workspace,
-        name: &str,
-        at: Option<&str>,
-    ) -> Result<ForkInfo> {
-        validate_name(name, "fork")?;
-        source.edit("vault.fork", &[], |e: &mut Edit<'_>| {
-            if e.w.workspace(name)?.is_some() {
-                return Err(Error::AlreadyExists {
-                    name: name.to_string(),
-                });
-            }
-            let (root, files, bytes) = match at {
-                Some(cp) => {
-                    let cp =
-                        e.w.checkpoint(e.ws.id, cp)?
-                            .ok_or_else(|| Error::CheckpointNotFound {
-                                name: cp.to_string(),
-                            })?;
-                    (cp.root, cp.files, cp.bytes)
-                }
-                None => (e.fold()?, e.ws.files, e.ws.bytes),
-            };
-            let rec = WorkspaceRecord {
-                id: 0,
-                name: name.to_string(),
-                base: root,
-                parent: Some(e.ws.name.clone()),
-                fork_root: Some(root),
-                fork_checkpoint: at.map(str::to_string),
-                created_at: e.now,
-                files,
-                bytes,
-            };
-            let id = e.w.insert_workspace(&rec)?;
-            e.describe(format!("fork {} as {name}", e.ws.name));
-            Ok(fork_info(&WorkspaceRecord { id, ..rec }))
-        })
     }
 
     /// Delete a fork (never `main`: delete the vault for that). Its objects stay until gc.

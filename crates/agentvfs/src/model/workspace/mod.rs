@@ -4,12 +4,14 @@
 //!
 //! Here: the workspace and its reads, audit and log. `edit` holds the transaction,
 //! `edit_tree` the tree changes it makes, `links` its hard links, `unlogged` the changes
-//! a batch writer has yet to log, `checkpoints` named states, `actor` who acts.
+//! a batch writer has yet to log, `checkpoints` named states, `fork` opening and forking
+//! workspaces of a vault, `actor` who acts.
 
 mod actor;
 mod checkpoints;
 mod edit;
 mod edit_tree;
+mod fork;
 mod links;
 mod unlogged;
 
