@@ -8,13 +8,11 @@ use std::collections::{BTreeMap, HashMap};
 use serde::Serialize;
 
 use super::id::ObjectId;
-use super::links;
+use super::inode;
 use super::node::{Node, NodeKind};
 use super::path::VPath;
-use super::vault::Vault;
 use super::view::{Child, View};
-use crate::error::{Error, Result};
-use crate::store::StoreRead;
+use crate::error::Result;
 
 /// A workspace state to compare, read or merge.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -108,68 +106,6 @@ fn same_type(a: &Node, b: &Node) -> bool {
     std::mem::discriminant(&a.kind) == std::mem::discriminant(&b.kind)
 }
 
-pub(crate) fn view_for<'a>(
-    r: &'a dyn StoreRead,
-    vault: &'a Vault,
-    state: &StateRef,
-) -> Result<View<'a>> {
-    let ws = |name: &str| {
-        r.workspace(name)?.ok_or_else(|| Error::ForkNotFound {
-            name: name.to_string(),
-        })
-    };
-    let bare = |base| View {
-        r,
-        cache: &vault.cache,
-        overlay: None,
-        base,
-    };
-    Ok(match state {
-        StateRef::Live(name) => {
-            let w = ws(name)?;
-            View {
-                r,
-                cache: &vault.cache,
-                overlay: Some(w.id),
-                base: w.base,
-            }
-        }
-        StateRef::Checkpoint { workspace, name } => {
-            let w = ws(workspace)?;
-            let cp = r
-                .checkpoint(w.id, name)?
-                .ok_or_else(|| Error::CheckpointNotFound { name: name.clone() })?;
-            bare(cp.root)
-        }
-        StateRef::ForkBase(name) => {
-            let w = ws(name)?;
-            bare(w.fork_root.unwrap_or(w.base))
-        }
-        StateRef::Root(id) => bare(*id),
-    })
-}
-
-impl Vault {
-    /// Run `f` with read views of two states, in one consistent snapshot.
-    pub fn with_views<R>(
-        &self,
-        a: &StateRef,
-        b: &StateRef,
-        f: impl FnOnce(&View<'_>, &View<'_>) -> Result<R>,
-    ) -> Result<R> {
-        self.store.read(|r| {
-            let va = view_for(r, self, a)?;
-            let vb = view_for(r, self, b)?;
-            f(&va, &vb)
-        })
-    }
-
-    /// What changed from state `a` to state `b`, sorted by path, with renames detected.
-    pub fn diff(&self, a: &StateRef, b: &StateRef) -> Result<Vec<Change>> {
-        self.with_views(a, b, diff_views)
-    }
-}
-
 /// Differences between two views, sorted by path.
 pub fn diff_views(a: &View<'_>, b: &View<'_>) -> Result<Vec<Change>> {
     let (ra, oa) = a.root()?;
@@ -199,7 +135,7 @@ pub fn diff_views(a: &View<'_>, b: &View<'_>) -> Result<Vec<Change>> {
 
 /// Whether any hard-linked file differs between the two states (its names aside).
 fn inodes_differ(a: &View<'_>, b: &View<'_>) -> Result<bool> {
-    let dir = links::inodes_dir();
+    let dir = inode::inodes_dir();
     let (da, db) = (a.lookup_raw(&dir)?, b.lookup_raw(&dir)?);
     let files = |v: &View<'_>, d: Option<(Node, bool)>| -> Result<BTreeMap<String, Node>> {
         let Some((node, overlaid)) = d else {

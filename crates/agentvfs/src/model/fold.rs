@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use super::id::ObjectId;
-use super::links::INODES_DIR;
+use super::inode::INODES_DIR;
 use super::node::{EncodedObject, Node, NodeKind, Tree, kind};
 use super::path::VPath;
 use super::view::{ObjectCache, decode};

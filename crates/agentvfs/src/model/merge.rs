@@ -1,7 +1,9 @@
 //! Three-way merge of a fork back into a workspace: the fork's changes since its base land
 //! on the target's live state. Unchanged subtrees are taken whole by id; text files changed
 //! on both sides in different places merge line by line; anything else changed on both
-//! sides is a conflict. The result is applied in one transaction, or not at all.
+//! sides is a conflict. The result is applied in one transaction, or not at all. Hard links
+//! are reconciled afterwards: link counts follow the names in the merged tree, and a
+//! conflict on an inode is reported under its names.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -11,14 +13,14 @@ use serde::Serialize;
 use super::diff::{Change, diff_views};
 use super::fold::{fold_overlay, store_dir, store_root};
 use super::id::ObjectId;
-use super::links;
+use super::inode::{self, INODES_DIR, inodes_dir};
 use super::node::{Node, NodeKind, encode_content};
 use super::path::VPath;
 use super::vault::Vault;
 use super::view::{ObjectCache, View};
 use super::workspace::{Logging, Workspace};
 use crate::error::{Error, Result};
-use crate::store::StoreWrite;
+use crate::store::{StoreRead, StoreWrite};
 
 /// What to do with a path changed on both sides.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -125,9 +127,9 @@ impl Merger<'_, '_> {
         {
             // A hard-linked file merges like the node its names show; `reconcile_merge`
             // sets its link count.
-            let file = |n: &Node| links::as_file(n.clone(), 0);
+            let file = |n: &Node| inode::as_file(n.clone(), 0);
             let merged = self.merge(path, Some(&file(b)?), Some(file(o)?), Some(file(t)?))?;
-            return merged.map(|f| links::as_inode(f, 1)).transpose();
+            return merged.map(|f| inode::as_inode(f, 1)).transpose();
         }
         if same(ours.as_ref(), theirs.as_ref()) || same(base, theirs.as_ref()) {
             return Ok(ours);
@@ -271,8 +273,8 @@ pub(crate) fn merge_roots(
         )?
         .ok_or_else(|| Error::Storage("merge removed the root".into()))?;
     let (conflicts, text_merged) = (m.conflicts, m.text_merged);
-    let conflicts = links::name_conflicts(&*w, cache, [ours_root, theirs_root], conflicts)?;
-    let merged = links::reconcile_merge(w, cache, merged, &base, &ours, &theirs)?;
+    let conflicts = name_conflicts(&*w, cache, [ours_root, theirs_root], conflicts)?;
+    let merged = reconcile_merge(w, cache, merged, &base, &ours, &theirs)?;
     Ok(Merged {
         root: store_root(w, &merged)?,
         conflicts,
@@ -351,4 +353,133 @@ impl Vault {
             })
         })
     }
+}
+
+/// A state's reserved directory entries by name (empty when it has no hard links).
+fn inode_entries(
+    w: &dyn StoreRead,
+    cache: &ObjectCache,
+    root: &Node,
+) -> Result<BTreeMap<String, Node>> {
+    let NodeKind::Dir { tree: Some(t), .. } = &root.kind else {
+        return Ok(BTreeMap::new());
+    };
+    let Some(dir) = cache.tree(w, t)?.get(INODES_DIR).cloned() else {
+        return Ok(BTreeMap::new());
+    };
+    Ok(match &dir.kind {
+        NodeKind::Dir { tree: Some(t), .. } => cache.tree(w, t)?.entries.iter().cloned().collect(),
+        _ => BTreeMap::new(),
+    })
+}
+
+/// After a three-way merge of roots: every inode's link count becomes the number of its
+/// names in the merged tree, an inode left without names goes, and an inode one side
+/// dropped while the other gave it a name comes back. Walks the merged tree, so only when
+/// either side changed hard links.
+pub(crate) fn reconcile_merge(
+    w: &mut dyn StoreWrite,
+    cache: &ObjectCache,
+    merged: Node,
+    base: &Node,
+    ours: &Node,
+    theirs: &Node,
+) -> Result<Node> {
+    let base_inodes = inode_entries(&*w, cache, base)?;
+    let ours_inodes = inode_entries(&*w, cache, ours)?;
+    let theirs_inodes = inode_entries(&*w, cache, theirs)?;
+    if ours_inodes == base_inodes && theirs_inodes == base_inodes {
+        return Ok(merged);
+    }
+    let root_id = store_root(w, &merged)?;
+    let mut counts: BTreeMap<u64, u64> = BTreeMap::new();
+    View {
+        r: &*w,
+        cache,
+        overlay: None,
+        base: root_id,
+    }
+    .walk_raw(&VPath::root(), &mut |_, n| {
+        if let NodeKind::Link { inode } = n.kind {
+            *counts.entry(inode).or_default() += 1;
+        }
+        Ok(())
+    })?;
+    let merged_inodes = inode_entries(&*w, cache, &merged)?;
+    let mut inodes = BTreeMap::new();
+    for (inode, count) in counts {
+        let name = format!("{inode:016x}");
+        let Some(mut body) = merged_inodes
+            .get(&name)
+            .or_else(|| theirs_inodes.get(&name))
+            .or_else(|| ours_inodes.get(&name))
+            .cloned()
+        else {
+            return Err(Error::CorruptVault {
+                reason: format!("merge left names of hard-linked inode {inode:x} without it"),
+            });
+        };
+        if let Some(nlink) = body.kind.nlink_mut() {
+            *nlink = count;
+        }
+        inodes.insert(name, body);
+    }
+    let NodeKind::Dir { tree, .. } = &merged.kind else {
+        return Ok(merged);
+    };
+    let mut entries: BTreeMap<String, Node> = match tree {
+        Some(t) => cache.tree(&*w, t)?.entries.iter().cloned().collect(),
+        None => BTreeMap::new(),
+    };
+    let dir = entries.remove(INODES_DIR);
+    if !inodes.is_empty() {
+        let dir = dir.unwrap_or_else(|| Node::empty_dir(0o700, super::now_ns()));
+        entries.insert(INODES_DIR.to_string(), store_dir(w, dir, inodes)?);
+    }
+    store_dir(w, merged, entries)
+}
+
+/// Merge conflicts on a hard-linked file are found at its inode; report them under its
+/// names in either state instead (a walk, only when there is such a conflict).
+pub(crate) fn name_conflicts(
+    r: &dyn StoreRead,
+    cache: &ObjectCache,
+    roots: [ObjectId; 2],
+    conflicts: Vec<Conflict>,
+) -> Result<Vec<Conflict>> {
+    let prefix = format!("{}/", inodes_dir().display());
+    if !conflicts.iter().any(|c| c.path.starts_with(&prefix)) {
+        return Ok(conflicts);
+    }
+    let mut names: BTreeMap<u64, std::collections::BTreeSet<String>> = BTreeMap::new();
+    for root in roots {
+        View {
+            r,
+            cache,
+            overlay: None,
+            base: root,
+        }
+        .walk_raw(&VPath::root(), &mut |p, n| {
+            if let NodeKind::Link { inode } = n.kind {
+                names.entry(inode).or_default().insert(p.display());
+            }
+            Ok(())
+        })?;
+    }
+    let mut out = Vec::new();
+    for c in conflicts {
+        let inode = c
+            .path
+            .strip_prefix(&prefix)
+            .and_then(|hex| u64::from_str_radix(hex, 16).ok());
+        match inode.and_then(|i| names.get(&i)) {
+            Some(paths) => out.extend(paths.iter().map(|p| Conflict {
+                path: p.clone(),
+                ..c.clone()
+            })),
+            None => out.push(c),
+        }
+    }
+    out.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(out)
 }

@@ -2,6 +2,7 @@
 //! cost O(changes); quotas and audit records. It uses the store and nothing above it.
 
 pub mod buffer;
+mod check;
 pub mod diff;
 mod fold;
 /// Content ids live with the store, which keys objects by them; the model names them here
@@ -9,26 +10,23 @@ mod fold;
 pub mod id {
     pub use crate::store::id::*;
 }
+mod inode;
 pub mod limits;
-mod links;
 pub mod merge;
 pub mod node;
 mod oplog;
 pub mod path;
 mod quota;
-mod unlogged;
 mod vault;
 mod view;
 mod workspace;
 
+pub use check::{CheckReport, Problem};
 pub use oplog::{OpInfo, PruneReport};
 pub use quota::Quota;
-pub use unlogged::BatchEnd;
-pub use vault::{
-    CheckReport, CheckpointInfo, ForkInfo, GcReport, Problem, StatsReport, Vault, VaultInfo,
-};
+pub use vault::{CheckpointInfo, ForkInfo, GcReport, StatsReport, Vault, VaultInfo};
 pub use view::{Child, View};
-pub use workspace::{Actor, Edit, PathVersion, Workspace, WriteOptions};
+pub use workspace::{Actor, BatchEnd, Edit, PathVersion, Workspace, WriteOptions};
 
 /// Nanoseconds since the Unix epoch, now.
 pub fn now_ns() -> i64 {

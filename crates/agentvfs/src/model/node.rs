@@ -1,7 +1,7 @@
 //! The immutable objects of a vault and the node metadata they carry: file content (one chunk
 //! or a list of fixed-size chunks, with holes for sparse files), directory trees and roots.
 //! Hard links are stored kinds (`Link`, and `Inode` or `Shared`) that a `View` resolves; see
-//! `links.rs`.
+//! `inode.rs` and `workspace/links.rs`.
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -1,6 +1,7 @@
 //! A vault: one store file holding any number of workspaces (the main line and its forks),
 //! their checkpoints, the op log and the audit log. Forks are O(1): a new workspace whose
-//! base is an existing root.
+//! base is an existing root. Opening and forking workspaces (`Vault::workspace`,
+//! `Vault::fork`) is in `workspace::fork`, above this module.
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -8,12 +9,12 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use serde::Serialize;
 
+use super::diff::{Change, StateRef, diff_views};
 use super::id::ObjectId;
-use super::node::{EncodedObject, Node, kind, object_id, references};
+use super::node::{EncodedObject, Node, kind, references};
 use super::now_ns;
 use super::quota::Quota;
 use super::view::{ObjectCache, View};
-use super::workspace::{Actor, Edit, Workspace, validate_name};
 use crate::error::{Error, Result};
 use crate::store::{AuditRecord, FORMAT_VERSION, SqliteStore, Store, StoreRead, WorkspaceRecord};
 
@@ -111,22 +112,7 @@ pub struct GcReport {
     pub dry_run: bool,
 }
 
-/// One problem found by `vault check`.
-#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
-pub struct Problem {
-    pub object: Option<String>,
-    pub problem: String,
-}
-
-/// `vault check`.
-#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
-pub struct CheckReport {
-    pub ok: bool,
-    pub objects_checked: u64,
-    pub problems: Vec<Problem>,
-}
-
-fn fork_info(ws: &WorkspaceRecord) -> ForkInfo {
+pub(super) fn fork_info(ws: &WorkspaceRecord) -> ForkInfo {
     ForkInfo {
         name: ws.name.clone(),
         parent: ws.parent.clone(),
@@ -220,16 +206,6 @@ impl Vault {
         self.store.sync()
     }
 
-    /// Open a workspace by name (`main` or a fork).
-    pub fn workspace(self: &Arc<Self>, name: &str, actor: Actor) -> Result<Workspace> {
-        self.store.read(|r| {
-            r.workspace(name)?.ok_or_else(|| Error::ForkNotFound {
-                name: name.to_string(),
-            })
-        })?;
-        Ok(Workspace::new(self.clone(), name.to_string(), actor))
-    }
-
     pub fn forks(&self) -> Result<Vec<ForkInfo>> {
         Ok(self
             .store
@@ -237,49 +213,6 @@ impl Vault {
             .iter()
             .map(fork_info)
             .collect())
-    }
-
-    /// Create fork `name` of workspace `source`, at its live state or at checkpoint `at`.
-    /// No content or per-file rows are copied: the fork's base is a root id.
-    pub fn fork(
-        self: &Arc<Self>,
-        source: &Workspace,
-        name: &str,
-        at: Option<&str>,
-    ) -> Result<ForkInfo> {
-        validate_name(name, "fork")?;
-        source.edit("vault.fork", &[], |e: &mut Edit<'_>| {
-            if e.w.workspace(name)?.is_some() {
-                return Err(Error::AlreadyExists {
-                    name: name.to_string(),
-                });
-            }
-            let (root, files, bytes) = match at {
-                Some(cp) => {
-                    let cp =
-                        e.w.checkpoint(e.ws.id, cp)?
-                            .ok_or_else(|| Error::CheckpointNotFound {
-                                name: cp.to_string(),
-                            })?;
-                    (cp.root, cp.files, cp.bytes)
-                }
-                None => (e.fold()?, e.ws.files, e.ws.bytes),
-            };
-            let rec = WorkspaceRecord {
-                id: 0,
-                name: name.to_string(),
-                base: root,
-                parent: Some(e.ws.name.clone()),
-                fork_root: Some(root),
-                fork_checkpoint: at.map(str::to_string),
-                created_at: e.now,
-                files,
-                bytes,
-            };
-            let id = e.w.insert_workspace(&rec)?;
-            e.describe(format!("fork {} as {name}", e.ws.name));
-            Ok(fork_info(&WorkspaceRecord { id, ..rec }))
-        })
     }
 
     /// Delete a fork (never `main`: delete the vault for that). Its objects stay until gc.
@@ -329,7 +262,7 @@ impl Vault {
                 overlay: Some(ws.id),
                 base: ws.base,
             };
-            let pending_changes = super::diff::diff_views(&bare, &live)?.len() as u64;
+            let pending_changes = diff_views(&bare, &live)?.len() as u64;
             Ok(VaultInfo {
                 path: self.path.display().to_string(),
                 format_version: FORMAT_VERSION,
@@ -418,92 +351,68 @@ impl Vault {
         self.store.compact()?;
         Ok(before.saturating_sub(self.store.disk_size()))
     }
+}
 
-    /// Verify every stored object hashes to its id, every referenced object exists, and
-    /// each workspace's hard links are consistent.
-    pub fn check(&self) -> Result<CheckReport> {
-        let engine: Vec<Problem> = self
-            .store
-            .integrity_problems()?
-            .into_iter()
-            .map(|p| Problem {
-                object: None,
-                problem: format!("storage: {p}"),
-            })
-            .collect();
-        self.store.read(|r| {
-            let mut problems = engine;
-            let ids = r.object_ids()?;
-            for (id, k) in &ids {
-                let Some(o) = r.object(id)? else { continue };
-                if object_id(*k, &o.data) != *id {
-                    problems.push(Problem {
-                        object: Some(id.to_hex()),
-                        problem: "content does not match its id".into(),
-                    });
-                    continue;
-                }
-                match references(*k, &o.data) {
-                    Ok(refs) => {
-                        for child in refs {
-                            if !r.has_object(&child)? {
-                                problems.push(Problem {
-                                    object: Some(child.to_hex()),
-                                    problem: format!("missing, referenced by {}", id.short()),
-                                });
-                            }
-                        }
-                    }
-                    Err(e) => problems.push(Problem {
-                        object: Some(id.to_hex()),
-                        problem: format!("cannot be decoded: {e}"),
-                    }),
-                }
-            }
-            for ws in r.workspaces()? {
-                if let Some(problem) = super::unlogged::marker_problem(r, ws.id)? {
-                    problems.push(Problem {
-                        object: None,
-                        problem: format!("workspace {}: {problem}", ws.name),
-                    });
-                }
-            }
-            if problems.is_empty() {
-                // Hard links of each live state (objects are known to be sound by now).
-                for ws in r.workspaces()? {
-                    let view = View {
-                        r,
-                        cache: &self.cache,
-                        overlay: Some(ws.id),
-                        base: ws.base,
-                    };
-                    for problem in super::links::verify(&view)? {
-                        problems.push(Problem {
-                            object: None,
-                            problem: format!("workspace {}: {problem}", ws.name),
-                        });
-                    }
-                }
-            }
-            for root in roots(r)? {
-                if !r.has_object(&root)? {
-                    problems.push(Problem {
-                        object: Some(root.to_hex()),
-                        problem: "missing root of a workspace, checkpoint or operation".into(),
-                    });
-                }
-            }
-            Ok(CheckReport {
-                ok: problems.is_empty(),
-                objects_checked: ids.len() as u64,
-                problems,
-            })
+fn view_for<'a>(r: &'a dyn StoreRead, vault: &'a Vault, state: &StateRef) -> Result<View<'a>> {
+    let ws = |name: &str| {
+        r.workspace(name)?.ok_or_else(|| Error::ForkNotFound {
+            name: name.to_string(),
         })
+    };
+    let bare = |base| View {
+        r,
+        cache: &vault.cache,
+        overlay: None,
+        base,
+    };
+    Ok(match state {
+        StateRef::Live(name) => {
+            let w = ws(name)?;
+            View {
+                r,
+                cache: &vault.cache,
+                overlay: Some(w.id),
+                base: w.base,
+            }
+        }
+        StateRef::Checkpoint { workspace, name } => {
+            let w = ws(workspace)?;
+            let cp = r
+                .checkpoint(w.id, name)?
+                .ok_or_else(|| Error::CheckpointNotFound { name: name.clone() })?;
+            bare(cp.root)
+        }
+        StateRef::ForkBase(name) => {
+            let w = ws(name)?;
+            bare(w.fork_root.unwrap_or(w.base))
+        }
+        StateRef::Root(id) => bare(*id),
+    })
+}
+
+impl Vault {
+    /// Run `f` with read views of two states, in one consistent snapshot.
+    pub fn with_views<R>(
+        &self,
+        a: &StateRef,
+        b: &StateRef,
+        f: impl FnOnce(&View<'_>, &View<'_>) -> Result<R>,
+    ) -> Result<R> {
+        self.store.read(|r| {
+            let va = view_for(r, self, a)?;
+            let vb = view_for(r, self, b)?;
+            f(&va, &vb)
+        })
+    }
+
+    /// What changed from state `a` to state `b`, sorted by path, with renames detected.
+    pub fn diff(&self, a: &StateRef, b: &StateRef) -> Result<Vec<Change>> {
+        self.with_views(a, b, diff_views)
     }
 }
 
 /// Ids every live state starts from.
-fn roots(r: &dyn StoreRead) -> Result<Vec<ObjectId>> {
+pub(super) fn roots(r: &dyn StoreRead) -> Result<Vec<ObjectId>> {
     let mut out = r.all_checkpoint_roots()?;
     for ws in r.workspaces()? {
         out.push(ws.base);

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 use super::id::ObjectId;
-use super::links;
+use super::inode;
 use super::node::{ChunkRef, Node, NodeKind, Tree, kind};
 use super::path::VPath;
 use crate::error::{Error, Result};
@@ -288,7 +288,7 @@ impl<'a> View<'a> {
     /// `Node::link` set). `Ok(None)` if nothing is there; `NotADirectory` if a non-final
     /// component is not a directory.
     pub fn lookup(&self, path: &VPath) -> Result<Option<(Node, bool)>> {
-        if links::is_reserved(path) {
+        if inode::is_reserved(path) {
             return Ok(None);
         }
         match self.lookup_raw(path)? {
@@ -300,9 +300,20 @@ impl<'a> View<'a> {
     /// A stored node as readers see it: a hard-linked name becomes its file.
     pub(crate) fn resolve(&self, node: Node) -> Result<Node> {
         match node.kind {
-            NodeKind::Link { inode } => links::resolve(self, inode),
+            NodeKind::Link { inode } => self.resolve_inode(inode),
             _ => Ok(node),
         }
+    }
+
+    /// The file a name of `inode` shows: a `File` node carrying `LinkInfo`.
+    pub(crate) fn resolve_inode(&self, inode: u64) -> Result<Node> {
+        let body = self
+            .lookup_raw(&inode::inode_path(inode))?
+            .ok_or_else(|| Error::CorruptVault {
+                reason: format!("hard-linked inode {inode:x} is missing"),
+            })?
+            .0;
+        inode::as_file(body, inode)
     }
 
     /// What is stored at `path`: hard-linked names are not resolved and the reserved
@@ -421,7 +432,7 @@ impl<'a> View<'a> {
     pub fn children(&self, path: &VPath, node: &Node, overlaid: bool) -> Result<Vec<Child>> {
         let mut out = self.children_raw(path, node, overlaid)?;
         if path.is_root() {
-            out.retain(|c| c.name != links::INODES_DIR);
+            out.retain(|c| c.name != inode::INODES_DIR);
         }
         for c in &mut out {
             if matches!(c.node.kind, NodeKind::Link { .. }) {

@@ -5,7 +5,7 @@ use crate::error::{Error, Result};
 use crate::model::buffer::{Changes, ContentBuffer};
 use crate::model::fold::fold_overlay;
 use crate::model::id::ObjectId;
-use crate::model::links;
+use crate::model::inode;
 use crate::model::node::{CHUNK_SIZE, Node, NodeKind, encode_content, patch_content};
 use crate::model::path::VPath;
 use crate::model::quota::Quota;
@@ -240,7 +240,7 @@ impl<'a> Edit<'a> {
     /// A regular file put over a hard-linked name changes the shared file (as writing
     /// through that name does); anything else replaces the name, which the file loses.
     pub fn put_node(&mut self, path: &VPath, node: Node) -> Result<()> {
-        links::refuse_reserved(path)?;
+        inode::refuse_reserved(path)?;
         let parent = Self::parent_of(path)?;
         let parent_node = self.ensure_dir(&parent)?;
         let old = self.view().lookup_raw(path)?;

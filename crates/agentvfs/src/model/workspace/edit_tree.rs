@@ -2,9 +2,10 @@
 //! removing, renaming, exchanging, copying and updating entries.
 
 use crate::error::{Error, Result};
+use crate::model::inode;
 use crate::model::node::{Node, NodeKind};
 use crate::model::path::VPath;
-use crate::model::{Edit, WriteOptions, links};
+use crate::model::{Edit, WriteOptions};
 
 impl<'a> Edit<'a> {
     fn mkdirs(&mut self, dir: &VPath) -> Result<()> {
@@ -142,7 +143,7 @@ impl<'a> Edit<'a> {
     /// Move `src` to `dst`, replacing a file or an empty directory at `dst` like rename(2).
     pub fn rename(&mut self, src: &VPath, dst: &VPath) -> Result<()> {
         let (src_parent, dst_parent) = (Self::parent_of(src)?, Self::parent_of(dst)?);
-        links::refuse_reserved(dst)?;
+        inode::refuse_reserved(dst)?;
         let (mut node, overlaid) = self.stored(src)?.ok_or_else(|| Error::PathNotFound {
             path: src.display(),
         })?;

@@ -3,12 +3,17 @@
 //! audit record, so the CLI, the mount and the proxy share one set of rules.
 //!
 //! Here: the workspace and its reads, audit and log. `edit` holds the transaction,
-//! `edit_tree` the tree changes it makes, `checkpoints` named states, `actor` who acts.
+//! `edit_tree` the tree changes it makes, `links` its hard links, `unlogged` the changes
+//! a batch writer has yet to log, `checkpoints` named states, `fork` opening and forking
+//! workspaces of a vault, `actor` who acts.
 
 mod actor;
 mod checkpoints;
 mod edit;
 mod edit_tree;
+mod fork;
+mod links;
+mod unlogged;
 
 use std::sync::{Arc, Mutex};
 
@@ -16,6 +21,8 @@ pub use actor::Actor;
 pub(crate) use edit::Logging;
 pub use edit::{Edit, WriteOptions};
 use serde::Serialize;
+pub use unlogged::BatchEnd;
+pub(crate) use unlogged::marker_problem;
 
 use super::id::ObjectId;
 use super::node::{Node, NodeKind};

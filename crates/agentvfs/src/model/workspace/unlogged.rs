@@ -6,9 +6,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::id::ObjectId;
-use super::workspace::{Edit, Logging, Workspace};
+use super::{Edit, Logging, Workspace};
 use crate::error::{Error, Result};
+use crate::model::id::ObjectId;
 use crate::store::OpRecord;
 
 /// What is pending for one workspace.

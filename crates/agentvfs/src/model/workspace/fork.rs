@@ -1,0 +1,64 @@
+//! Opening a vault's workspaces and forking one: the `Vault` methods that make a
+//! `Workspace`, kept here above both so the vault never names the workspace that holds it.
+
+use std::sync::Arc;
+
+use super::{Actor, Edit, Workspace, validate_name};
+use crate::error::{Error, Result};
+use crate::model::vault::{ForkInfo, Vault, fork_info};
+use crate::store::WorkspaceRecord;
+
+impl Vault {
+    /// Open a workspace by name (`main` or a fork).
+    pub fn workspace(self: &Arc<Self>, name: &str, actor: Actor) -> Result<Workspace> {
+        self.store.read(|r| {
+            r.workspace(name)?.ok_or_else(|| Error::ForkNotFound {
+                name: name.to_string(),
+            })
+        })?;
+        Ok(Workspace::new(self.clone(), name.to_string(), actor))
+    }
+
+    /// Create fork `name` of workspace `source`, at its live state or at checkpoint `at`.
+    /// No content or per-file rows are copied: the fork's base is a root id.
+    pub fn fork(
+        self: &Arc<Self>,
+        source: &Workspace,
+        name: &str,
+        at: Option<&str>,
+    ) -> Result<ForkInfo> {
+        validate_name(name, "fork")?;
+        source.edit("vault.fork", &[], |e: &mut Edit<'_>| {
+            if e.w.workspace(name)?.is_some() {
+                return Err(Error::AlreadyExists {
+                    name: name.to_string(),
+                });
+            }
+            let (root, files, bytes) = match at {
+                Some(cp) => {
+                    let cp =
+                        e.w.checkpoint(e.ws.id, cp)?
+                            .ok_or_else(|| Error::CheckpointNotFound {
+                                name: cp.to_string(),
+                            })?;
+                    (cp.root, cp.files, cp.bytes)
+                }
+                None => (e.fold()?, e.ws.files, e.ws.bytes),
+            };
+            let rec = WorkspaceRecord {
+                id: 0,
+                name: name.to_string(),
+                base: root,
+                parent: Some(e.ws.name.clone()),
+                fork_root: Some(root),
+                fork_checkpoint: at.map(str::to_string),
+                created_at: e.now,
+                files,
+                bytes,
+            };
+            let id = e.w.insert_workspace(&rec)?;
+            e.describe(format!("fork {} as {name}", e.ws.name));
+            Ok(fork_info(&WorkspaceRecord { id, ..rec }))
+        })
+    }
+}
