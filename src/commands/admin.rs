@@ -3,7 +3,7 @@
 use clap::{Args, Subcommand};
 
 use agentvfs::Result;
-use agentvfs::model::{GcReport, Quota, StatsReport, Vault, limits, now_ns};
+use agentvfs::model::{GcReport, Quota, StatsReport, Vault};
 use agentvfs::service::{maintenance, quota};
 use agentvfs::store::AuditRecord;
 
@@ -86,12 +86,9 @@ fn quota_set(ctx: &Ctx, a: QuotaSetArgs) -> Result<Reply> {
 }
 
 pub fn cmd_audit(ctx: &Ctx, a: AuditArgs) -> Result<Reply> {
-    let since = a
-        .since
-        .as_deref()
-        .map(|s| limits::parse_time_or_age("--since", s, now_ns()))
-        .transpose()?;
-    let records: Vec<AuditRecord> = vault(ctx)?.audit(a.limit, since)?;
+    let records: Vec<AuditRecord> =
+        ctx.service
+            .audit(ctx.vault.as_deref(), a.limit, a.since.as_deref())?;
     let mut rows = vec![vec![
         "ID".into(),
         "WHEN".into(),
