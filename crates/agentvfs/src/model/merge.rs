@@ -301,7 +301,7 @@ impl Vault {
             if f.id == e.ws.id {
                 return Err(Error::invalid("cannot merge a workspace into itself"));
             }
-            let base_root = f.fork_root.unwrap_or(f.base);
+            let base_root = f.base_root.unwrap_or(f.base);
             let theirs_root = fold_overlay(e.w, e.cache, f.id, f.base)?;
             let ours_root = e.fold()?;
             let cache = e.cache;
@@ -325,7 +325,7 @@ impl Vault {
             let applied = !dry_run;
             if applied {
                 e.reset_to_root(merged_root)?;
-                e.w.set_fork_root(f.id, &theirs_root)?;
+                e.w.set_base_root(f.id, &theirs_root)?;
                 e.op_extra = Some(
                     serde_json::json!({
                         "fork": f.id,

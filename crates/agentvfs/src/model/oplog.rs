@@ -116,7 +116,7 @@ impl Workspace {
             Ok(Plan {
                 goal: revert_of(target).ok_or(Error::NothingToUndo)?,
                 target: Some(target.id),
-                fork_root: side_effect(target, "fork_root_before"),
+                base_root: side_effect(target, "fork_root_before"),
                 description: format!("undo #{} {}", target.id, target.kind),
             })
         })
@@ -139,14 +139,14 @@ impl Workspace {
                 }
             }
             let undo = found.ok_or(Error::NothingToRedo)?;
-            let fork_root = undo
+            let base_root = undo
                 .target
                 .and_then(|t| ops.iter().find(|o| o.id == t))
                 .and_then(|o| side_effect(o, "fork_root_after"));
             Ok(Plan {
                 goal: revert_of(undo).ok_or(Error::NothingToRedo)?,
                 target: Some(undo.id),
-                fork_root,
+                base_root,
                 description: format!("redo #{} (undo #{})", undo.target.unwrap_or(0), undo.id),
             })
         })
@@ -172,7 +172,7 @@ impl Workspace {
             Ok(Plan {
                 goal: revert_of(op).ok_or(Error::OperationNotFound { id: op.id })?,
                 target: Some(op.id),
-                fork_root: None,
+                base_root: None,
                 description: format!("rollback #{} {}", op.id, op.description),
             })
         })
@@ -196,7 +196,7 @@ impl Workspace {
             Ok(Plan {
                 goal: Goal::State(op.root_after.ok_or(Error::OperationNotFound { id })?),
                 target: None,
-                fork_root: None,
+                base_root: None,
                 description: format!("restore to after #{id}"),
             })
         })
@@ -230,8 +230,8 @@ impl Workspace {
                 }
             };
             e.reset_to_root(root)?;
-            if let Some((fork, base)) = plan.fork_root {
-                e.w.set_fork_root(fork, &base)?;
+            if let Some((fork, base)) = plan.base_root {
+                e.w.set_base_root(fork, &base)?;
             }
             e.undo_target = plan.target;
             e.describe(plan.description);
@@ -265,7 +265,7 @@ enum Goal {
 struct Plan {
     goal: Goal,
     target: Option<i64>,
-    fork_root: Option<(i64, ObjectId)>,
+    base_root: Option<(i64, ObjectId)>,
     description: String,
 }
 

@@ -117,7 +117,7 @@ pub(super) fn fork_info(ws: &WorkspaceRecord) -> ForkInfo {
         name: ws.name.clone(),
         parent: ws.parent.clone(),
         forked_at_checkpoint: ws.fork_checkpoint.clone(),
-        base_root: ws.fork_root.map(|r| r.to_hex()),
+        base_root: ws.base_root.map(|r| r.to_hex()),
         created_at: ws.created_at,
         files: ws.files,
         bytes: ws.bytes,
@@ -140,7 +140,7 @@ impl Vault {
                 base: root.id,
                 parent: None,
                 // The empty tree main starts from: the default "from" side of a diff.
-                fork_root: Some(root.id),
+                base_root: Some(root.id),
                 fork_checkpoint: None,
                 created_at: now,
                 files: 0,
@@ -248,7 +248,7 @@ impl Vault {
             let since = checkpoints
                 .last()
                 .map(|c| c.root)
-                .or(ws.fork_root)
+                .or(ws.base_root)
                 .unwrap_or(ws.base);
             let bare = View {
                 r,
@@ -384,7 +384,7 @@ fn view_for<'a>(r: &'a dyn StoreRead, vault: &'a Vault, state: &StateRef) -> Res
         }
         StateRef::ForkBase(name) => {
             let w = ws(name)?;
-            bare(w.fork_root.unwrap_or(w.base))
+            bare(w.base_root.unwrap_or(w.base))
         }
         StateRef::Root(id) => bare(*id),
     })
@@ -416,7 +416,7 @@ pub(super) fn roots(r: &dyn StoreRead) -> Result<Vec<ObjectId>> {
     let mut out = r.all_checkpoint_roots()?;
     for ws in r.workspaces()? {
         out.push(ws.base);
-        out.extend(ws.fork_root);
+        out.extend(ws.base_root);
         for (_, node) in r.overlay_all(ws.id)? {
             if let Some(bytes) = node {
                 let node: Node = super::view::decode(&bytes)?;

@@ -27,8 +27,9 @@ pub struct WorkspaceRecord {
     /// Root object the overlay sits on.
     pub base: ObjectId,
     pub parent: Option<String>,
-    /// Root the fork was created from (its merge base later).
-    pub fork_root: Option<ObjectId>,
+    /// Root the fork was created from (its merge base later): `base_root` in JSON too. The
+    /// vault file keeps its column name, `fork_root`, and so do op-log records.
+    pub base_root: Option<ObjectId>,
     pub fork_checkpoint: Option<String>,
     pub created_at: i64,
     /// Live totals of regular files and their bytes, kept in step with every change.
@@ -137,7 +138,7 @@ pub trait StoreWrite: StoreRead {
     ) -> Result<()>;
     fn delete_workspace(&mut self, ws: i64) -> Result<()>;
     /// Move a fork's merge base (after it was merged).
-    fn set_fork_root(&mut self, ws: i64, root: &ObjectId) -> Result<()>;
+    fn set_base_root(&mut self, ws: i64, root: &ObjectId) -> Result<()>;
 
     fn overlay_put(&mut self, ws: i64, path: &str, parent: &str, node: Option<&[u8]>)
     -> Result<()>;

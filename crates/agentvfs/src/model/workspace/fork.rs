@@ -50,7 +50,7 @@ impl Vault {
                 name: name.to_string(),
                 base: root,
                 parent: Some(e.ws.name.clone()),
-                fork_root: Some(root),
+                base_root: Some(root),
                 fork_checkpoint: at.map(str::to_string),
                 created_at: e.now,
                 files,

@@ -34,7 +34,7 @@ fn workspace_row(row: &Row<'_>) -> rusqlite::Result<WorkspaceRecord> {
         name: row.get(1)?,
         base: id_col(row, 2)?,
         parent: row.get(3)?,
-        fork_root: opt_id_col(row, 4)?,
+        base_root: opt_id_col(row, 4)?,
         fork_checkpoint: row.get(5)?,
         created_at: row.get(6)?,
         files: row.get(7)?,
@@ -311,7 +311,7 @@ impl StoreWrite for Tx<'_> {
             rec.name,
             &rec.base.0[..],
             rec.parent,
-            rec.fork_root.as_ref().map(|i| i.0.to_vec()),
+            rec.base_root.as_ref().map(|i| i.0.to_vec()),
             rec.fork_checkpoint,
             rec.created_at,
             rec.files,
@@ -334,7 +334,7 @@ impl StoreWrite for Tx<'_> {
         Ok(())
     }
 
-    fn set_fork_root(&mut self, ws: i64, root: &ObjectId) -> Result<()> {
+    fn set_base_root(&mut self, ws: i64, root: &ObjectId) -> Result<()> {
         self.0.execute(
             "UPDATE workspaces SET fork_root = ?2 WHERE id = ?1",
             params![ws, &root.0[..]],
