@@ -87,6 +87,21 @@ pub fn start<T>(
     }
 }
 
+/// A flag SIGTERM, SIGINT and SIGHUP set: how a server running in the foreground (a
+/// mount or session daemon) learns to stop and clean up.
+pub fn stop_on_signals() -> Result<std::sync::Arc<std::sync::atomic::AtomicBool>> {
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    for sig in [
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGHUP,
+    ] {
+        signal_hook::flag::register(sig, stop.clone())
+            .map_err(|e| crate::Error::io("installing signal handler", "", e))?;
+    }
+    Ok(stop)
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;

@@ -289,21 +289,13 @@ fn serve(
     mut rec: MountRecord,
 ) -> Result<()> {
     use std::sync::Arc;
-    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::atomic::Ordering;
 
     use super::mount::MountFs;
 
     let (_, ws) = service.open(Some(spec))?;
     let session = MountFs::new(ws, at, rec.readonly)?;
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [
-        signal_hook::consts::SIGTERM,
-        signal_hook::consts::SIGINT,
-        signal_hook::consts::SIGHUP,
-    ] {
-        signal_hook::flag::register(sig, stop.clone())
-            .map_err(|e| Error::io("installing signal handler", "", e))?;
-    }
+    let stop = daemon::stop_on_signals()?;
     let bg = mounter.mount(Arc::new(session), &rec.dir)?;
     rec.transport = bg.transport().into();
     let reg = service.registry();

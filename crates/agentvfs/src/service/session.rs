@@ -11,7 +11,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -373,15 +373,7 @@ pub fn serve(
     save(reg, &rec)?;
 
     // A signal or a vanished mount wakes the accept loop with a Stop of its own.
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [
-        signal_hook::consts::SIGTERM,
-        signal_hook::consts::SIGINT,
-        signal_hook::consts::SIGHUP,
-    ] {
-        signal_hook::flag::register(sig, stop.clone())
-            .map_err(|e| Error::io("installing signal handler", "", e))?;
-    }
+    let stop = super::daemon::stop_on_signals()?;
     {
         let (stop, socket) = (stop.clone(), rec.socket.clone());
         std::thread::spawn(move || {

@@ -449,11 +449,7 @@ mod tests {
     #[test]
     fn verify_reports_damage_as_an_error_and_audit_reads_any_since() {
         let h = testing::home();
-        let opts = WriteOptions {
-            mode: None,
-            parents: false,
-            append: false,
-        };
+        let opts = WriteOptions::default();
         files::write(&h.ws, "/a", b"1", opts).unwrap();
         assert!(h.service.verify(Some("demo")).unwrap().ok);
         let all = h.service.audit(Some("demo"), 50, None).unwrap();
@@ -482,11 +478,7 @@ mod tests {
     #[test]
     fn a_task_fork_is_made_on_first_use_and_reused_after() {
         let h = testing::home();
-        let opts = WriteOptions {
-            mode: None,
-            parents: false,
-            append: false,
-        };
+        let opts = WriteOptions::default();
         files::write(&h.ws, "/a", b"1", opts).unwrap();
         assert_eq!(
             h.service.open_task("t1", None).err().map(|e| e.kind()),
@@ -503,11 +495,7 @@ mod tests {
     #[test]
     fn merge_defaults_to_the_parent_and_refuses_a_fork_without_one() {
         let h = testing::home();
-        let opts = WriteOptions {
-            mode: None,
-            parents: false,
-            append: false,
-        };
+        let opts = WriteOptions::default();
         h.service.fork("demo", "f1", None, false).unwrap();
         let (_, f1) = h.service.open(Some("f1")).unwrap();
         files::write(&f1, "/new.txt", b"hi", opts).unwrap();
