@@ -368,11 +368,7 @@ fn posix_semantics_match_native() {
     let Some(m) = Mounted::new("posix") else {
         return;
     };
-    let want = if common::mount::uring_expected() {
-        "io_uring"
-    } else {
-        "dev-fuse"
-    };
+    let want = common::mount::expected_transport();
     assert_eq!(m.transport(), want);
     let before = m.ring_waits();
     matches_native(&m);

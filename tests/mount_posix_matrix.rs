@@ -236,11 +236,7 @@ fn ownership_and_times_match_native() {
     let Some(m) = Mounted::new("matrix") else {
         return;
     };
-    let want = if common::mount::uring_expected() {
-        "io_uring"
-    } else {
-        "dev-fuse"
-    };
+    let want = common::mount::expected_transport();
     assert_eq!(m.transport(), want);
     matches_native(&m);
 }

@@ -19,6 +19,16 @@ pub fn uring_expected() -> bool {
             .is_ok_and(|v| v.trim() == "Y" || root)
 }
 
+/// The transport a mount made now must report (`avfs mounts`): `io_uring` where
+/// `uring_expected`, else `dev-fuse`.
+pub fn expected_transport() -> &'static str {
+    if uring_expected() {
+        "io_uring"
+    } else {
+        "dev-fuse"
+    }
+}
+
 /// A fresh vault `w` in a temporary `$AVFS_HOME`, for tests of proxied commands (each test
 /// file adds the helpers it needs in its own `impl ProxyEnv`).
 pub struct ProxyEnv {

@@ -239,11 +239,14 @@ fn apply_setattr(n: &mut Node, s: &SetAttr, now: i64) {
 impl MountFs {
     /// What the kernel sees of `node` at `ino`: a secret shows mode 000.
     fn shown_attr(&self, ino: u64, node: &Node) -> Attr {
-        let mut attr = attr_of(ino, node);
-        if !self.hidden.is_empty() && self.refuse_secret(ino).is_err() {
-            attr.perm = 0;
+        if self.hidden.is_empty() || ino == super::ROOT_INO {
+            return attr_of(ino, node);
         }
-        attr
+        // The node is at hand: the secret check must not look it up again.
+        match self.path_of(ino) {
+            Ok(path) => self.shown_attr_at(ino, &path, node),
+            Err(_) => attr_of(ino, node),
+        }
     }
 
     /// `shown_attr` when the caller has the path (a lookup): no inode-table search.
