@@ -90,17 +90,11 @@ fn host_matches(v: &View<'_>, host: &Path, node: Option<&Node>) -> Result<bool> 
                     && fs::read_link(host).ok().as_deref() == Some(Path::new(target))
             }
             NodeKind::Dir { .. } => m.is_dir() && m.permissions().mode() & 0o7777 == n.attrs.mode,
-            kind => {
-                use std::os::unix::fs::{FileTypeExt, MetadataExt};
-                let ft = m.file_type();
-                let same_type = match kind {
-                    NodeKind::Fifo => ft.is_fifo(),
-                    NodeKind::CharDevice { .. } => ft.is_char_device(),
-                    NodeKind::BlockDevice { .. } => ft.is_block_device(),
-                    NodeKind::Socket => ft.is_socket(),
-                    _ => false,
-                };
-                same_type && m.rdev() == n.rdev() && m.permissions().mode() & 0o7777 == n.attrs.mode
+            // A FIFO, device or socket: the same st_mode (type and permission bits) and
+            // device number.
+            _ => {
+                use std::os::unix::fs::MetadataExt;
+                m.mode() & 0o177777 == n.st_mode() && m.rdev() == n.rdev()
             }
         },
     })
