@@ -279,7 +279,8 @@ fn write_node(v: &View<'_>, hp: &Path, node: &Node) -> Result<()> {
                 .map_err(|e| Error::io("creating symlink", hp, e))?;
             return Ok(());
         }
-        _ => make_special(hp, node)?,
+        // `make_special` sets the mode itself.
+        _ => return make_special(hp, node),
     }
     fs::set_permissions(hp, fs::Permissions::from_mode(node.attrs.mode))
         .map_err(|e| Error::io("setting mode of", hp, e))
