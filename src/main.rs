@@ -11,6 +11,10 @@ use agentvfs::model::Actor;
 use agentvfs::service::{Registry, WorkspaceService};
 
 fn main() {
+    // A proxied command's sandbox starts as this program: run it and go.
+    if let Some(code) = agentvfs::service::sandbox::maybe_init() {
+        std::process::exit(code);
+    }
     let json_requested = std::env::args().any(|a| a == "--json");
     let parsed = commands::command()
         .try_get_matches()

@@ -77,19 +77,22 @@ fn changed_files_are_exactly_right() {
 #[test]
 fn timeout_kills_everything_keeps_partial_output_and_exits_124() {
     let Some(e) = Env::new() else { return };
-    // The pids go to a file in the workspace (host paths are a policy matter).
-    let script = "echo partial; setsid sleep 1000 & echo $! >> pids; (sleep 1000 & echo $! >> pids); sh -c 'sleep 1000 & sleep 1000'";
-    let (v, code) = e.exec(&["--timeout", "1s", "--shell", script]);
-    assert_eq!(code, 124, "{v}");
-    assert_eq!(v["data"]["timed_out"], true);
-    assert_eq!(v["data"]["stdout"]["text"], "partial\n");
-    let pids = ok(e.avfs(&["cat", "pids"]));
-    assert_eq!(pids.lines().count(), 2, "{pids}");
-    // The kill is asynchronous: each descendant must go (the deadline bounds only a hang,
-    // and a descendant that survives the timeout for good fails here).
-    for pid in pids.lines() {
-        common::wait::until_true(&format!("descendant {pid} to die"), || {
-            common::wait::process_gone(pid)
+    // Descendants that leave the group (setsid), leave their parent (a double fork) or
+    // wait: each sleeps a time no other process on this machine sleeps, so the host can
+    // find them (the pids they see are their own namespace's).
+    for mode in ["overlay", "fuse", "copy"] {
+        let marker = format!("1000.{}{}", std::process::id(), mode.len());
+        let script = format!(
+            "echo partial; setsid sleep {marker} & (sleep {marker} &); sh -c 'sleep {marker} & sleep {marker}'"
+        );
+        let (v, code) = e.exec(&["--mode", mode, "--timeout", "1s", "--shell", &script]);
+        assert_eq!(code, 124, "{mode}: {v}");
+        assert_eq!(v["data"]["timed_out"], true);
+        assert_eq!(v["data"]["stdout"]["text"], "partial\n");
+        // The kill is asynchronous: each descendant must go (the deadline bounds only a
+        // hang, and a descendant that survives the timeout for good fails here).
+        common::wait::until_true(&format!("{mode}: every `sleep {marker}` to die"), || {
+            common::wait::processes_running(&marker).is_empty()
         });
     }
 }

@@ -202,17 +202,59 @@ fn ordinary_trees_stay_visible_and_private_keys_stay_hidden() {
         .map(|h| {
             format!(
                 "cat {h} >/dev/null 2>&1 && echo read:{h}; ls {h}/ >/dev/null 2>&1 && echo listed:{h}; \
-                 touch {h} 2>/dev/null && echo touched:{h}; rm -f {h} 2>/dev/null && echo removed:{h}; "
+                 touch {h} 2>/dev/null && echo touched:{h}; rm {h} 2>/dev/null && echo removed:{h}; "
             )
         })
         .collect();
-    assert_eq!(e.sh(&format!("{probe}true")), "");
-    // Nor created anew, nor reached through another name.
-    assert_eq!(
-        e.sh("echo x > .env.new 2>/dev/null && echo made; ln .env env-copy 2>/dev/null && echo linked; \
-              mv .env env-moved 2>/dev/null && echo moved; true"),
-        ""
-    );
+    let probe = format!("{probe}true");
+    // Through the FUSE mount nothing works. On an overlay, a secret is listed with no
+    // content the command can open, so only `rm` works, in the sandbox: the fork keeps
+    // every secret, and the envelope lists each removal as refused.
+    let (v, code) = e.exec_env(&["--mode", "fuse", "--shell", &probe], &[]);
+    assert_eq!((code, v["stdout"]["text"].as_str()), (0, Some("")), "{v}");
+    let (v, code) = e.exec_env(&["--mode", "overlay", "--shell", &probe], &[]);
+    assert_eq!(code, 0, "{v}");
+    let files: Vec<&str> = hidden
+        .iter()
+        .copied()
+        .filter(|h| {
+            !matches!(*h, "./.ssh" | "./.aws")
+                && !h.starts_with("./.ssh/")
+                && !h.starts_with("./.aws/")
+        })
+        .collect();
+    let removed: String = files.iter().map(|h| format!("removed:{h}\n")).collect();
+    assert_eq!(v["stdout"]["text"].as_str().unwrap(), removed, "{v}");
+    let mut refused: Vec<String> = files.iter().map(|h| h[1..].to_string()).collect();
+    refused.sort();
+    assert_eq!(v["sandbox"]["refused"], serde_json::json!(refused), "{v}");
+    assert!(v["changes"].as_array().unwrap().is_empty(), "{v}");
+    assert_eq!(e.listing_in_vault("/"), stored, "a secret left the fork");
+    // Nor reached through another name, in any mode. A new file under a secret's name:
+    // the FUSE mount refuses it at once; on an overlay or a copy the command may write it
+    // in its sandbox, but it never reaches the fork, and the envelope lists it as refused.
+    let script = "echo x > .env.new 2>/dev/null && echo made; ln .env env-copy 2>/dev/null && echo linked; \
+                  mv .env env-moved 2>/dev/null && echo moved; true";
+    for mode in ["fuse", "overlay", "copy"] {
+        let (v, code) = e.exec_env(&["--mode", mode, "--shell", script], &[]);
+        assert_eq!(code, 0, "{mode}: {v}");
+        let out = v["stdout"]["text"].as_str().unwrap();
+        if mode == "fuse" {
+            assert_eq!(out, "", "{mode}: {v}");
+        } else {
+            assert_eq!(out, "made\n", "{mode}: {v}");
+            assert_eq!(
+                v["sandbox"]["refused"],
+                serde_json::json!(["/.env.new"]),
+                "{mode}"
+            );
+        }
+        assert!(v["changes"].as_array().unwrap().is_empty(), "{mode}: {v}");
+        assert!(
+            !self_listing(&e).contains(&".env.new".to_string()),
+            "{mode}: a secret name reached the fork"
+        );
+    }
 
     // The command can create files such names used to hide: its own id_* sources, a
     // copy of a certificate under a *.pem name.
@@ -423,6 +465,17 @@ fn a_tracked_secret_is_never_recorded_as_deleted_by_git() {
     assert_eq!(e.sh("git diff --name-status HEAD~1 HEAD"), "M\ta.txt\n");
 }
 
+/// The names at the top of the fork, as stored (an export hides nothing).
+fn self_listing(e: &Env) -> Vec<String> {
+    let out = tempfile::tempdir().unwrap();
+    let dest = out.path().join("x");
+    ok(e.avfs(&["export", "/", dest.to_str().unwrap()]));
+    std::fs::read_dir(&dest)
+        .unwrap()
+        .map(|d| d.unwrap().file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
 /// A secret with a second, innocent-looking name (host hard links kept by `import`) is a
 /// secret under both: the command reads neither, and a name made later by `ln` in the
 /// mount is refused too.
@@ -445,12 +498,36 @@ fn a_hard_link_to_a_secret_is_as_hidden_as_the_secret() {
             "{v}"
         );
     }
-    // Linking the plain file under a secret name makes both names secrets.
-    let (v, code) = e.exec_env(
-        &["--shell", "ln plain.txt .env.local && cat plain.txt"],
-        &[],
-    );
-    assert_ne!(code, 0, "{v}");
+    // Linking the plain file under a secret name makes both names secrets: the mount
+    // refuses the link; on an overlay or a copy the new name never reaches the fork.
+    for mode in ["fuse", "overlay", "copy"] {
+        let (v, code) = e.exec_env(
+            &[
+                "--mode",
+                mode,
+                "--shell",
+                "ln plain.txt .env.local && cat plain.txt",
+            ],
+            &[],
+        );
+        if mode == "fuse" {
+            assert_ne!(code, 0, "{v}");
+        } else {
+            assert_eq!(
+                v["sandbox"]["refused"],
+                serde_json::json!(["/.env.local"]),
+                "{v}"
+            );
+        }
+        let out = tempfile::tempdir().unwrap();
+        let dest = out.path().join("x");
+        ok(e.avfs(&["export", "/", dest.to_str().unwrap()]));
+        assert!(!dest.join(".env.local").exists(), "{mode}: {v}");
+        assert_eq!(
+            std::fs::read_to_string(dest.join(".env")).unwrap(),
+            "API_KEY=hunter2\n"
+        );
+    }
     // The person at the CLI still reads them.
     assert_eq!(ok(e.avfs(&["cat", "notes.txt"])), "API_KEY=hunter2\n");
 }

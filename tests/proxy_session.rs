@@ -303,14 +303,43 @@ fn landlock_keeps_writes_inside_the_workspace() {
     let Some(e) = Env::new() else { return };
     let outside = e.home.path().join("outside.txt");
     escape_script(&e, "task", &outside);
-    // Unconfined, the script can write to the host: that is what confinement is for.
+    // A command run on its own gets a sandbox, where the host path does not exist.
     let (v, code) = e.json(&["--vault", "task", "proxy", "exec", "--", "sh", "escape.sh"]);
     assert_eq!(code, 0, "{v}");
+    assert_eq!(v["data"]["sandbox"]["kind"], "namespace", "{v}");
+    assert_eq!(
+        v["data"]["stdout"]["text"], "blocked\ntmp-ok\ndevnull-ok\n",
+        "{v}"
+    );
+    assert!(!outside.exists());
+    // Inside it, Landlock still narrows what is writable: /run is the sandbox's own, and
+    // only an unconfined command writes there.
+    let probe = "echo r > /run/probe 2>/dev/null && echo run-ok || echo run-blocked\n";
+    let (v, code) = e.json(&["--vault", "task", "write", "probe.sh", probe]);
+    assert_eq!(code, 0, "{v}");
+    for (flag, want) in [(None, "run-ok\n"), (Some("--confine"), "run-blocked\n")] {
+        let mut args = vec!["--vault", "task", "proxy", "exec"];
+        args.extend(flag);
+        args.extend(["--", "sh", "probe.sh"]);
+        let (v, code) = e.json(&args);
+        assert_eq!(
+            (code, v["data"]["stdout"]["text"].as_str()),
+            (0, Some(want)),
+            "{v}"
+        );
+    }
+    // A session's commands run in its mount on the host (sessions get no sandbox yet):
+    // unconfined, the script can write to the host; that is what confinement is for.
+    e.start("task", "open", &[]);
+    let (v, code) = e.run("open", &["--", "sh", "escape.sh"]);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["sandbox"]["kind"], "none", "{v}");
     assert!(
-        v["data"]["stdout"]["text"]
+        v["stdout"]["text"]
             .as_str()
             .unwrap()
-            .contains("WROTE-OUTSIDE")
+            .contains("WROTE-OUTSIDE"),
+        "{v}"
     );
     std::fs::remove_file(&outside).unwrap();
 

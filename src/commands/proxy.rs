@@ -11,6 +11,7 @@ use agentvfs::service::confine::Confinement;
 use agentvfs::service::exec::{self, Place};
 use agentvfs::service::policy::CommandRequest;
 use agentvfs::service::proxy::{CheckpointMode, EXEC_OP, Envelope, ExecOptions};
+use agentvfs::service::sandbox::Mode;
 
 use super::Ctx;
 use crate::output::Reply;
@@ -67,6 +68,20 @@ pub struct ExecArgs {
     /// Run without network: a fresh network namespace with only loopback (needs root).
     #[arg(long)]
     pub offline: bool,
+    /// How the command's file system is made. overlay: a kernel overlay on the fork's
+    /// state, writes on native disk, ingested afterwards (near native speed). fuse: the
+    /// fork served over FUSE. copy: the fork copied out and the differences ingested
+    /// (needs no FUSE). auto: overlay where the sandbox can be made, else fuse (without a
+    /// namespace; the envelope's `sandbox` says why). Every mode but a fuse run without a
+    /// namespace runs the command in its own mount and pid namespaces, where only the
+    /// workspace, the system directories and the policy's `[sandbox]` paths exist.
+    #[arg(long, default_value = "auto", value_parser = mode())]
+    pub mode: Mode,
+    /// Where the workspace appears inside the sandbox (default: the policy's
+    /// `[sandbox] workspace_path`, built in `/workspace`). For example the project's own
+    /// host path, so absolute paths in virtualenvs and build caches keep working.
+    #[arg(long, value_name = "PATH")]
+    pub workspace_path: Option<String>,
     /// Shell text to run with /bin/sh -c (parsed by the policy like a shell would).
     #[arg(long, conflicts_with = "argv")]
     pub shell: Option<String>,
@@ -134,6 +149,8 @@ pub fn cmd_exec(ctx: &Ctx, a: ExecArgs) -> Result<Reply> {
             landlock: a.confine,
             offline: a.offline,
         },
+        mode: a.mode,
+        workspace_path: a.workspace_path.clone(),
     };
     let place = match (&a.session, &a.task) {
         (Some(name), _) => Place::Session(name.clone()),
@@ -172,6 +189,12 @@ pub fn cmd_rollback(ctx: &Ctx, a: RollbackArgs) -> Result<Reply> {
     let op: OpInfo = ws.rollback(EXEC_OP, a.exec_id)?;
     let human = format!("{} (undo with `avfs undo`)", op.description);
     Ok(Reply::new(&op, human))
+}
+
+/// `--mode`: the library's own `sandbox::Mode`, with its spellings listed in help.
+fn mode() -> impl clap::builder::TypedValueParser<Value = Mode> {
+    clap::builder::PossibleValuesParser::new(Mode::NAMES)
+        .map(|s| s.parse::<Mode>().expect("one of Mode::NAMES"))
 }
 
 /// `--checkpoint`: the library's own `CheckpointMode`, with its spellings listed in help.

@@ -53,3 +53,16 @@ pub fn require_tool(program: &str) -> bool {
         "AVFS_CI_ALLOW_NO_TOOLS",
     )
 }
+
+/// What the execution sandbox needs: root, or user namespaces for a non-root user
+/// (opt-out: AVFS_CI_ALLOW_NO_SANDBOX=1).
+pub fn require_sandbox() -> bool {
+    let root = rustix::process::geteuid().is_root();
+    let userns = std::fs::read_to_string("/proc/sys/user/max_user_namespaces")
+        .is_ok_and(|v| v.trim() != "0");
+    require(
+        "neither root nor user namespaces: no execution sandbox",
+        root || userns,
+        "AVFS_CI_ALLOW_NO_SANDBOX",
+    )
+}

@@ -31,3 +31,19 @@ pub fn until_true(what: &str, mut check: impl FnMut() -> bool) {
 pub fn process_gone(pid: &str) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| s.contains(") Z "))
 }
+
+/// Host pids of running processes whose command line holds `marker` (a pid a sandboxed
+/// command sees is its own namespace's, so tests find its processes by what they run).
+pub fn processes_running(marker: &str) -> Vec<String> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| {
+            let pid = e.file_name().to_str()?.parse::<u32>().ok()?;
+            let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            (cmd.contains(marker) && !process_gone(&pid.to_string())).then(|| pid.to_string())
+        })
+        .collect()
+}

@@ -140,6 +140,12 @@ pub enum Error {
     Storage(String),
     #[error("confinement is not available here: {reason}")]
     ConfinementUnavailable { reason: String },
+    /// The command's own namespace cannot be made here (asked for with `--mode`).
+    #[error("the execution sandbox is not available here: {reason}")]
+    SandboxUnavailable { reason: String },
+    /// The sandbox was tried and could not be assembled; the command did not run.
+    #[error("the execution sandbox could not be set up: {reason}")]
+    SandboxFailed { reason: String },
     #[error("no session `{name}`{}; start one with `avfs session start FORK --name {name}`", suggest(.suggestions))]
     SessionNotFound {
         name: String,
@@ -230,6 +236,8 @@ impl Error {
             Error::DiskFull { .. } => "disk_full",
             Error::Storage(_) => "storage_error",
             Error::ConfinementUnavailable { .. } => "confinement_unavailable",
+            Error::SandboxUnavailable { .. } => "sandbox_unavailable",
+            Error::SandboxFailed { .. } => "sandbox_failed",
             Error::SessionNotFound { .. } => "session_not_found",
             Error::SessionFailed { .. } => "session_failed",
             Error::Forwarded { kind, .. } => kind,
@@ -285,7 +293,9 @@ impl Error {
                 os_error,
             } => json!({ "program": program, "reason": reason, "os_error": os_error }),
             Error::MountFailed { dir, reason } => json!({ "dir": dir, "reason": reason }),
-            Error::ConfinementUnavailable { reason } => json!({ "reason": reason }),
+            Error::ConfinementUnavailable { reason }
+            | Error::SandboxUnavailable { reason }
+            | Error::SandboxFailed { reason } => json!({ "reason": reason }),
             Error::SessionFailed { name, reason } => json!({ "name": name, "reason": reason }),
             Error::SessionNotFound { name, suggestions } => {
                 json!({ "name": name, "suggestions": suggestions })
@@ -342,6 +352,8 @@ impl Error {
             | Error::MountFailed { .. }
             | Error::FuseUnavailable
             | Error::ConfinementUnavailable { .. }
+            | Error::SandboxUnavailable { .. }
+            | Error::SandboxFailed { .. }
             | Error::SessionFailed { .. } => exit::FAILURE,
             Error::Forwarded { exit_code, .. } => *exit_code,
         }

@@ -71,6 +71,31 @@ impl Mounter for FuseMounter {
         })?;
         Ok(Box::new(mounted))
     }
+
+    fn open_device(&self) -> crate::Result<std::os::fd::OwnedFd> {
+        let dev = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/fuse")
+            .map_err(|_| crate::Error::FuseUnavailable)?;
+        Ok(dev.into())
+    }
+
+    fn serve_device(
+        &self,
+        session: Arc<MountFs>,
+        dev: std::os::fd::OwnedFd,
+    ) -> crate::Result<Box<dyn ServedMount>> {
+        let failed = |e: std::io::Error| crate::Error::MountFailed {
+            dir: "/dev/fuse".into(),
+            reason: e.to_string(),
+        };
+        let (session, transport) = from_device(session, dev).map_err(failed)?;
+        Ok(Box::new(Mounted {
+            background: session.spawn().map_err(failed)?,
+            transport,
+        }))
+    }
 }
 
 impl ServedMount for Mounted {
@@ -114,6 +139,30 @@ fn mount(
     let dev = mounted.as_fd().try_clone_to_owned()?;
     ring::start(dev, backend)?;
     Ok((mounted, Transport::IoUring))
+}
+
+/// Answer a file system that someone else mounted with descriptor `dev` (a sandbox mounts
+/// it inside its own namespace): INIT is read and answered before this returns.
+fn from_device(
+    backend: Arc<dyn Backend>,
+    dev: std::os::fd::OwnedFd,
+) -> std::io::Result<(Session<Fs>, Transport)> {
+    let uring = Arc::new(AtomicBool::new(false));
+    let fs = Fs {
+        session: backend.clone(),
+        uring: uring.clone(),
+    };
+    if uring_wanted() {
+        ring::enable();
+    }
+    let c = config("avfs", backend.readonly());
+    let session = Session::from_fd(fs, dev, c.acl, c)?;
+    if !uring.load(Ordering::SeqCst) {
+        return Ok((session, Transport::DevFuse));
+    }
+    let ring_dev = session.as_fd().try_clone_to_owned()?;
+    ring::start(ring_dev, backend)?;
+    Ok((session, Transport::IoUring))
 }
 
 /// Serve `session` at `dir` until it is unmounted. Blocks.

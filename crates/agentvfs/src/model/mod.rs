@@ -26,7 +26,7 @@ pub use oplog::{OpInfo, PruneReport};
 pub use quota::Quota;
 pub use vault::{CheckpointInfo, ForkInfo, GcReport, StatsReport, Vault, VaultInfo};
 pub use view::{Child, View};
-pub use workspace::{Actor, BatchEnd, Edit, PathVersion, Workspace, WriteOptions};
+pub use workspace::{Actor, BatchEnd, Edit, LoggedOp, PathVersion, Workspace, WriteOptions};
 
 /// Nanoseconds since the Unix epoch, now.
 pub fn now_ns() -> i64 {

@@ -148,7 +148,7 @@ impl Prepared {
 }
 
 /// Bring `lo` up in a fresh network namespace, so local servers and test suites still work.
-unsafe fn loopback_up() -> std::io::Result<()> {
+pub(crate) unsafe fn loopback_up() -> std::io::Result<()> {
     // SAFETY: socket/ioctl/close on a stack-allocated `ifreq`; no allocation.
     unsafe {
         let sock = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);

@@ -49,11 +49,17 @@ pub fn exec(
         Place::Selected(selector) => service.open(selector.as_deref())?,
         Place::Session(_) => unreachable!("handled above"),
     };
+    let registry = service.registry();
     ProxyRuntime {
         ws: &ws,
         policy: &policy,
         vault_name: target.name.clone(),
         mounter,
+        runtime_dir: Some(registry.private_dir("run")?),
+        hide: vec![
+            registry.home().to_path_buf(),
+            ws.vault().path().to_path_buf(),
+        ],
     }
     .exec(req, &opts)
 }

@@ -16,6 +16,7 @@ pub mod proxy;
 pub mod quota;
 pub mod registry;
 pub mod runner;
+pub mod sandbox;
 pub mod search;
 pub mod secrets;
 pub mod session;

@@ -2,6 +2,7 @@
 //! directory. The FUSE adapter (`crate::fuse::FuseMounter`) implements it; the services take
 //! it by injection, so none of them imports an adapter.
 
+use std::os::fd::OwnedFd;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -18,6 +19,19 @@ pub trait Mounter: Send + Sync {
     /// work is done.
     fn available(&self) -> Result<()> {
         Ok(())
+    }
+
+    /// Open a file-system device (`/dev/fuse`) for a mount someone else makes with it
+    /// (a sandbox, inside its own mount namespace).
+    fn open_device(&self) -> Result<OwnedFd> {
+        Err(Error::FuseUnavailable)
+    }
+
+    /// Answer the file system mounted with `dev` (from `open_device`), on background
+    /// threads, until that mount goes away. Call it once the mount exists: it reads the
+    /// kernel's first request before it returns.
+    fn serve_device(&self, _session: Arc<MountFs>, _dev: OwnedFd) -> Result<Box<dyn ServedMount>> {
+        Err(Error::FuseUnavailable)
     }
 }
 

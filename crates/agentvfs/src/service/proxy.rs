@@ -16,6 +16,7 @@ use super::mount::MountFs;
 use super::mounter::Mounter;
 use super::policy::{Action, CommandRequest, Decision, PolicyEngine};
 use super::runner::{self, Captured, RunSpec};
+use super::sandbox::{self, Mode, RunDir, SandboxReport, Served};
 use crate::error::{Error, Result};
 use crate::model::diff::{Change, StateRef};
 use crate::model::path::VPath;
@@ -81,6 +82,17 @@ pub struct ExecOptions {
     pub env: Option<Vec<(String, String)>>,
     /// Confinement asked for on top of what the policy asks for.
     pub confine: Confinement,
+    /// How the command's file system is made (see `sandbox::Mode`).
+    #[serde(default = "auto_mode")]
+    pub mode: Mode,
+    /// Where the workspace appears inside the sandbox, instead of the policy's
+    /// `[sandbox] workspace_path`.
+    #[serde(default)]
+    pub workspace_path: Option<String>,
+}
+
+fn auto_mode() -> Mode {
+    Mode::Auto
 }
 
 impl Default for ExecOptions {
@@ -95,6 +107,8 @@ impl Default for ExecOptions {
             allow_env: Vec::new(),
             env: None,
             confine: Confinement::default(),
+            mode: Mode::Auto,
+            workspace_path: None,
         }
     }
 }
@@ -134,6 +148,10 @@ pub struct Envelope {
     /// The confinement the command ran under (policy `[confinement]` plus flags).
     #[serde(default)]
     pub confinement: Confinement,
+    /// How the command's file system was made: `overlay`, `fuse` or `copy`.
+    pub mode: Mode,
+    /// The namespace the command ran in, or `none` and why.
+    pub sandbox: SandboxReport,
     pub exit_code: Option<i32>,
     pub signal: Option<i32>,
     pub timed_out: bool,
@@ -219,6 +237,11 @@ pub struct ProxyRuntime<'a> {
     pub vault_name: String,
     /// Serves the fork at a directory for the run.
     pub mounter: &'a dyn Mounter,
+    /// Where runs keep their private directories (`$AVFS_HOME/run`); `None`: no sandbox.
+    pub runtime_dir: Option<PathBuf>,
+    /// Host paths a sandboxed command must not see even inside a bound directory (the avfs
+    /// home, the vault file).
+    pub hide: Vec<PathBuf>,
 }
 
 impl ProxyRuntime<'_> {
@@ -289,6 +312,19 @@ impl ProxyRuntime<'_> {
             mode: if readonly { "read_only" } else { "read_write" }.into(),
             session: live.map(|l| l.name.to_string()),
         };
+        sandbox_config(self.policy, opts)?;
+        let (mode, none_reason) = match live {
+            Some(_) => {
+                let reason = "a session's commands run in its mount on the host (sessions do not sandbox yet)";
+                if matches!(opts.mode, Mode::Overlay | Mode::Copy) {
+                    return Err(Error::SandboxUnavailable {
+                        reason: reason.into(),
+                    });
+                }
+                (Mode::Fuse, Some(reason.to_string()))
+            }
+            None => self.plan(opts.mode)?,
+        };
         let policy_confinement = self.policy.confinement(&decision);
         let confinement = Confinement {
             landlock: policy_confinement.landlock || opts.confine.landlock,
@@ -304,6 +340,11 @@ impl ProxyRuntime<'_> {
             spawn_error: None,
             checkpoint: None,
             confinement,
+            mode,
+            sandbox: none_reason
+                .clone()
+                .map(SandboxReport::none)
+                .unwrap_or_default(),
             exit_code: None,
             signal: None,
             timed_out: false,
@@ -360,6 +401,7 @@ impl ProxyRuntime<'_> {
         } else {
             self.ws.snapshot_root().map_err(rearm)?
         };
+        let mut own_change = None;
         let outcome = match live {
             Some(live) => {
                 live.session.pause_writes(readonly);
@@ -370,11 +412,29 @@ impl ProxyRuntime<'_> {
                 }
                 result
             }
-            None => {
+            None if none_reason.is_some() => {
                 let (result, exec_id) =
                     self.run_mounted(&req, &cwd, readonly, opts, &text, confinement);
                 envelope.exec_id = exec_id;
                 result
+            }
+            None => {
+                let run = Sandboxed {
+                    req: &req,
+                    cwd: &cwd,
+                    readonly,
+                    opts,
+                    text: &text,
+                    confinement,
+                    before,
+                };
+                let ran = self.run_sandboxed(mode, &run);
+                envelope.exec_id = ran.exec_id;
+                own_change = ran.own_change;
+                if let Some(report) = ran.report {
+                    envelope.sandbox = report;
+                }
+                ran.result
             }
         };
         match outcome {
@@ -400,10 +460,18 @@ impl ProxyRuntime<'_> {
             }
             Err(e) => return Err(e),
         }
-        envelope.changes = self.ws.vault().diff(
-            &StateRef::Root(before),
-            &StateRef::Live(self.ws.name().to_string()),
-        )?;
+        // An ingested run knows its own change exactly, even when other commands changed
+        // the fork meanwhile; a mounted run is everything since it started.
+        envelope.changes = match own_change {
+            Some(op) => self
+                .ws
+                .vault()
+                .diff(&StateRef::Root(op.before), &StateRef::Root(op.after))?,
+            None => self.ws.vault().diff(
+                &StateRef::Root(before),
+                &StateRef::Live(self.ws.name().to_string()),
+            )?,
+        };
         envelope.summary = summarize(&envelope.changes);
         if decision.action == Action::Ask {
             decision.reason = format!("approved: {}", decision.reason);
@@ -477,11 +545,7 @@ impl ProxyRuntime<'_> {
         } else {
             dir.join(cwd.as_str())
         };
-        let (program, args) = match (&req.shell, &req.argv) {
-            (Some(s), _) => ("/bin/sh".to_string(), vec!["-c".to_string(), s.clone()]),
-            (None, Some(a)) => (a[0].clone(), a[1..].to_vec()),
-            _ => unreachable!("validated above"),
-        };
+        let (program, args) = program_and_args(req);
         let mut env = self.child_env(opts, &work);
         // Under Landlock the child writes only in the workspace and its own temp dir.
         let tmp = if confinement.landlock {
@@ -507,6 +571,8 @@ impl ProxyRuntime<'_> {
             timeout: opts.timeout,
             cap: opts.output_cap,
             confine: prepared,
+            pass_fds: Vec::new(),
+            die_with_parent: false,
         });
         if let Some(t) = tmp {
             let _ = std::fs::remove_dir_all(&t);
@@ -515,6 +581,144 @@ impl ProxyRuntime<'_> {
             }
         }
         result
+    }
+
+    /// The mode a command runs in, and why it gets no namespace if it does not.
+    fn plan(&self, asked: Mode) -> Result<(Mode, Option<String>)> {
+        let why_not = sandbox::unavailable_reason().or_else(|| {
+            self.runtime_dir
+                .is_none()
+                .then(|| "no runtime directory was given".to_string())
+        });
+        let fuse = self.mounter.available();
+        match (asked, why_not) {
+            (Mode::Auto, None) if fuse.is_ok() => Ok((Mode::Overlay, None)),
+            (Mode::Auto, None) => Ok((Mode::Copy, None)),
+            (Mode::Auto, Some(why)) => Ok((Mode::Fuse, Some(why))),
+            (Mode::Fuse, why) => Ok((Mode::Fuse, why)),
+            (m @ (Mode::Overlay | Mode::Copy), Some(reason)) => {
+                let _ = m;
+                Err(Error::SandboxUnavailable { reason })
+            }
+            (Mode::Overlay, None) => fuse.map(|_| (Mode::Overlay, None)),
+            (Mode::Copy, None) => Ok((Mode::Copy, None)),
+        }
+    }
+
+    /// Run in a sandbox of `mode`.
+    fn run_sandboxed(&self, mode: Mode, run: &Sandboxed<'_>) -> SandboxedRun {
+        let mut exec_id = None;
+        let mut own_change = None;
+        let mut report = None;
+        let result = (|| {
+            let runtime = self
+                .runtime_dir
+                .as_deref()
+                .expect("planned with a runtime dir");
+            let dir = RunDir::create(runtime)?;
+            let config = &sandbox_config(self.policy, run.opts)?;
+            let (program, args) = program_and_args(run.req);
+            let launch = sandbox::Launch {
+                config,
+                hide: self.hide.clone(),
+                program,
+                args,
+                env: self.child_env(run.opts, Path::new(&config.workspace_path)),
+                cwd: run.cwd,
+                timeout: run.opts.timeout,
+                cap: run.opts.output_cap,
+                confinement: run.confinement,
+            };
+            let secrets = self.policy.secret_paths().clone();
+            match mode {
+                Mode::Overlay if !run.readonly => {
+                    let lower =
+                        MountFs::at_root(self.ws.clone(), run.before)?.with_hidden(secrets.clone());
+                    let ran = sandbox::run(
+                        &dir,
+                        &launch,
+                        Served::Overlay(Arc::new(lower)),
+                        self.mounter,
+                    );
+                    // A sandbox that was never set up ran nothing; any other end is ingested
+                    // (a command that could not start is an entry with no changes, as in
+                    // every mode).
+                    if let Err(Error::SandboxFailed { .. }) = &ran {
+                        return ran.map(|(result, _)| result);
+                    }
+                    let (ingested, id) = sandbox::ingest::ingest(
+                        self.ws,
+                        &dir.path().join("upper"),
+                        &secrets,
+                        EXEC_OP,
+                        run.text,
+                    )?;
+                    exec_id = Some(id.id);
+                    own_change = Some(id);
+                    let (result, mut r) = ran?;
+                    r.refused = ingested.refused;
+                    report = Some(r);
+                    Ok(result)
+                }
+                // Read-only: the fork's state as the command started, with no layer above.
+                Mode::Overlay => {
+                    let view = MountFs::at_root(self.ws.clone(), run.before)?.with_hidden(secrets);
+                    let (result, r) =
+                        sandbox::run(&dir, &launch, Served::Fuse(Arc::new(view)), self.mounter)?;
+                    report = Some(r);
+                    Ok(result)
+                }
+                Mode::Copy => {
+                    let copy = dir.path().join("copy");
+                    std::fs::create_dir(&copy).map_err(|e| Error::io("creating", &copy, e))?;
+                    let left_out = super::transfer::materialize(
+                        self.ws,
+                        run.before,
+                        &copy,
+                        &|view, path, node| secrets.refuses(view, path, Some(node)).unwrap_or(true),
+                    )?;
+                    let served = Served::Bind {
+                        dir: copy.clone(),
+                        readonly: run.readonly,
+                    };
+                    let made = sandbox::ingest::CopyMade::stamp(&copy, left_out)?;
+                    let ran = sandbox::run(&dir, &launch, served, self.mounter);
+                    if run.readonly || matches!(&ran, Err(Error::SandboxFailed { .. })) {
+                        return ran.map(|(result, r)| {
+                            report = Some(r);
+                            result
+                        });
+                    }
+                    let (ingested, id) = sandbox::ingest::ingest_copy(
+                        self.ws, &copy, &secrets, &made, EXEC_OP, run.text,
+                    )?;
+                    exec_id = Some(id.id);
+                    own_change = Some(id);
+                    let (result, mut r) = ran?;
+                    r.refused = ingested.refused;
+                    report = Some(r);
+                    Ok(result)
+                }
+                Mode::Fuse | Mode::Auto => {
+                    let session = MountFs::new(self.ws.clone(), None, run.readonly)?
+                        .with_label(EXEC_OP, run.text)?
+                        .with_hidden(secrets);
+                    let finished_as = session.finished_as();
+                    let ran =
+                        sandbox::run(&dir, &launch, Served::Fuse(Arc::new(session)), self.mounter);
+                    exec_id = *finished_as.lock().unwrap_or_else(|p| p.into_inner());
+                    let (result, r) = ran?;
+                    report = Some(r);
+                    Ok(result)
+                }
+            }
+        })();
+        SandboxedRun {
+            result,
+            exec_id,
+            own_change,
+            report,
+        }
     }
 
     fn run_mounted(
@@ -552,6 +756,46 @@ impl ProxyRuntime<'_> {
             Ok(result)
         })();
         (result, exec_id)
+    }
+}
+
+/// The policy's `[sandbox]` table with the run's own workspace path, checked.
+fn sandbox_config(policy: &PolicyEngine, opts: &ExecOptions) -> Result<sandbox::SandboxConfig> {
+    let mut config = policy.sandbox().clone();
+    if let Some(p) = &opts.workspace_path {
+        config.workspace_path = p.clone();
+    }
+    config.validate()?;
+    Ok(config)
+}
+
+/// What a sandboxed run gives back: the command's end, the op-log entry that records it,
+/// that entry's roots when the run was ingested, and the sandbox's report.
+struct SandboxedRun {
+    result: Result<runner::RunResult>,
+    exec_id: Option<i64>,
+    own_change: Option<crate::model::LoggedOp>,
+    report: Option<SandboxReport>,
+}
+
+/// One command on its way into a sandbox.
+struct Sandboxed<'r> {
+    req: &'r CommandRequest,
+    cwd: &'r VPath,
+    readonly: bool,
+    opts: &'r ExecOptions,
+    text: &'r str,
+    confinement: Confinement,
+    /// The fork's state as the command starts.
+    before: crate::model::id::ObjectId,
+}
+
+/// The program and its arguments (`/bin/sh -c TEXT` for shell text).
+fn program_and_args(req: &CommandRequest) -> (String, Vec<String>) {
+    match (&req.shell, &req.argv) {
+        (Some(s), _) => ("/bin/sh".to_string(), vec!["-c".to_string(), s.clone()]),
+        (None, Some(a)) => (a[0].clone(), a[1..].to_vec()),
+        _ => unreachable!("validated before the run"),
     }
 }
 

@@ -43,6 +43,12 @@ pub struct RunSpec<'a> {
     pub cap: usize,
     /// Landlock / network namespace, applied in the child before exec.
     pub confine: Option<Arc<super::confine::Prepared>>,
+    /// Descriptors the child keeps open across exec (a sandbox's FUSE device and status
+    /// pipe), even ones this process serves mounts through.
+    pub pass_fds: Vec<i32>,
+    /// The child is killed when the calling thread ends (so `kill -9` of this process ends
+    /// a sandbox, and with it the command).
+    pub die_with_parent: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -240,12 +246,29 @@ pub fn run(spec: &RunSpec<'_>) -> Result<RunResult> {
     // which std enters before any `pre_exec` hook runs.
     let cwd = std::ffi::CString::new(spec.cwd.as_os_str().as_encoded_bytes())
         .map_err(|_| Error::invalid(format!("{} holds a NUL byte", spec.cwd.display())))?;
-    let server_fds = fuse_server_fds();
-    // SAFETY: only close(2) and chdir(2), both async-signal-safe, on data made before fork.
+    let mut server_fds = fuse_server_fds();
+    server_fds.retain(|fd| !spec.pass_fds.contains(fd));
+    let pass_fds = spec.pass_fds.clone();
+    let die_with_parent = spec.die_with_parent;
+    // SAFETY: only getpid(2), prctl(2), fcntl(2), close(2) and chdir(2), all
+    // async-signal-safe, on data made before fork.
+    let parent = std::process::id() as libc::pid_t;
     unsafe {
         cmd.pre_exec(move || {
+            if die_with_parent {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+                // The parent may have died before the line above.
+                if libc::getppid() != parent {
+                    libc::_exit(1);
+                }
+            }
             for fd in &server_fds {
                 libc::close(*fd);
+            }
+            for fd in &pass_fds {
+                if libc::fcntl(*fd, libc::F_SETFD, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
             }
             if libc::chdir(cwd.as_ptr()) != 0 {
                 return Err(std::io::Error::last_os_error());
@@ -364,6 +387,8 @@ mod tests {
             timeout: Duration::from_secs(10),
             cap: 1024,
             confine: None,
+            pass_fds: Vec::new(),
+            die_with_parent: false,
         });
         let err = missing.expect_err("no such working directory");
         assert_eq!(err.kind(), "spawn_failed", "{err}");
@@ -379,6 +404,8 @@ mod tests {
             timeout: Duration::from_millis(timeout_ms),
             cap,
             confine: None,
+            pass_fds: Vec::new(),
+            die_with_parent: false,
         })
         .unwrap()
     }

@@ -54,7 +54,7 @@ pub enum Request {
     Exec {
         argv: Option<Vec<String>>,
         shell: Option<String>,
-        options: ExecOptions,
+        options: Box<ExecOptions>,
         /// A policy file for this command instead of the session's (an absolute path).
         #[serde(default)]
         policy: Option<PathBuf>,
@@ -234,7 +234,7 @@ pub fn exec(
     let request = Request::Exec {
         argv: req.argv,
         shell: req.shell,
-        options,
+        options: Box::new(options),
         policy,
     };
     match call(rec, &request)? {
@@ -463,6 +463,8 @@ fn run_one(
         policy,
         vault_name: rec.vault.clone(),
         mounter,
+        runtime_dir: None,
+        hide: Vec::new(),
     };
     // Someone else changed the fork (rollback, restore, a CLI write): remount so neither
     // our caches nor the kernel's serve the old state. A mount that went away (unmounted

@@ -521,8 +521,43 @@ fn write_tree(
     if let Some(parent) = host.parent() {
         fs::create_dir_all(parent).map_err(|e| Error::io("creating", parent, e))?;
     }
-    let is_root = rustix::process::geteuid().is_root();
     ws.read_at(at, |view| {
+        write_view(view, src, host, devices, &|_, _, _| false, progress)
+    })
+}
+
+/// Which entries an export leaves out (and with a directory, everything in it).
+pub(crate) type Skip<'s> = dyn Fn(&View<'_>, &VPath, &Node) -> bool + 's;
+
+/// Write the fork's tree at `root` into the empty host directory `host` (a sandbox's copy
+/// of the fork), leaving out device nodes and what `skip` says (secrets). Returns what
+/// was left out, so an ingest does not take their absence for a deletion.
+pub(crate) fn materialize(
+    ws: &Workspace,
+    root: crate::model::id::ObjectId,
+    host: &Path,
+    skip: &Skip<'_>,
+) -> Result<Vec<VPath>> {
+    let report = ws.read_root(root, |view| {
+        write_view(view, &VPath::root(), host, false, skip, &mut |_, _| {})
+    })?;
+    report
+        .skipped
+        .iter()
+        .map(|s| VPath::parse(s.split(": ").next().unwrap_or(s)))
+        .collect()
+}
+
+fn write_view(
+    view: &View<'_>,
+    src: &VPath,
+    host: &Path,
+    devices: bool,
+    skip: &Skip<'_>,
+    progress: Progress<'_>,
+) -> Result<TransferReport> {
+    let is_root = rustix::process::geteuid().is_root();
+    {
         let mut report = TransferReport::default();
         let mut dirs: Vec<(PathBuf, Attrs)> = Vec::new();
         // Hard-linked files by inode: the host path written for their first name.
@@ -538,6 +573,10 @@ fn write_tree(
                 report
                     .skipped
                     .push(format!("{}: {}", path.display(), DEVICE_SKIPPED));
+                return Ok(());
+            }
+            if !path.is_root() && skip(view, path, node) {
+                report.skipped.push(format!("{}: hidden", path.display()));
                 return Ok(());
             }
             // Another name of a hard-linked node already written: a host hard link.
@@ -581,6 +620,18 @@ fn write_tree(
             if is_root {
                 let _ = std::os::unix::fs::lchown(&out, Some(node.attrs.uid), Some(node.attrs.gid));
             }
+            // Extended attributes go with the file where the host takes them (`user.*`
+            // everywhere; others as the host's rules allow).
+            if !matches!(node.kind, NodeKind::Symlink { .. }) {
+                for (name, value) in &node.xattrs {
+                    let _ = rustix::fs::lsetxattr(
+                        &out,
+                        name.as_str(),
+                        value,
+                        rustix::fs::XattrFlags::empty(),
+                    );
+                }
+            }
             progress(report.files + report.dirs + report.symlinks, report.bytes);
             Ok(())
         })?;
@@ -591,7 +642,7 @@ fn write_tree(
             set_link_times(dir, attrs)?;
         }
         Ok(report)
-    })
+    }
 }
 
 /// Make a FIFO, device node or socket name on the host (mknod(2)). A device node needs

@@ -180,6 +180,24 @@ impl Workspace {
         })
     }
 
+    /// Read the state at tree `root` (an immutable root of this vault, such as the one a
+    /// command started from).
+    pub fn read_root<R>(
+        &self,
+        root: ObjectId,
+        f: impl FnOnce(&View<'_>) -> Result<R>,
+    ) -> Result<R> {
+        let cache = &self.vault.cache;
+        self.vault.store.read(|r| {
+            f(&View {
+                r,
+                cache,
+                overlay: None,
+                base: root,
+            })
+        })
+    }
+
     /// Apply a change in one transaction: check quotas, record an operation in the op log
     /// (state before and after, so it can be undone) and an audit record. Afterwards the
     /// workspace's base is the new state and its overlay is empty, so the next change pays
@@ -225,6 +243,19 @@ impl Workspace {
         })
     }
 
+    /// Like `edit`, and also return the op-log entry the change recorded: its id and the
+    /// roots before and after it, which name exactly this change even when others land
+    /// around it.
+    pub fn edit_logged<R>(
+        &self,
+        operation: &str,
+        paths: &[&VPath],
+        f: impl FnOnce(&mut Edit<'_>) -> Result<R>,
+    ) -> Result<(R, LoggedOp)> {
+        let (out, op) = self.edit_recording(operation, paths, Logging::Op, f)?;
+        Ok((out, op.expect("a logged edit appends an op-log entry")))
+    }
+
     pub(crate) fn edit_inner<R>(
         &self,
         operation: &str,
@@ -232,6 +263,17 @@ impl Workspace {
         logging: Logging,
         f: impl FnOnce(&mut Edit<'_>) -> Result<R>,
     ) -> Result<R> {
+        self.edit_recording(operation, paths, logging, f)
+            .map(|(out, _)| out)
+    }
+
+    fn edit_recording<R>(
+        &self,
+        operation: &str,
+        paths: &[&VPath],
+        logging: Logging,
+        f: impl FnOnce(&mut Edit<'_>) -> Result<R>,
+    ) -> Result<(R, Option<LoggedOp>)> {
         let paths: Vec<String> = paths.iter().map(|p| p.display()).collect();
         let cache = &self.vault.cache;
         let result = self.vault.store.write(|w| {
@@ -270,12 +312,13 @@ impl Workspace {
                 _ => (None, false),
             };
             let out = f(&mut edit)?;
+            let mut op_id = None;
             if let Some(before) = before {
                 let after = edit.fold()?;
                 edit.w.overlay_clear(edit.ws.id)?;
                 edit.ws.base = after;
                 let description = edit.description.take().unwrap_or_else(|| paths.join(" "));
-                edit.w.append_op(&OpRecord {
+                let id = edit.w.append_op(&OpRecord {
                     id: 0,
                     workspace: edit.ws.id,
                     at: edit.now,
@@ -286,6 +329,7 @@ impl Workspace {
                     target: edit.undo_target,
                     extra: edit.op_extra.take(),
                 })?;
+                op_id = Some(LoggedOp { id, before, after });
                 if batch_open {
                     edit.advance_unlogged(after)?;
                 }
@@ -296,7 +340,7 @@ impl Workspace {
                 self.audit(w, operation, &paths, "ok", None)?;
             }
             self.save_batch_state(tag.map(|tag| BatchState { tag, ws, quota }));
-            Ok(out)
+            Ok((out, op_id))
         });
         if result.is_err() {
             self.save_batch_state(None);
@@ -452,4 +496,12 @@ impl Workspace {
             Ok(out)
         })
     }
+}
+
+/// The op-log entry a logged edit recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LoggedOp {
+    pub id: i64,
+    pub before: ObjectId,
+    pub after: ObjectId,
 }

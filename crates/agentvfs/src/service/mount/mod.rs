@@ -47,6 +47,8 @@ pub struct MountFs {
     ws: Workspace,
     /// Serve this checkpoint, read-only.
     at: Option<String>,
+    /// Serve this root, read-only (a sandbox's lower layer).
+    root: Option<ObjectId>,
     readonly: bool,
     /// Refuse changes for now (a read-only command in a long-lived session).
     writes_paused: AtomicBool,
@@ -151,6 +153,7 @@ impl MountFs {
             writes_paused: AtomicBool::new(false),
             writeback: AtomicBool::new(false),
             at,
+            root: None,
             quota,
             inodes: Mutex::new(inodes),
             handles: Mutex::default(),
@@ -168,6 +171,14 @@ impl MountFs {
             private_keys: Mutex::new(HashMap::new()),
             linked_secrets: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// Serve the immutable tree `root` of `ws`, read-only: nothing under it ever changes,
+    /// so the kernel may cache what it reads for as long as it likes.
+    pub fn at_root(ws: Workspace, root: ObjectId) -> crate::Result<MountFs> {
+        let mut fs = MountFs::new(ws, None, true)?;
+        fs.root = Some(root);
+        Ok(fs)
     }
 
     /// Record the session as an op-log entry of this kind and description.
@@ -243,9 +254,11 @@ impl MountFs {
     }
 
     fn read<R>(&self, f: impl FnOnce(&View<'_>) -> crate::Result<R>) -> MResult<R> {
-        self.ws
-            .read_at(self.at.as_deref(), f)
-            .map_err(|e| errno(&e))
+        match self.root {
+            Some(root) => self.ws.read_root(root, f),
+            None => self.ws.read_at(self.at.as_deref(), f),
+        }
+        .map_err(|e| errno(&e))
     }
 
     fn edit<R>(

@@ -300,6 +300,7 @@ pub struct PolicyEngine {
     actions: BTreeMap<Category, Action>,
     secret_paths: SecretPaths,
     secret_env: SecretEnv,
+    sandbox: crate::service::sandbox::SandboxConfig,
     /// (rule name, example) for every example written in the loaded file.
     examples: Vec<(String, Example)>,
 }
@@ -409,6 +410,19 @@ impl PolicyEngine {
             .unwrap_or((false, Offline::Never));
         let landlock = confinement.landlock.unwrap_or(base_landlock);
         let offline = confinement.offline.unwrap_or(base_offline);
+        let mut sandbox = base.map(|b| b.sandbox.clone()).unwrap_or_default();
+        if let Some(spec) = file.sandbox {
+            if let Some(p) = spec.workspace_path {
+                sandbox.workspace_path = p;
+            }
+            if let Some(ro) = spec.ro {
+                sandbox.ro = ro;
+            }
+            if let Some(rw) = spec.rw {
+                sandbox.rw = rw;
+            }
+        }
+        sandbox.validate()?;
         if let Some(b) = base
             && file.builtin_rules.unwrap_or(true)
         {
@@ -421,6 +435,7 @@ impl PolicyEngine {
             actions,
             secret_paths,
             secret_env,
+            sandbox,
             examples,
         })
     }
@@ -586,6 +601,12 @@ impl PolicyEngine {
             landlock: self.landlock,
             offline,
         }
+    }
+
+    /// The `[sandbox]` table: the workspace's path inside a command's sandbox and the host
+    /// paths bound into it.
+    pub fn sandbox(&self) -> &crate::service::sandbox::SandboxConfig {
+        &self.sandbox
     }
 
     /// The paths a proxied run's mount hides (`[secrets] paths` and `private_key_paths`).

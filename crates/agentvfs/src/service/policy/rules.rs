@@ -23,6 +23,8 @@ pub(super) struct PolicyFile {
     pub secrets: Option<SecretsSpec>,
     #[serde(default)]
     pub confinement: Option<ConfinementSpec>,
+    #[serde(default)]
+    pub sandbox: Option<SandboxSpec>,
     #[serde(default, rename = "rule")]
     pub rules: Vec<RuleSpec>,
 }
@@ -43,6 +45,14 @@ pub(super) struct SecretsSpec {
 pub(super) struct ConfinementSpec {
     pub landlock: Option<bool>,
     pub offline: Option<super::Offline>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct SandboxSpec {
+    pub workspace_path: Option<String>,
+    pub ro: Option<Vec<String>>,
+    pub rw: Option<Vec<String>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -1,0 +1,431 @@
+//! Ingest: after a command ran on a kernel overlay, bring its upper layer into the fork as
+//! one change (one transaction, one op-log entry). The upper layer holds exactly what the
+//! command wrote: new and changed files (whole, as copied up), directories it touched,
+//! whiteouts for deletions (character devices 0:0) and opaque directories for replaced
+//! ones. So the cost is O(what the command wrote), never O(the tree).
+
+use std::collections::HashMap;
+use std::fs;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::Path;
+
+use crate::error::{Error, Result};
+use crate::model::buffer::ContentBuffer;
+use crate::model::node::{Attrs, Node, NodeKind};
+use crate::model::path::VPath;
+use crate::model::{Edit, LoggedOp, Workspace};
+use crate::service::secrets::SecretPaths;
+
+/// The overlay's own extended attributes: `trusted.overlay.*` as root, `user.overlay.*` in
+/// a user namespace (`userxattr`). They are bookkeeping, not the command's data.
+fn is_overlay_xattr(name: &str) -> bool {
+    name.starts_with("trusted.overlay.") || name.starts_with("user.overlay.")
+}
+
+/// The value of extended attribute `name` of `path` (not following a symlink).
+fn get_xattr(path: &Path, name: &str) -> Option<Vec<u8>> {
+    let mut buf = vec![0u8; 256];
+    loop {
+        match rustix::fs::lgetxattr(path, name, &mut buf) {
+            Ok(n) => {
+                buf.truncate(n);
+                return Some(buf);
+            }
+            Err(rustix::io::Errno::RANGE) if buf.len() < (1 << 16) => buf.resize(buf.len() * 4, 0),
+            Err(_) => return None,
+        }
+    }
+}
+
+fn xattr_names(path: &Path) -> Vec<String> {
+    let mut buf = vec![0u8; 1024];
+    loop {
+        match rustix::fs::llistxattr(path, &mut buf) {
+            Ok(n) => {
+                return buf[..n]
+                    .split(|b| *b == 0)
+                    .filter(|s| !s.is_empty())
+                    .filter_map(|s| std::str::from_utf8(s).ok().map(str::to_string))
+                    .collect();
+            }
+            Err(rustix::io::Errno::RANGE) if buf.len() < (1 << 20) => buf.resize(buf.len() * 4, 0),
+            Err(_) => return Vec::new(),
+        }
+    }
+}
+
+fn is_opaque(path: &Path) -> bool {
+    ["trusted.overlay.opaque", "user.overlay.opaque"]
+        .iter()
+        .any(|n| matches!(get_xattr(path, n).as_deref(), Some(b"y") | Some(b"x")))
+}
+
+fn is_whiteout(meta: &fs::Metadata) -> bool {
+    meta.file_type().is_char_device() && meta.rdev() == 0
+}
+
+fn attrs_of(meta: &fs::Metadata) -> Attrs {
+    let ns = |s: i64, n: i64| s.saturating_mul(1_000_000_000).saturating_add(n);
+    Attrs {
+        mode: meta.mode() & 0o7777,
+        uid: meta.uid(),
+        gid: meta.gid(),
+        atime: ns(meta.atime(), meta.atime_nsec()),
+        mtime: ns(meta.mtime(), meta.mtime_nsec()),
+        ctime: ns(meta.ctime(), meta.ctime_nsec()),
+    }
+}
+
+fn xattrs_of(path: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
+    let mut out = std::collections::BTreeMap::new();
+    for name in xattr_names(path) {
+        if is_overlay_xattr(&name) {
+            continue;
+        }
+        if let Some(value) = get_xattr(path, &name) {
+            out.insert(name, value);
+        }
+    }
+    out
+}
+
+/// Counts of what an ingest brought in.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Ingested {
+    pub entries: u64,
+    pub bytes: u64,
+    /// Paths the command wrote that the policy hides (secrets): not taken into the fork,
+    /// which keeps its own.
+    pub refused: Vec<String>,
+}
+
+struct Walk<'e, 'w> {
+    e: &'e mut Edit<'w>,
+    secrets: &'e SecretPaths,
+    /// A whole copy of the fork (copy mode), not an upper layer: entries equal to the
+    /// fork's are unchanged, and the fork's entries missing from it were deleted, except
+    /// those the copy left out (secrets, device nodes).
+    full: Option<&'e CopyMade>,
+    /// Upper files with several names, by inode: the first name brought in.
+    linked: HashMap<u64, VPath>,
+    /// Directories whose times to put back once their children are in.
+    dirs: Vec<(VPath, Node)>,
+    counts: Ingested,
+}
+
+/// Bring `upper` (an overlay's upper directory, over the fork's state at `root` inside the
+/// sandbox) into `ws` as one op-log entry of `kind`, described as `description`. Returns
+/// the entry's id and counts; nothing is written if any entry fails.
+pub fn ingest(
+    ws: &Workspace,
+    upper: &Path,
+    secrets: &SecretPaths,
+    kind: &str,
+    description: &str,
+) -> Result<(Ingested, LoggedOp)> {
+    ingest_walk(ws, upper, secrets, None, kind, description)
+}
+
+/// A copy of the fork as it was made: what it left out, and each entry's inode and
+/// change time then. An entry with another inode or change time was touched, whatever
+/// its modification time says (a file renamed over another, `touch -d`).
+#[derive(Debug, Default)]
+pub struct CopyMade {
+    pub left_out: Vec<VPath>,
+    stamps: HashMap<VPath, (u64, i64)>,
+}
+
+impl CopyMade {
+    /// Note every entry of the copy at `dir` as made.
+    pub fn stamp(dir: &Path, left_out: Vec<VPath>) -> Result<CopyMade> {
+        let mut stamps = HashMap::new();
+        let mut stack = vec![(dir.to_path_buf(), VPath::root())];
+        while let Some((host, at)) = stack.pop() {
+            for entry in fs::read_dir(&host).map_err(|e| Error::io("reading", &host, e))? {
+                let entry = entry.map_err(|e| Error::io("reading", &host, e))?;
+                let Some(name) = entry.file_name().to_str().map(str::to_string) else {
+                    continue;
+                };
+                let path = at.join(&name);
+                let meta = fs::symlink_metadata(entry.path())
+                    .map_err(|e| Error::io("reading", entry.path(), e))?;
+                let ctime = attrs_of(&meta).ctime;
+                stamps.insert(path.clone(), (meta.ino(), ctime));
+                if meta.is_dir() {
+                    stack.push((entry.path(), path));
+                }
+            }
+        }
+        Ok(CopyMade { left_out, stamps })
+    }
+}
+
+/// Bring a whole copy of the fork (copy mode) into `ws` as one op-log entry: what differs
+/// from the fork is written, and what the copy lacks is deleted, except what it was made
+/// without. Costs O(the tree): the copy mode's price.
+pub fn ingest_copy(
+    ws: &Workspace,
+    copy: &Path,
+    secrets: &SecretPaths,
+    made: &CopyMade,
+    kind: &str,
+    description: &str,
+) -> Result<(Ingested, LoggedOp)> {
+    ingest_walk(ws, copy, secrets, Some(made), kind, description)
+}
+
+fn ingest_walk(
+    ws: &Workspace,
+    upper: &Path,
+    secrets: &SecretPaths,
+    full: Option<&CopyMade>,
+    kind: &str,
+    description: &str,
+) -> Result<(Ingested, LoggedOp)> {
+    let (counts, id) = ws.edit_logged(kind, &[], |e| {
+        e.describe(description.to_string());
+        let mut walk = Walk {
+            e,
+            secrets,
+            full,
+            linked: HashMap::new(),
+            dirs: Vec::new(),
+            counts: Ingested::default(),
+        };
+        walk.dir(upper, &VPath::root())?;
+        // Adding children moved the directories' times: put the command's back, deepest
+        // first.
+        for (path, node) in walk.dirs.drain(..).rev() {
+            walk.e.update(&path, |n| {
+                n.attrs = node.attrs.clone();
+                n.xattrs = node.xattrs.clone();
+                Ok(())
+            })?;
+        }
+        Ok(walk.counts)
+    })?;
+    Ok((counts, id))
+}
+
+impl Walk<'_, '_> {
+    fn dir(&mut self, host: &Path, at: &VPath) -> Result<()> {
+        let mut entries: Vec<_> = fs::read_dir(host)
+            .map_err(|e| Error::io("reading", host, e))?
+            .collect::<std::io::Result<_>>()
+            .map_err(|e| Error::io("reading", host, e))?;
+        entries.sort_by_key(|e| e.file_name());
+        let mut seen = std::collections::HashSet::new();
+        for entry in entries {
+            let name = entry.file_name();
+            let name = name.to_str().ok_or_else(|| Error::InvalidPath {
+                path: entry.path().display().to_string(),
+                reason: "a file name the command made is not UTF-8".into(),
+            })?;
+            let path = at.join(name);
+            self.entry(&entry.path(), &path)?;
+            seen.insert(name.to_string());
+        }
+        if let Some(made) = self.full {
+            for child in self.e.view().list(at)? {
+                let path = at.join(&child.name);
+                if !seen.contains(&child.name) && !made.left_out.iter().any(|l| path.starts_with(l))
+                {
+                    self.counts.entries += 1;
+                    self.e.remove(&path, true)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn entry(&mut self, host: &Path, path: &VPath) -> Result<()> {
+        let meta = fs::symlink_metadata(host).map_err(|e| Error::io("reading", host, e))?;
+        let existing = self.e.view().lookup(path)?.map(|(n, _)| n);
+        // The command never saw a secret (its lower layer hides them), so what it wrote
+        // under a secret's name does not replace the secret.
+        if !self.secrets.is_empty()
+            && (self.secrets.hides_by_name(path)
+                || self
+                    .secrets
+                    .refuses(&self.e.view(), path, existing.as_ref())?)
+        {
+            self.counts.refused.push(path.display());
+            return Ok(());
+        }
+        if let Some(made) = self.full
+            && let Some(node) = &existing
+            && made.stamps.get(path) == Some(&(meta.ino(), attrs_of(&meta).ctime))
+            && unchanged(host, &meta, node)
+        {
+            return if node.is_dir() {
+                self.dir(host, path)
+            } else {
+                Ok(())
+            };
+        }
+        self.counts.entries += 1;
+        if self.full.is_none() && is_whiteout(&meta) {
+            if existing.is_some() {
+                self.e.remove(path, true)?;
+            }
+            return Ok(());
+        }
+        let mut attrs = attrs_of(&meta);
+        let ft = meta.file_type();
+        if ft.is_dir() {
+            let opaque = is_opaque(host);
+            match &existing {
+                Some(n) if n.is_dir() && !opaque => {}
+                Some(_) => {
+                    self.e.remove(path, true)?;
+                    self.e
+                        .put_node(path, Node::empty_dir(attrs.mode, self.e.now()))?;
+                }
+                None => self
+                    .e
+                    .put_node(path, Node::empty_dir(attrs.mode, self.e.now()))?,
+            }
+            self.dir(host, path)?;
+            let mut node = Node::empty_dir(attrs.mode, 0);
+            node.attrs = attrs;
+            node.xattrs = xattrs_of(host);
+            self.dirs.push((path.clone(), node));
+            return Ok(());
+        }
+        let mut existing = existing;
+        if existing.as_ref().is_some_and(Node::is_dir) {
+            self.e.remove(path, true)?;
+            existing = None;
+        }
+        // A hard link of the fork the command wrote through: the overlay (index=on) copied
+        // the shared file up once and keeps its names together, so the file has more
+        // links than this name. Written through, as the command saw it. A file with one
+        // link where a linked name was is a new file: the command broke the link.
+        let through = ft.is_file()
+            && meta.nlink() > 1
+            && !self.linked.contains_key(&meta.ino())
+            && existing
+                .as_ref()
+                .is_some_and(|n| n.link.is_some_and(|l| l.nlink > 1));
+        if meta.nlink() > 1 {
+            if let Some(first) = self.linked.get(&meta.ino()).cloned() {
+                if existing.is_some() {
+                    self.e.remove(path, false)?;
+                }
+                self.e.link(&first, path)?;
+                return Ok(());
+            }
+            self.linked.insert(meta.ino(), path.clone());
+        }
+        let kind = if ft.is_file() {
+            let content = self.content(host, &meta)?;
+            self.counts.bytes += meta.len();
+            NodeKind::File {
+                size: meta.len(),
+                content,
+            }
+        } else if ft.is_symlink() {
+            let target = fs::read_link(host).map_err(|e| Error::io("reading link", host, e))?;
+            NodeKind::Symlink {
+                target: target.to_string_lossy().into_owned(),
+            }
+        } else {
+            match Node::special_kind(meta.mode(), meta.rdev()) {
+                Some(kind) => kind,
+                None => {
+                    return Err(Error::invalid(format!(
+                        "{}: a file type avfs does not keep",
+                        path.display()
+                    )));
+                }
+            }
+        };
+        // A symlink's mode is always 0777 on Linux; keep what the vault says symlinks have.
+        if ft.is_symlink() {
+            attrs.mode = 0o777;
+        }
+        let mut node = Node::new(kind, attrs);
+        if !ft.is_symlink() {
+            node.xattrs = xattrs_of(host);
+        }
+        // Anything else replaces the name (a put over a linked name would write through).
+        if existing.is_some() && !through {
+            self.e.remove(path, false)?;
+        }
+        self.e.put_node(path, node)
+    }
+
+    /// Store a file's content; a sparse file's holes stay holes.
+    fn content(
+        &mut self,
+        host: &Path,
+        meta: &fs::Metadata,
+    ) -> Result<Option<crate::model::id::ObjectId>> {
+        let len = meta.len();
+        if meta.blocks().saturating_mul(512) >= len {
+            let data = fs::read(host).map_err(|e| Error::io("reading", host, e))?;
+            return self.e.store_content(&data);
+        }
+        let file = fs::File::open(host).map_err(|e| Error::io("reading", host, e))?;
+        // An empty buffer grown to the length: zeros, with the data written over them.
+        let mut buf = ContentBuffer::new(0);
+        buf.resize(usize::try_from(len).map_err(|_| {
+            Error::invalid(format!("{}: too large for this machine", host.display()))
+        })?);
+        for (from, to) in data_ranges(&file, len).map_err(|e| Error::io("reading", host, e))? {
+            let mut at = from;
+            while at < to {
+                let n = (to - at).min(1 << 20) as usize;
+                let mut chunk = vec![0u8; n];
+                use std::os::unix::fs::FileExt;
+                file.read_exact_at(&mut chunk, at)
+                    .map_err(|e| Error::io("reading", host, e))?;
+                buf.write(at as usize, &chunk);
+                at += n as u64;
+            }
+        }
+        let changes = buf
+            .changes(None)
+            .map_err(|_| Error::invalid("a new file's buffer needs no base"))?;
+        self.e.store_changes(&changes)
+    }
+}
+
+/// Whether a copied-out entry is still what the fork holds: same type, mode, owner,
+/// modification time and size (and link target). Writing a file changes its mtime, as for
+/// make and git.
+fn unchanged(host: &Path, meta: &fs::Metadata, node: &Node) -> bool {
+    let a = attrs_of(meta);
+    let ft = meta.file_type();
+    let same_kind = match &node.kind {
+        NodeKind::Symlink { target } => {
+            ft.is_symlink() && fs::read_link(host).is_ok_and(|t| t.as_os_str() == target.as_str())
+        }
+        _ if node.is_dir() => ft.is_dir(),
+        _ if node.is_file() => ft.is_file() && meta.len() == node.size(),
+        _ => !ft.is_dir() && !ft.is_file() && !ft.is_symlink() && meta.rdev() == node.rdev(),
+    };
+    same_kind
+        && a.uid == node.attrs.uid
+        && a.gid == node.attrs.gid
+        && a.mtime == node.attrs.mtime
+        && (ft.is_symlink() || a.mode == node.attrs.mode)
+}
+
+/// The byte ranges of `file` that hold data (SEEK_DATA / SEEK_HOLE).
+fn data_ranges(file: &fs::File, len: u64) -> std::io::Result<Vec<(u64, u64)>> {
+    use rustix::fs::{SeekFrom, seek};
+    let mut out = Vec::new();
+    let mut at = 0u64;
+    while at < len {
+        let start = match seek(file, SeekFrom::Data(at)) {
+            Ok(s) => s,
+            Err(rustix::io::Errno::NXIO) => break,
+            Err(e) => return Err(e.into()),
+        };
+        let end = seek(file, SeekFrom::Hole(start))?.min(len);
+        out.push((start, end));
+        at = end;
+    }
+    Ok(out)
+}

@@ -1,0 +1,664 @@
+//! The execution sandbox: each proxied command runs in its own mount and pid namespaces, on
+//! a root assembled for it (the workspace at a stable path, read-only system directories, a
+//! minimal /dev, fresh /proc, private /tmp and home, nothing else), so a symlink or a path a
+//! program builds cannot reach a host file it was not granted.
+//!
+//! The pieces: `spec` (what the supervisor hands the init), `init` (the init process, a
+//! fresh start of the host program, see `maybe_init`), `ingest` (an overlay's upper layer
+//! into the fork) and, here, the supervisor's side: modes, the policy's `[sandbox]` table,
+//! the run's private directory and the launch.
+
+pub mod ingest;
+pub mod init;
+mod spec;
+
+use std::io::BufRead;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+pub use spec::{Spec, Status, WorkspaceFs};
+
+use super::confine::Confinement;
+use super::mount::MountFs;
+use super::mounter::{Mounter, ServedMount};
+use super::runner::{self, RunResult, RunSpec};
+use crate::error::{Error, Result};
+use crate::model::path::VPath;
+
+/// Set once the host program called `maybe_init`: it can then start sandbox inits.
+static ENTRY: AtomicBool = AtomicBool::new(false);
+
+/// Call first thing in `main` of a program that runs proxied commands. In a sandbox's init
+/// (started as `PROGRAM __avfs-sandbox-init SPEC`) it runs the init and returns its exit
+/// code; otherwise it notes that this program can start sandboxes and returns `None`.
+pub fn maybe_init() -> Option<i32> {
+    let mut args = std::env::args_os().skip(1);
+    if args.next().as_deref() == Some(std::ffi::OsStr::new(init::INIT_ARG)) {
+        let spec = args.next().map(PathBuf::from).unwrap_or_default();
+        return Some(init::main(&spec));
+    }
+    ENTRY.store(true, Ordering::SeqCst);
+    None
+}
+
+/// How a proxied command's file system is made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// `overlay` where the sandbox can be made, else `fuse`.
+    Auto,
+    /// A kernel overlay: the fork's starting state read-only below, the command's writes in
+    /// a native directory above, ingested into the fork when it ends.
+    Overlay,
+    /// The fork served over FUSE, every call a round trip to avfs.
+    Fuse,
+    /// The fork copied to a native directory, the differences ingested afterwards.
+    Copy,
+}
+
+impl Mode {
+    /// The spellings `FromStr` takes, as the CLI lists them.
+    pub const NAMES: [&'static str; 4] = ["auto", "overlay", "fuse", "copy"];
+}
+
+impl std::str::FromStr for Mode {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "auto" => Ok(Mode::Auto),
+            "overlay" => Ok(Mode::Overlay),
+            "fuse" => Ok(Mode::Fuse),
+            "copy" => Ok(Mode::Copy),
+            _ => Err(Error::invalid(format!(
+                "mode is one of auto, overlay, fuse or copy, not `{s}`"
+            ))),
+        }
+    }
+}
+
+/// Whether a command ran in its own namespace.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum SandboxKind {
+    /// Its own mount and pid namespaces, on a root assembled for it.
+    Namespace,
+    /// The host's own view of the file system (see `reason`).
+    #[default]
+    None,
+}
+
+/// What the envelope says of the sandbox a command ran in.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct SandboxReport {
+    pub kind: SandboxKind,
+    /// Why there was no namespace.
+    pub reason: Option<String>,
+    /// Where the workspace was inside the sandbox.
+    pub workspace_path: Option<String>,
+    /// Host paths the command could read (at the same path).
+    pub ro: Vec<String>,
+    /// Host paths the command could write (at the same path).
+    pub rw: Vec<String>,
+    /// Paths the command wrote that the policy hides (secrets): not taken into the fork,
+    /// which keeps its own.
+    #[serde(default)]
+    pub refused: Vec<String>,
+}
+
+impl SandboxReport {
+    pub fn none(reason: impl Into<String>) -> SandboxReport {
+        SandboxReport {
+            reason: Some(reason.into()),
+            ..SandboxReport::default()
+        }
+    }
+}
+
+/// The host's system directories every sandbox reads.
+const SYSTEM_DIRS: &[&str] = &[
+    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc",
+];
+
+/// The policy's `[sandbox]` table: where the workspace appears and which host paths are
+/// bound in besides the system directories.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct SandboxConfig {
+    /// The workspace's path inside the sandbox (default `/workspace`).
+    pub workspace_path: String,
+    /// Host paths to bind read-only (`~` and `$VAR` are expanded; missing ones skipped).
+    pub ro: Vec<String>,
+    /// Host paths to bind writable.
+    pub rw: Vec<String>,
+}
+
+impl Default for SandboxConfig {
+    fn default() -> Self {
+        SandboxConfig {
+            workspace_path: "/workspace".into(),
+            ro: vec![
+                "$CARGO_HOME".into(),
+                "$RUSTUP_HOME".into(),
+                "~/.cargo".into(),
+                "~/.rustup".into(),
+            ],
+            rw: Vec::new(),
+        }
+    }
+}
+
+impl SandboxConfig {
+    /// Check the table: an absolute, normal workspace path that is not a system directory.
+    pub fn validate(&self) -> Result<()> {
+        let p = Path::new(&self.workspace_path);
+        let normal = p.is_absolute()
+            && p.components().all(|c| {
+                matches!(
+                    c,
+                    std::path::Component::RootDir | std::path::Component::Normal(_)
+                )
+            })
+            && p != Path::new("/");
+        if !normal {
+            return Err(Error::invalid(format!(
+                "sandbox workspace_path must be an absolute path below /, without `.` or `..`: `{}`",
+                self.workspace_path
+            )));
+        }
+        let reserved = ["/proc", "/dev", "/tmp", "/run"]
+            .iter()
+            .chain(SYSTEM_DIRS)
+            .find(|d| p.starts_with(d));
+        if let Some(d) = reserved {
+            return Err(Error::invalid(format!(
+                "sandbox workspace_path `{}` is inside {d}, which the sandbox provides itself",
+                self.workspace_path
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Expand `~` and `$VAR`/`${VAR}` (from `env`) in a policy path; `None` when a variable is
+/// unset or the result is not absolute.
+fn expand(raw: &str, env: &[(String, String)]) -> Option<PathBuf> {
+    let var = |name: &str| {
+        env.iter()
+            .rev()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+            .filter(|v| !v.is_empty())
+    };
+    let mut s = raw.to_string();
+    if let Some(rest) = s.strip_prefix('~') {
+        s = format!("{}{rest}", var("HOME")?);
+    }
+    if let Some(rest) = s.strip_prefix('$') {
+        let (name, tail) = match rest.strip_prefix('{') {
+            Some(r) => {
+                let end = r.find('}')?;
+                (&r[..end], &r[end + 1..])
+            }
+            None => {
+                let end = rest
+                    .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                    .unwrap_or(rest.len());
+                (&rest[..end], &rest[end..])
+            }
+        };
+        s = format!("{}{tail}", var(name)?);
+    }
+    let p = PathBuf::from(s);
+    p.is_absolute().then_some(p)
+}
+
+/// Why this process cannot make sandboxes, if it cannot.
+pub fn unavailable_reason() -> Option<String> {
+    if !ENTRY.load(Ordering::SeqCst) {
+        return Some(
+            "this program does not start sandboxes (it must call sandbox::maybe_init first)".into(),
+        );
+    }
+    if rustix::process::geteuid().is_root() {
+        return None;
+    }
+    let read = |p: &str| {
+        std::fs::read_to_string(p)
+            .ok()
+            .map(|s| s.trim().to_string())
+    };
+    if read("/proc/sys/user/max_user_namespaces").as_deref() == Some("0") {
+        return Some("user namespaces are disabled (user.max_user_namespaces is 0)".into());
+    }
+    if read("/proc/sys/kernel/unprivileged_userns_clone").as_deref() == Some("0") {
+        return Some(
+            "unprivileged user namespaces are disabled (kernel.unprivileged_userns_clone is 0)"
+                .into(),
+        );
+    }
+    None
+}
+
+/// Why `program` did not start, in words a person can act on.
+pub(crate) fn spawn_reason(program: &str, e: &std::io::Error) -> String {
+    if e.kind() == std::io::ErrorKind::NotFound && program.contains('/') {
+        let interp = std::fs::read(program)
+            .ok()
+            .filter(|b| b.starts_with(b"#!"))
+            .and_then(|b| {
+                let line = b.split(|c| *c == b'\n').next().unwrap_or_default().to_vec();
+                String::from_utf8(line).ok()
+            });
+        if let Some(line) = interp {
+            return format!("its interpreter `{}` was not found", line[2..].trim());
+        }
+    }
+    e.to_string()
+}
+
+/// A run's private directory: made fresh (never an existing path) under the 0700 runtime
+/// directory, removed when dropped. Directories left by a supervisor that died are
+/// removed by the next run.
+pub struct RunDir {
+    path: PathBuf,
+}
+
+impl RunDir {
+    pub fn create(runtime: &Path) -> Result<RunDir> {
+        // The runtime directory itself must be ours alone and a real directory: a symlink
+        // planted in its place would move every run (and its mounts) elsewhere.
+        use std::os::unix::fs::MetadataExt;
+        let meta =
+            std::fs::symlink_metadata(runtime).map_err(|e| Error::io("reading", runtime, e))?;
+        let euid = rustix::process::geteuid().as_raw();
+        if !meta.is_dir() || meta.uid() != euid || meta.mode() & 0o077 != 0 {
+            return Err(Error::SandboxFailed {
+                reason: format!(
+                    "{} must be a directory owned by uid {euid} with mode 0700 (it is {}, owned by uid {}, mode {:o})",
+                    runtime.display(),
+                    if meta.file_type().is_symlink() {
+                        "a symlink"
+                    } else if meta.is_dir() {
+                        "a directory"
+                    } else {
+                        "a file"
+                    },
+                    meta.uid(),
+                    meta.mode() & 0o7777
+                ),
+            });
+        }
+        remove_stale(runtime);
+        let mut seed = [0u8; 8];
+        let _ = rustix::rand::getrandom(&mut seed, rustix::rand::GetRandomFlags::empty());
+        let name = format!(
+            "{}-{:016x}",
+            std::process::id(),
+            u64::from_le_bytes(seed) ^ crate::model::now_ns() as u64
+        );
+        let path = runtime.join(name);
+        // create_dir fails on anything already there, a planted symlink included.
+        std::fs::create_dir(&path).map_err(|e| Error::io("creating", &path, e))?;
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o700))
+            .map_err(|e| Error::io("restricting", &path, e))?;
+        Ok(RunDir { path })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for RunDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+/// Remove run directories whose supervisor is gone.
+fn remove_stale(runtime: &Path) {
+    let Ok(entries) = std::fs::read_dir(runtime) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.split('-').next())
+            .and_then(|p| p.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let alive = rustix::process::Pid::from_raw(pid)
+            .is_some_and(|p| rustix::process::test_kill_process(p).is_ok());
+        if !alive {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
+}
+
+/// The file system the sandbox gives the command at the workspace path.
+pub enum Served {
+    /// This mount, read-write (or read-only), over FUSE.
+    Fuse(Arc<MountFs>),
+    /// A kernel overlay whose lower layer is this read-only mount; the upper layer is the
+    /// run directory's `upper`.
+    Overlay(Arc<MountFs>),
+    /// A host directory bound as it is (read-only, or not).
+    Bind { dir: PathBuf, readonly: bool },
+}
+
+/// One command to run in a sandbox.
+pub struct Launch<'a> {
+    pub config: &'a SandboxConfig,
+    /// Host paths the command must not see even inside a bound directory.
+    pub hide: Vec<PathBuf>,
+    pub program: String,
+    pub args: Vec<String>,
+    pub env: Vec<(String, String)>,
+    pub cwd: &'a VPath,
+    pub timeout: Duration,
+    pub cap: usize,
+    pub confinement: Confinement,
+}
+
+/// The host paths bound read-only and writable, the private home and the environment a
+/// command gets.
+struct Layout {
+    ro: Vec<PathBuf>,
+    rw: Vec<PathBuf>,
+    home: PathBuf,
+    env: Vec<(String, String)>,
+}
+
+impl Launch<'_> {
+    fn layout(&self) -> Layout {
+        let mut ro: Vec<PathBuf> = SYSTEM_DIRS
+            .iter()
+            .map(PathBuf::from)
+            .filter(|p| std::fs::symlink_metadata(p).is_ok())
+            .collect();
+        let extra = |list: &[String]| -> Vec<PathBuf> {
+            list.iter()
+                .filter_map(|raw| expand(raw, &self.env))
+                .filter(|p| p.exists())
+                .collect()
+        };
+        for p in extra(&self.config.ro) {
+            if !ro.contains(&p) {
+                ro.push(p);
+            }
+        }
+        let rw = extra(&self.config.rw);
+        let home = self
+            .env
+            .iter()
+            .rev()
+            .find(|(k, _)| k == "HOME")
+            .map(|(_, v)| PathBuf::from(v))
+            .filter(|h| h.is_absolute() && h != Path::new("/"))
+            .unwrap_or_else(|| PathBuf::from("/home/agent"));
+        let ws = Path::new(&self.config.workspace_path);
+        let cwd = if self.cwd.is_root() {
+            ws.to_path_buf()
+        } else {
+            ws.join(self.cwd.as_str().trim_start_matches('/'))
+        };
+        let mut env: Vec<(String, String)> = self
+            .env
+            .iter()
+            .filter(|(k, _)| !matches!(k.as_str(), "HOME" | "PWD" | "TMPDIR" | "OLDPWD"))
+            .cloned()
+            .collect();
+        env.push(("HOME".into(), home.display().to_string()));
+        env.push(("PWD".into(), cwd.display().to_string()));
+        env.push(("TMPDIR".into(), "/tmp".into()));
+        Layout { ro, rw, home, env }
+    }
+}
+
+/// Run `launch` in a sandbox whose workspace is `fs`, with `dir` as the run's private
+/// directory. Returns how the command ended and what the envelope says of the sandbox.
+pub fn run(
+    dir: &RunDir,
+    launch: &Launch<'_>,
+    fs: Served,
+    mounter: &dyn Mounter,
+) -> Result<(RunResult, SandboxReport)> {
+    let Layout { ro, rw, home, env } = launch.layout();
+    let root = dir.path().join("root");
+    std::fs::create_dir(&root).map_err(|e| Error::io("creating", &root, e))?;
+    let (status_r, status_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+        .map_err(|e| Error::io("creating a pipe in", dir.path(), e.into()))?;
+    let mut pass = vec![status_w.as_raw_fd()];
+    let (workspace, serve): (WorkspaceFs, Option<(Arc<MountFs>, OwnedFd)>) = match fs {
+        Served::Fuse(session) => {
+            let dev = mounter.open_device()?;
+            pass.push(dev.as_raw_fd());
+            let readonly = session.readonly();
+            (
+                WorkspaceFs::Fuse {
+                    fd: dev.as_raw_fd(),
+                    readonly,
+                },
+                Some((session, dev)),
+            )
+        }
+        Served::Overlay(lower) => {
+            let dev = mounter.open_device()?;
+            pass.push(dev.as_raw_fd());
+            let [l, u, w] = ["lower", "upper", "work"].map(|n| dir.path().join(n));
+            for d in [&l, &u, &w] {
+                std::fs::create_dir(d).map_err(|e| Error::io("creating", d, e))?;
+            }
+            (
+                WorkspaceFs::Overlay {
+                    fd: dev.as_raw_fd(),
+                    lower: l,
+                    upper: u,
+                    work: w,
+                },
+                Some((lower, dev)),
+            )
+        }
+        Served::Bind { dir, readonly } => (WorkspaceFs::Bind { dir, readonly }, None),
+    };
+    let ws_path = PathBuf::from(&launch.config.workspace_path);
+    let cwd = env
+        .iter()
+        .find(|(k, _)| k == "PWD")
+        .map(|(_, v)| PathBuf::from(v))
+        .unwrap_or_else(|| ws_path.clone());
+    let euid = rustix::process::geteuid();
+    let spec = Spec {
+        root,
+        workspace_path: ws_path.clone(),
+        workspace,
+        ro: ro.clone(),
+        rw: rw.clone(),
+        hide: launch.hide.clone(),
+        home,
+        program: launch.program.clone(),
+        args: launch.args.clone(),
+        env: env.clone(),
+        cwd,
+        offline: launch.confinement.offline,
+        landlock: launch.confinement.landlock,
+        userns: (!euid.is_root()).then(|| (euid.as_raw(), rustix::process::getegid().as_raw())),
+        status_fd: status_w.as_raw_fd(),
+    };
+    let spec_path = dir.path().join("spec.json");
+    let bytes = serde_json::to_vec(&spec).map_err(|e| Error::invalid(e.to_string()))?;
+    std::fs::write(&spec_path, bytes).map_err(|e| Error::io("writing", &spec_path, e))?;
+    let args = vec![init::INIT_ARG.to_string(), spec_path.display().to_string()];
+    let (result, statuses, served) = std::thread::scope(|scope| {
+        // Answer the FUSE mount once the init says it exists; collect what else it says.
+        let listener = scope.spawn(move || {
+            let mut serve = serve;
+            let mut served: Option<Result<Box<dyn ServedMount>>> = None;
+            let mut statuses = Vec::new();
+            let reader = std::io::BufReader::new(std::fs::File::from(status_r));
+            for line in reader.lines() {
+                let Ok(line) = line else { break };
+                let Ok(status) = serde_json::from_str::<Status>(&line) else {
+                    continue;
+                };
+                if status == Status::Mounted {
+                    if let Some((session, dev)) = serve.take() {
+                        served = Some(mounter.serve_device(session, dev));
+                    }
+                } else {
+                    statuses.push(status);
+                }
+            }
+            (statuses, served)
+        });
+        let result = runner::run(&RunSpec {
+            program: "/proc/self/exe",
+            args: &args,
+            cwd: Path::new("/"),
+            env: env.clone(),
+            timeout: launch.timeout,
+            cap: launch.cap,
+            confine: None,
+            pass_fds: pass.clone(),
+            die_with_parent: true,
+        });
+        // Our end of the status pipe: the listener sees its end once the sandbox is gone.
+        drop(status_w);
+        let (statuses, served) = listener.join().unwrap_or_default();
+        (result, statuses, served)
+    });
+    // The namespace is gone, and its mounts with it: the FUSE session ends by itself.
+    let ended = match served {
+        Some(Ok(mount)) => mount.unmount().map_err(|e| Error::MountFailed {
+            dir: ws_path.clone(),
+            reason: format!("ending the sandbox's file system: {e}"),
+        }),
+        Some(Err(e)) => Err(e),
+        None => Ok(()),
+    };
+    let mut result = result?;
+    for status in statuses {
+        match status {
+            Status::SetupFailed { reason } => return Err(Error::SandboxFailed { reason }),
+            Status::SpawnFailed { reason, os_error } => {
+                return Err(Error::SpawnFailed {
+                    program: launch.program.clone(),
+                    reason,
+                    os_error,
+                });
+            }
+            Status::Signaled { signal } => {
+                result.exit_code = None;
+                result.signal = Some(signal);
+            }
+            Status::Mounted => {}
+        }
+    }
+    ended?;
+    let report = SandboxReport {
+        kind: SandboxKind::Namespace,
+        reason: None,
+        workspace_path: Some(ws_path.display().to_string()),
+        ro: ro.iter().map(|p| p.display().to_string()).collect(),
+        rw: rw.iter().map(|p| p.display().to_string()).collect(),
+        refused: Vec::new(),
+    };
+    Ok((result, report))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn policy_paths_expand_home_and_variables_or_are_skipped() {
+        let e = env(&[("HOME", "/home/a"), ("CARGO_HOME", "/opt/cargo")]);
+        assert_eq!(expand("~/.cargo", &e), Some("/home/a/.cargo".into()));
+        assert_eq!(expand("$CARGO_HOME", &e), Some("/opt/cargo".into()));
+        assert_eq!(
+            expand("${CARGO_HOME}/bin", &e),
+            Some("/opt/cargo/bin".into())
+        );
+        assert_eq!(expand("$RUSTUP_HOME", &e), None, "unset");
+        assert_eq!(expand("relative/path", &e), None, "not absolute");
+        assert_eq!(expand("/srv/cache", &e), Some("/srv/cache".into()));
+    }
+
+    #[test]
+    fn the_workspace_path_must_be_absolute_and_not_a_system_directory() {
+        let with = |p: &str| SandboxConfig {
+            workspace_path: p.into(),
+            ..SandboxConfig::default()
+        };
+        assert!(with("/workspace").validate().is_ok());
+        assert!(with("/home/me/project").validate().is_ok());
+        for bad in [
+            "workspace",
+            "/",
+            "/usr/src/x",
+            "/proc",
+            "/a/../b",
+            "/etc",
+            "/tmp/w",
+        ] {
+            let err = with(bad).validate().expect_err(bad);
+            assert_eq!(err.kind(), "invalid_argument", "{bad}");
+        }
+    }
+
+    #[test]
+    fn modes_parse_and_refuse_other_words() {
+        for (i, name) in Mode::NAMES.iter().enumerate() {
+            let m: Mode = name.parse().unwrap();
+            assert_eq!(serde_json::to_value(m).unwrap(), Mode::NAMES[i]);
+        }
+        assert_eq!(
+            "bogus".parse::<Mode>().unwrap_err().kind(),
+            "invalid_argument"
+        );
+    }
+
+    #[test]
+    fn a_run_directory_is_fresh_private_and_removed_and_stale_ones_go() {
+        let runtime = tempfile::tempdir().unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        // A runtime directory others may enter, or a symlink in its place, is refused.
+        std::fs::set_permissions(runtime.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let err = RunDir::create(runtime.path()).err().expect("0755 refused");
+        assert_eq!(err.kind(), "sandbox_failed");
+        std::fs::set_permissions(runtime.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+        let elsewhere = tempfile::tempdir().unwrap();
+        let link = elsewhere.path().join("run");
+        std::os::unix::fs::symlink(runtime.path(), &link).unwrap();
+        let err = RunDir::create(&link).err().expect("a symlink refused");
+        assert!(err.to_string().contains("a symlink"), "{err}");
+        // A directory of a supervisor that is gone (pid far above pid_max).
+        let stale = runtime.path().join("999999999-0000");
+        std::fs::create_dir(&stale).unwrap();
+        let dir = RunDir::create(runtime.path()).unwrap();
+        assert!(!stale.exists(), "a dead supervisor's directory is removed");
+        let mode = std::fs::metadata(dir.path()).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700);
+        let path = dir.path().to_path_buf();
+        drop(dir);
+        assert!(!path.exists());
+    }
+}

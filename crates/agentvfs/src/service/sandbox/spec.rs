@@ -1,0 +1,72 @@
+//! What the supervisor tells the sandbox's init process: the root to assemble, the
+//! workspace's file system, and the command. Written as JSON into the run's private
+//! directory and read by `init` after it starts.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+/// How the workspace directory inside the sandbox is made.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum WorkspaceFs {
+    /// The vault served over FUSE on descriptor `fd`, mounted at the workspace path.
+    Fuse { fd: i32, readonly: bool },
+    /// A kernel overlay: lower = the vault's root served read-only over FUSE on `fd`
+    /// (mounted at `lower`), upper and work directories on the host's disk.
+    Overlay {
+        fd: i32,
+        lower: PathBuf,
+        upper: PathBuf,
+        work: PathBuf,
+    },
+    /// A host directory (a materialized copy of the fork) bound at the workspace path.
+    Bind { dir: PathBuf, readonly: bool },
+}
+
+/// Everything the init process needs; paths are host paths unless named otherwise.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Spec {
+    /// An empty directory that becomes the sandbox's root (a tmpfs is mounted on it).
+    pub root: PathBuf,
+    /// Where the workspace appears inside the sandbox.
+    pub workspace_path: PathBuf,
+    pub workspace: WorkspaceFs,
+    /// Host paths bound at the same path, read-only.
+    pub ro: Vec<PathBuf>,
+    /// Host paths bound at the same path, writable.
+    pub rw: Vec<PathBuf>,
+    /// Host paths that must not be seen even if a bind above contains them (the avfs home,
+    /// the vault file): an empty read-only file system is mounted over each.
+    pub hide: Vec<PathBuf>,
+    /// The private home directory inside the sandbox (an empty tmpfs).
+    pub home: PathBuf,
+    pub program: String,
+    pub args: Vec<String>,
+    pub env: Vec<(String, String)>,
+    /// Working directory inside the sandbox.
+    pub cwd: PathBuf,
+    pub offline: bool,
+    pub landlock: bool,
+    /// Run in a new user namespace, mapping this uid and gid to themselves (non-root).
+    pub userns: Option<(u32, u32)>,
+    /// Where the init reports progress and failures (JSON lines, see `Status`).
+    pub status_fd: i32,
+}
+
+/// One line the init writes on the status descriptor.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    /// The FUSE file system is mounted: the supervisor may start answering it.
+    Mounted,
+    /// The root could not be assembled; the command did not run.
+    SetupFailed { reason: String },
+    /// The command could not be started.
+    SpawnFailed {
+        reason: String,
+        os_error: Option<i32>,
+    },
+    /// The command ended by this signal (the init reports it, since a namespace's init
+    /// process cannot die of a signal it sends itself).
+    Signaled { signal: i32 },
+}
