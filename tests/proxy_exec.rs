@@ -207,7 +207,7 @@ fn readonly_runs_cannot_write() {
     let Some(e) = Env::new() else { return };
     let (v, code) = e.exec(&["--readonly", "--shell", "echo x > f.txt"]);
     assert_ne!(code, 0);
-    assert_eq!(v["data"]["request"]["mode"], "read_only");
+    assert_eq!(v["data"]["request"]["mode"], "readonly");
     assert!(
         v["data"]["stderr"]["text"]
             .as_str()
