@@ -164,6 +164,7 @@ fn secrets_are_hidden_and_secret_env_is_withheld() {
             "ls -a; cat .env; echo TOKEN=${GITHUB_TOKEN:-unset}",
         ])
         .env("AVFS_HOME", e.home.path())
+        .env_remove("AVFS_WORKSPACE")
         .env_remove("AVFS_VAULT")
         .env("GITHUB_TOKEN", "ghp_secret")
         .output()
@@ -195,9 +196,14 @@ fn task_forks_are_created_on_first_use() {
     ]);
     assert_eq!(code, 0, "{v}");
     assert_eq!(v["data"]["request"]["fork"], "t1");
-    assert_eq!(ok(e.avfs(&["--vault", "t1", "cat", "out.txt"])), "work\n");
+    assert_eq!(
+        ok(e.avfs(&["--workspace", "t1", "cat", "out.txt"])),
+        "work\n"
+    );
     assert!(
-        !e.avfs(&["--vault", "w", "cat", "out.txt"]).status.success(),
+        !e.avfs(&["--workspace", "w", "cat", "out.txt"])
+            .status
+            .success(),
         "parent untouched"
     );
 }

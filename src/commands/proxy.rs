@@ -141,7 +141,7 @@ pub fn cmd_exec(ctx: &Ctx, a: ExecArgs) -> Result<Reply> {
             task: task.clone(),
             fork_from: a.fork_from.clone(),
         },
-        (None, None) => Place::Selected(ctx.vault.clone()),
+        (None, None) => Place::Selected(ctx.workspace.clone()),
     };
     let envelope = exec::exec(
         &ctx.service,

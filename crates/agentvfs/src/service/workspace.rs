@@ -1,5 +1,5 @@
-//! `WorkspaceService`: turns what a user names (`--vault NAME|PATH`, `AVFS_VAULT`, the
-//! current vault) into an open workspace, and manages the registry of vaults and forks.
+//! `WorkspaceService`: turns what a user names (`--workspace NAME|PATH`, `AVFS_WORKSPACE`,
+//! the current one) into an open workspace, and manages the registry of vaults and forks.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
