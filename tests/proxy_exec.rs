@@ -183,13 +183,13 @@ fn secrets_are_hidden_and_secret_env_is_withheld() {
 }
 
 #[test]
-fn task_forks_are_created_on_first_use() {
+fn forks_are_created_on_first_use() {
     let Some(e) = Env::new() else { return };
     ok(e.avfs(&["write", "base.txt", "b"]));
     let (v, code) = e.exec(&[
         "--fork-from",
         "w",
-        "--task",
+        "--fork",
         "t1",
         "--shell",
         "echo work > out.txt",
@@ -206,6 +206,33 @@ fn task_forks_are_created_on_first_use() {
             .success(),
         "parent untouched"
     );
+    // The second run reuses the fork: it sees the first run's file.
+    let (v, code) = e.exec(&["--fork-from", "w", "--fork", "t1", "--", "cat", "out.txt"]);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["data"]["stdout"]["text"], "work\n");
+}
+
+#[test]
+fn the_old_task_option_names_the_fork_too() {
+    // `--task` was the spelling of `--fork` before it; scripts that use it keep working.
+    let Some(e) = Env::new() else { return };
+    let (v, code) = e.exec(&[
+        "--fork-from",
+        "w",
+        "--task",
+        "t2",
+        "--shell",
+        "echo old > out.txt",
+    ]);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["data"]["request"]["fork"], "t2");
+    assert_eq!(
+        ok(e.avfs(&["--workspace", "t2", "cat", "out.txt"])),
+        "old\n"
+    );
+    let help = ok(e.avfs(&["proxy", "exec", "--help"]));
+    assert!(help.contains("--fork <NAME>"), "{help}");
+    assert!(!help.contains("--task"), "{help}");
 }
 
 #[test]

@@ -145,7 +145,7 @@ const EXAMPLES: &[(&str, &str)] = &[
     ),
     (
         "proxy exec",
-        "avfs proxy exec -- cargo test\navfs --json proxy exec --shell 'ls && rm -rf target'\navfs proxy exec --fork-from demo --task t1 --timeout 60s -- make\navfs proxy exec --session t1 --confine -- python3 gen.py",
+        "avfs proxy exec -- cargo test\navfs --json proxy exec --shell 'ls && rm -rf target'\navfs proxy exec --fork-from demo --fork t1 --timeout 60s -- make\navfs proxy exec --session t1 --confine -- python3 gen.py",
     ),
     (
         "proxy check",
