@@ -55,7 +55,7 @@ impl Env {
         let out = self.run(Some(vault), args, None);
         assert!(
             out.status.success(),
-            "avfs --vault {vault} {args:?} failed ({:?}): {}",
+            "avfs --workspace {vault} {args:?} failed ({:?}): {}",
             out.status.code(),
             String::from_utf8_lossy(&out.stderr)
         );
@@ -75,7 +75,7 @@ impl Env {
     /// `data` of a `--json` command that must succeed.
     pub fn data(&self, vault: &str, args: &[&str]) -> Value {
         let (doc, code) = self.json(Some(vault), args);
-        assert_eq!(code, 0, "avfs --vault {vault} {args:?}: {doc}");
+        assert_eq!(code, 0, "avfs --workspace {vault} {args:?}: {doc}");
         assert_eq!(doc["ok"], json!(true));
         doc["data"].clone()
     }
