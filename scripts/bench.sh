@@ -125,6 +125,7 @@ EOF
 }
 
 # ten_writes BIN VAULTARG: the 10 changes, one `write` process each (content varies per run).
+# (`--vault`, the old spelling of `--workspace`, because agentvfs 0.1.6 runs it too.)
 ten_writes() {
   local bin=$1 vault=$2 out="" p
   for p in "${TEN[@]}"; do
@@ -154,18 +155,18 @@ if [ -d /dev/shm ] && [ "$(df --output=avail -B1 /dev/shm | tail -1)" -gt $((TRE
 fi
 measure "import" "$RUNS" \
   "$AVFS vault delete imp --yes >/dev/null 2>&1; rm -f $V $V-wal $V-shm; $AVFS vault create imp --path $V; sync" \
-  "$AVFS --vault imp import $TREE"
+  "$AVFS --workspace imp import $TREE"
 VAULT_BYTES=$(vault_size "$V")
-measure "floor: avfs ls /" "$SMALL_RUNS" "true" "$AVFS --vault imp ls /"
+measure "floor: avfs ls /" "$SMALL_RUNS" "true" "$AVFS --workspace imp ls /"
 measure "fork" "$SMALL_RUNS" "$AVFS vault delete fk --yes >/dev/null 2>&1 || true" \
   "$AVFS vault fork imp fk"
 measure "checkpoint save after 10 changes" "$SMALL_RUNS" \
-  "$AVFS --vault imp checkpoint delete cp >/dev/null 2>&1; $(ten_writes "$AVFS" imp)" \
-  "$AVFS --vault imp checkpoint save cp"
-"$AVFS" --vault imp checkpoint save base >/dev/null
+  "$AVFS --workspace imp checkpoint delete cp >/dev/null 2>&1; $(ten_writes "$AVFS" imp)" \
+  "$AVFS --workspace imp checkpoint save cp"
+"$AVFS" --workspace imp checkpoint save base >/dev/null
 measure "restore after 10 changes" "$SMALL_RUNS" "$(ten_writes "$AVFS" imp)" \
-  "$AVFS --vault imp checkpoint restore base"
-PENDING=$("$AVFS" --json --vault imp vault info |
+  "$AVFS --workspace imp checkpoint restore base"
+PENDING=$("$AVFS" --json --workspace imp vault info |
   python3 -c 'import json,sys; print(json.load(sys.stdin)["data"].get("pending_changes", -1))')
 
 # ---- agentvfs 0.1.6 ----------------------------------------------------------------------

@@ -19,7 +19,7 @@ RANDOM=$seed
 bin=$(realpath "${AVFS_BIN:-target/debug/avfs}")
 work=$(mktemp -d /tmp/avfs-crash.XXXXXX)
 export AVFS_HOME="$work/home"
-unset AVFS_VAULT
+unset AVFS_WORKSPACE AVFS_VAULT
 avfs() { timeout 20 "$bin" "$@"; }
 
 fail() {
@@ -80,8 +80,8 @@ for i in $(seq 1 "$iterations"); do
     gc) run_and_kill "$bin" gc >/dev/null 2>&1; st=$? ;;
     compact) run_and_kill "$bin" compact >/dev/null 2>&1; st=$? ;;
     merge)
-      avfs vault fork c "f$i" >/dev/null 2>&1 && avfs --vault "f$i" write "/m$i" "merged $i" >/dev/null 2>&1
-      run_and_kill "$bin" --vault c merge "f$i" >/dev/null 2>&1; st=$?
+      avfs vault fork c "f$i" >/dev/null 2>&1 && avfs --workspace "f$i" write "/m$i" "merged $i" >/dev/null 2>&1
+      run_and_kill "$bin" --workspace c merge "f$i" >/dev/null 2>&1; st=$?
       ;;
     proxy)
       run_and_kill "$bin" proxy exec --shell "for n in 1 2 3 4 5 6 7 8; do echo \$n > p$i-\$n; done" >/dev/null 2>&1

@@ -11,21 +11,21 @@ run "$AVFS" vault create demo
 run "$AVFS" import "$src" /src
 run "$AVFS" checkpoint save imported -m "the project as imported"
 run "$AVFS" vault fork demo task-1
-run "$AVFS" --vault task-1 write src/NOTES.md "an agent's change, only in the fork"
-run "$AVFS" --vault task-1 rm -r src/cli
-run "$AVFS" --vault task-1 ls src
+run "$AVFS" --workspace task-1 write src/NOTES.md "an agent's change, only in the fork"
+run "$AVFS" --workspace task-1 rm -r src/cli
+run "$AVFS" --workspace task-1 ls src
 run "$AVFS" ls src
-run "$AVFS" --vault task-1 checkpoint save after-task
-run "$AVFS" --vault task-1 vault info
+run "$AVFS" --workspace task-1 checkpoint save after-task
+run "$AVFS" --workspace task-1 vault info
 run "$AVFS" write src/lib.rs "oops"
 run "$AVFS" checkpoint restore imported
 run "$AVFS" --json stat src/lib.rs
 if [ -w /dev/fuse ] && [ "$(id -u)" = 0 ]; then
   # The agent-facing boundary: classify, checkpoint, mount, run, report exactly what changed.
-  run "$AVFS" --vault task-1 proxy exec --shell 'grep -c fn src/lib.rs; echo "// agent was here" >> src/lib.rs'
-  run "$AVFS" --vault task-1 proxy exec --shell 'rm -rf /' || echo "(denied, exit $?)"
-  run "$AVFS" --vault task-1 rollback
-  run "$AVFS" --vault task-1 diff after-task --name-status
+  run "$AVFS" --workspace task-1 proxy exec --shell 'grep -c fn src/lib.rs; echo "// agent was here" >> src/lib.rs'
+  run "$AVFS" --workspace task-1 proxy exec --shell 'rm -rf /' || echo "(denied, exit $?)"
+  run "$AVFS" --workspace task-1 rollback
+  run "$AVFS" --workspace task-1 diff after-task --name-status
 else
   echo "(skipping the proxy steps: they mount a FUSE file system and need root and /dev/fuse)"
 fi

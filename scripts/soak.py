@@ -30,6 +30,7 @@ BIN = os.path.abspath(os.environ.get("AVFS_BIN", os.path.join(ROOT, "target/debu
 
 def avfs(home, *args, check=True):
     env = dict(os.environ, AVFS_HOME=home, AVFS_ACTOR="soak")
+    env.pop("AVFS_WORKSPACE", None)
     env.pop("AVFS_VAULT", None)
     out = subprocess.run([BIN, "--json", *args], env=env, capture_output=True, text=True, timeout=120)
     doc = json.loads(out.stdout) if out.stdout.strip() else {"ok": False, "error": {"kind": "no output", "message": out.stderr}}
@@ -77,7 +78,7 @@ class Agent(threading.Thread):
         if self.session:
             args += ["--session", self.session]
         else:
-            args += ["--vault", self.fork]
+            args += ["--workspace", self.fork]
         return avfs(self.home, *args, "--shell", shell, check=False)
 
     def run(self):
@@ -109,7 +110,7 @@ class Agent(threading.Thread):
                 return
             exec_id, added, deleted = self.last
             with self.lock:
-                doc = avfs(self.home, "--vault", self.fork, "rollback", str(exec_id), check=False)
+                doc = avfs(self.home, "--workspace", self.fork, "rollback", str(exec_id), check=False)
                 if doc["ok"]:
                     for p in added:
                         model.discard(p)
@@ -181,7 +182,7 @@ def main():
         avfs(home, "session", "stop", s)
     # Every fork holds exactly what its agents' commands left.
     for f in forks:
-        found = avfs(home, "--vault", f, "find", "a*", "/", "--type", "f")["data"]
+        found = avfs(home, "--workspace", f, "find", "a*", "/", "--type", "f")["data"]
         have = {e["path"] for e in found if e["path"].count("/") == 1}
         if have != models[f]:
             problems.append(f"fork {f}: missing {sorted(models[f] - have)[:5]}, stray {sorted(have - models[f])[:5]}")
@@ -189,7 +190,7 @@ def main():
         doc = avfs(home, "merge", f, "--into", "main", "--strategy", "theirs", check=False)
         if not doc["ok"]:
             problems.append(f"merge {f}: {doc['error']}")
-    main_files = {e["path"] for e in avfs(home, "--vault", "main", "find", "a*", "/", "--type", "f")["data"] if e["path"].count("/") == 1}
+    main_files = {e["path"] for e in avfs(home, "--workspace", "main", "find", "a*", "/", "--type", "f")["data"] if e["path"].count("/") == 1}
     want = set().union(*models.values())
     if main_files != want:
         problems.append(f"main after merges: missing {sorted(want - main_files)[:5]}, stray {sorted(main_files - want)[:5]}")

@@ -111,5 +111,5 @@ cp npm/test/*.mjs "$project/test/"
 cp -r npm/test/typecheck "$project/test/"
 cp schema/avfs.schema.json "$project/test/"
 cd "$project"
-unset AVFS_BIN AVFS_VAULT AVFS_HOME
+unset AVFS_BIN AVFS_WORKSPACE AVFS_VAULT AVFS_HOME
 node --test --test-reporter=spec test/*.test.mjs

@@ -44,7 +44,7 @@ fn main() {
     };
     let ctx = commands::Ctx {
         json: cli.json,
-        vault: cli.vault.clone(),
+        workspace: cli.selected_workspace(),
         service: WorkspaceService::new(Registry::from_env(), Actor::from_env("cli")),
     };
     let (name, result) = commands::run(&ctx, cli.command);

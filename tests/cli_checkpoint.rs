@@ -178,54 +178,61 @@ fn forks_are_isolated_in_both_directions() {
     env.write(f, "shared.txt", b"fork edit");
     env.write(f, "fork-only.txt", b"f");
     env.write(m, "main-only.txt", b"m");
-    env.data(&["--vault", "main-v", "rm", "-r", "dir"]);
+    env.data(&["--workspace", "main-v", "rm", "-r", "dir"]);
     assert_eq!(env.cat(m, "shared.txt"), b"shared v1");
     assert_eq!(env.cat(f, "shared.txt"), b"fork edit");
     env.err(
-        &["--vault", "main-v", "cat", "fork-only.txt"],
+        &["--workspace", "main-v", "cat", "fork-only.txt"],
         "path_not_found",
     );
     env.err(
-        &["--vault", "fork", "cat", "main-only.txt"],
+        &["--workspace", "fork", "cat", "main-only.txt"],
         "path_not_found",
     );
     assert_eq!(env.cat(f, "dir/keep.txt"), b"keep");
 
     // Checkpoints are per workspace and stay isolated too.
-    env.data(&["--vault", "fork", "checkpoint", "save", "fork-cp"]);
-    env.data(&["--vault", "main-v", "checkpoint", "save", "main-cp"]);
+    env.data(&["--workspace", "fork", "checkpoint", "save", "fork-cp"]);
+    env.data(&["--workspace", "main-v", "checkpoint", "save", "main-cp"]);
     assert_eq!(env.checkpoint_names(f), vec!["fork-cp"]);
     assert_eq!(env.checkpoint_names(m), vec!["base", "main-cp"]);
     env.err(
-        &["--vault", "fork", "checkpoint", "restore", "main-cp"],
+        &["--workspace", "fork", "checkpoint", "restore", "main-cp"],
         "checkpoint_not_found",
     );
     env.err(
-        &["--vault", "main-v", "cat", "shared.txt", "--at", "fork-cp"],
+        &[
+            "--workspace",
+            "main-v",
+            "cat",
+            "shared.txt",
+            "--at",
+            "fork-cp",
+        ],
         "checkpoint_not_found",
     );
     env.write(f, "shared.txt", b"fork edit 2");
     env.write(m, "shared.txt", b"main edit 2");
-    env.data(&["--vault", "fork", "checkpoint", "save", "fork-cp2"]);
-    env.data(&["--vault", "main-v", "checkpoint", "save", "main-cp2"]);
+    env.data(&["--workspace", "fork", "checkpoint", "save", "fork-cp2"]);
+    env.data(&["--workspace", "main-v", "checkpoint", "save", "main-cp2"]);
     assert_eq!(env.cat(m, "shared.txt"), b"main edit 2");
     assert_eq!(env.cat(f, "shared.txt"), b"fork edit 2");
 
     // Restoring one side does not move the other.
-    env.data(&["--vault", "fork", "checkpoint", "restore", "fork-cp"]);
+    env.data(&["--workspace", "fork", "checkpoint", "restore", "fork-cp"]);
     assert_eq!(env.cat(f, "shared.txt"), b"fork edit");
     assert_eq!(env.cat(m, "shared.txt"), b"main edit 2");
-    env.data(&["--vault", "main-v", "checkpoint", "restore", "base"]);
+    env.data(&["--workspace", "main-v", "checkpoint", "restore", "base"]);
     assert_eq!(env.cat(m, "shared.txt"), b"shared v1");
     assert_eq!(env.cat(m, "dir/keep.txt"), b"keep");
     assert_eq!(env.cat(f, "shared.txt"), b"fork edit");
     env.err(
-        &["--vault", "main-v", "cat", "fork-only.txt"],
+        &["--workspace", "main-v", "cat", "fork-only.txt"],
         "path_not_found",
     );
     assert_eq!(env.cat(f, "fork-only.txt"), b"f");
     env.err(
-        &["--vault", "fork", "cat", "main-only.txt"],
+        &["--workspace", "fork", "cat", "main-only.txt"],
         "path_not_found",
     );
 

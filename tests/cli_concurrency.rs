@@ -53,7 +53,14 @@ fn parallel_writers_into_one_vault_and_its_forks() {
                 format!("main {main_file}"),
                 spawn(
                     &env,
-                    &["--vault", "shared", "write", "-p", &main_file, &main_data],
+                    &[
+                        "--workspace",
+                        "shared",
+                        "write",
+                        "-p",
+                        &main_file,
+                        &main_data,
+                    ],
                 ),
             ));
             let fork = format!("fork{i}");
@@ -63,7 +70,7 @@ fn parallel_writers_into_one_vault_and_its_forks() {
                 format!("{fork} {fork_file}"),
                 spawn(
                     &env,
-                    &["--vault", &fork, "write", "-p", &fork_file, &fork_data],
+                    &["--workspace", &fork, "write", "-p", &fork_file, &fork_data],
                 ),
             ));
         }

@@ -29,7 +29,7 @@ fn verify(env: &TestEnv, expected: &Expect) {
                 assert_eq!(&env.files(v), files, "live state of {vault}");
             }
             Some(cp) => {
-                let found = env.data(&["--vault", vault, "ls", "--at", cp]);
+                let found = env.data(&["--workspace", vault, "ls", "--at", cp]);
                 assert!(found.is_array());
                 for (p, content) in files {
                     assert_eq!(
@@ -42,7 +42,7 @@ fn verify(env: &TestEnv, expected: &Expect) {
                 let tmp = tempfile::tempdir_in(&env.work).unwrap();
                 let out = tmp.path().join("out");
                 env.data(&[
-                    "--vault",
+                    "--workspace",
                     vault,
                     "export",
                     "/",
@@ -79,7 +79,7 @@ fn gc_keeps_everything_a_fork_or_checkpoint_needs() {
 
     // The old fork moves on; its checkpoint keeps an intermediate state.
     env.write(Some("old"), "a.txt", b"old-a");
-    env.data(&["--vault", "old", "checkpoint", "save", "old-c"]);
+    env.data(&["--workspace", "old", "checkpoint", "save", "old-c"]);
     env.write(Some("old"), "dir/b.txt", b"old-b-uncheckpointed");
 
     // main drops c1 (the old fork still stands on it) and rewrites everything.
@@ -93,8 +93,8 @@ fn gc_keeps_everything_a_fork_or_checkpoint_needs() {
 
     // The live fork: delete a checkpoint of its own after changing things.
     env.write(Some("live"), "dir/b.txt", b"live-b");
-    env.data(&["--vault", "live", "checkpoint", "save", "tmp"]);
-    env.data(&["--vault", "live", "checkpoint", "delete", "tmp"]);
+    env.data(&["--workspace", "live", "checkpoint", "save", "tmp"]);
+    env.data(&["--workspace", "live", "checkpoint", "delete", "tmp"]);
 
     let mut expected = Expect::new();
     expect(
@@ -179,13 +179,16 @@ fn gc_removes_garbage_but_keeps_what_undo_needs() {
     env.data(&["vault", "fork", "v", "scratch"]);
     let s = Some("scratch");
     for i in 0..5 {
-        env.data_in(&["--vault", "scratch", "write", "scratch.bin"], &version(i));
+        env.data_in(
+            &["--workspace", "scratch", "write", "scratch.bin"],
+            &version(i),
+        );
     }
     // gc keeps what undo needs.
     env.data(&["gc"]);
-    env.data(&["--vault", "scratch", "undo"]);
+    env.data(&["--workspace", "scratch", "undo"]);
     assert_eq!(env.cat(s, "scratch.bin"), version(3));
-    env.data(&["--vault", "scratch", "redo"]);
+    env.data(&["--workspace", "scratch", "redo"]);
     assert_eq!(env.cat(s, "scratch.bin"), version(4));
     assert_eq!(env.data(&["vault", "check"])["ok"], true);
 
@@ -257,7 +260,7 @@ fn compact_reclaims_space_and_keeps_data() {
     env.data(&["vault", "fork", "v", "churn"]);
     for i in 0..4 {
         env.data_in(
-            &["--vault", "churn", "write", "churn.bin"],
+            &["--workspace", "churn", "write", "churn.bin"],
             &common::random_bytes(300 + i, 400 * 1024),
         );
     }
@@ -301,7 +304,7 @@ fn stats_add_up_across_forks_and_dedup() {
     env.data(&["checkpoint", "save", "c"]);
     env.data(&["vault", "fork", "v", "f1"]);
     env.data(&["vault", "fork", "v", "f2"]);
-    env.data(&["--vault", "f1", "checkpoint", "save", "fc"]);
+    env.data(&["--workspace", "f1", "checkpoint", "save", "fc"]);
     let s = env.stats(None);
     assert_eq!(s["workspaces"], 3);
     assert_eq!(s["checkpoints"], 2);

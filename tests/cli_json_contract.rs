@@ -87,8 +87,8 @@ fn every_command_in_the_schema_is_exercised_and_valid() {
     let base = env.host("base-export");
     env.data(&["export", "/", base.to_str().unwrap()]);
     env.data(&["vault", "fork", "c", "feat"]);
-    env.data(&["--vault", "feat", "write", "feature.txt", "feature\n"]);
-    env.data(&["--vault", "feat", "apply", base.to_str().unwrap()]);
+    env.data(&["--workspace", "feat", "write", "feature.txt", "feature\n"]);
+    env.data(&["--workspace", "feat", "apply", base.to_str().unwrap()]);
     env.data(&["merge", "feat"]);
     env.data(&["prune", "--keep-last", "100"]);
 

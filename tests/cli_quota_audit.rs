@@ -57,7 +57,10 @@ fn quota_show_and_set() {
     // Quotas are visible in vault info and shared by the vault's forks.
     assert_eq!(env.data(&["vault", "info"])["quota"], quota(&env));
     env.data(&["vault", "fork", "v", "f"]);
-    assert_eq!(env.data(&["--vault", "f", "quota", "show"]), quota(&env));
+    assert_eq!(
+        env.data(&["--workspace", "f", "quota", "show"]),
+        quota(&env)
+    );
     env.data(&[
         "quota",
         "set",
@@ -292,7 +295,7 @@ fn audit_records_actor_limit_and_since() {
     // Forks are audited under their own name, in the same vault log.
     env.data(&["vault", "fork", "v", "f"]);
     env.data_env(
-        &["--vault", "f", "write", "x", "y"],
+        &["--workspace", "f", "write", "x", "y"],
         &[("AVFS_ACTOR", "carol")],
     );
     let latest = &env.audit(None, 1)[0];

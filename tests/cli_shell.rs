@@ -72,7 +72,7 @@ fn the_shell_runs_commands_relative_to_its_cwd() {
     // `use` switched vaults: the fork's file is only in the fork.
     assert!(out.ends_with("src/\n"), "{out}");
     let side = avfs(home.path())
-        .args(["--vault", "side", "cat", "/only-side.txt"])
+        .args(["--workspace", "side", "cat", "/only-side.txt"])
         .output()
         .unwrap();
     assert!(side.status.success());

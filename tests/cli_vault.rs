@@ -159,8 +159,8 @@ fn delete_requires_yes_and_removes_vault_with_its_forks() {
         assert!(!std::path::Path::new(&p).exists(), "{p:?} left behind");
     }
     assert_eq!(list(&env), vec![("keeper".into(), "main".into(), false)]);
-    env.err(&["--vault", "doomed", "ls"], "vault_not_found");
-    env.err(&["--vault", "doomed-fork", "ls"], "vault_not_found");
+    env.err(&["--workspace", "doomed", "ls"], "vault_not_found");
+    env.err(&["--workspace", "doomed-fork", "ls"], "vault_not_found");
     // It was current; now nothing is.
     env.err(&["ls"], "no_vault_selected");
     env.err(&["vault", "delete", "doomed", "--yes"], "vault_not_found");
@@ -180,7 +180,7 @@ fn delete_a_fork_keeps_the_vault() {
     assert!(env.vault_file("v").is_file());
     assert_eq!(env.cat(Some("v"), "f"), b"main");
     assert_eq!(list(&env), vec![("v".into(), "main".into(), true)]);
-    env.err(&["--vault", "f1", "ls"], "vault_not_found");
+    env.err(&["--workspace", "f1", "ls"], "vault_not_found");
     let forks = env.data(&["vault", "info", "v"])["forks"].clone();
     assert_eq!(forks, json!([]));
 }
@@ -235,7 +235,7 @@ fn fork_live_at_checkpoint_and_use() {
         &["vault", "fork", "proj", "ghost", "--at", "nope"],
         "checkpoint_not_found",
     );
-    env.err(&["--vault", "ghost", "ls"], "vault_not_found");
+    env.err(&["--workspace", "ghost", "ls"], "vault_not_found");
     env.err(&["vault", "fork", "proj", "live"], "already_exists");
     env.err(&["vault", "fork", "proj", "bad name"], "invalid_name");
     env.err(&["vault", "fork", "nosuch", "x"], "vault_not_found");
@@ -258,40 +258,41 @@ fn selection_precedence_flag_env_current() {
         doc["content"].as_str().unwrap().to_string()
     };
     assert_eq!(which(&[], &[]), "cur");
-    assert_eq!(which(&[], &[("AVFS_VAULT", "byenv")]), "env");
-    assert_eq!(which(&["--vault", "byflag"], &[]), "flag");
+    assert_eq!(which(&[], &[("AVFS_WORKSPACE", "byenv")]), "env");
+    assert_eq!(which(&["--workspace", "byflag"], &[]), "flag");
+    assert_eq!(which(&["-w", "byflag"], &[]), "flag");
     assert_eq!(
-        which(&["--vault", "byflag"], &[("AVFS_VAULT", "byenv")]),
+        which(&["--workspace", "byflag"], &[("AVFS_WORKSPACE", "byenv")]),
         "flag"
     );
 
     // A path selects that file's main workspace, by flag or by env.
     let path = env.vault_file("byflag");
     let p = path.to_str().unwrap();
-    assert_eq!(which(&["--vault", p], &[]), "flag");
-    assert_eq!(which(&[], &[("AVFS_VAULT", p)]), "flag");
+    assert_eq!(which(&["--workspace", p], &[]), "flag");
+    assert_eq!(which(&[], &[("AVFS_WORKSPACE", p)]), "flag");
     // A relative path works from the working directory.
     let rel = env.host("rel.avfs");
     fs::copy(&path, &rel).unwrap();
-    assert_eq!(which(&["--vault", "rel.avfs"], &[]), "flag");
-    assert_eq!(which(&["--vault", "./rel.avfs"], &[]), "flag");
+    assert_eq!(which(&["--workspace", "rel.avfs"], &[]), "flag");
+    assert_eq!(which(&["--workspace", "./rel.avfs"], &[]), "flag");
 
     // A fork's name selects the fork; a path to the same file selects main.
     env.data(&["vault", "fork", "byflag", "fk"]);
     env.write(Some("fk"), "which", b"fork");
-    assert_eq!(which(&["--vault", "fk"], &[]), "fork");
-    assert_eq!(which(&["--vault", p], &[]), "flag");
+    assert_eq!(which(&["--workspace", "fk"], &[]), "fork");
+    assert_eq!(which(&["--workspace", p], &[]), "flag");
 
-    // An unknown name in AVFS_VAULT is an error, not a silent fallback to the current vault.
+    // An unknown name in AVFS_WORKSPACE is an error, not a silent fallback to the current one.
     env.err_env(
         &["cat", "which"],
-        &[("AVFS_VAULT", "nosuch")],
+        &[("AVFS_WORKSPACE", "nosuch")],
         "vault_not_found",
     );
     // A path that does not exist.
     let missing = env.host("missing.avfs");
     env.err(
-        &["--vault", missing.to_str().unwrap(), "ls"],
+        &["--workspace", missing.to_str().unwrap(), "ls"],
         "vault_not_found",
     );
     assert!(
@@ -301,13 +302,56 @@ fn selection_precedence_flag_env_current() {
 }
 
 #[test]
+fn old_spellings_select_a_workspace_too() {
+    // `--vault` and $AVFS_VAULT came before `--workspace` and $AVFS_WORKSPACE; scripts
+    // written for them keep working, and the new spellings win where both are given.
+    let env = TestEnv::new();
+    for name in ["cur", "old", "new"] {
+        env.create_vault(name);
+        env.write(Some(name), "which", name.as_bytes());
+    }
+    env.data(&["vault", "use", "cur"]);
+    let which = |args: &[&str], envs: &[(&str, &str)]| {
+        let mut full = args.to_vec();
+        full.extend_from_slice(&["cat", "which"]);
+        let doc = env.data_env(&full, envs);
+        doc["content"].as_str().unwrap().to_string()
+    };
+    assert_eq!(which(&["--vault", "old"], &[]), "old");
+    assert_eq!(which(&[], &[("AVFS_VAULT", "old")]), "old");
+    assert_eq!(
+        which(&[], &[("AVFS_VAULT", "old"), ("AVFS_WORKSPACE", "new")]),
+        "new"
+    );
+    assert_eq!(
+        which(&["--vault", "old"], &[("AVFS_WORKSPACE", "new")]),
+        "old"
+    );
+    assert_eq!(
+        which(&["--workspace", "new"], &[("AVFS_VAULT", "old")]),
+        "new"
+    );
+    // An unknown name in the old variable is an error too, not the current workspace.
+    env.err_env(
+        &["cat", "which"],
+        &[("AVFS_VAULT", "nosuch")],
+        "vault_not_found",
+    );
+    // The old option is accepted, not advertised.
+    env.avfs(&["--help"])
+        .success()
+        .stdout(predicate::str::contains("--workspace"))
+        .stdout(predicate::str::contains("--vault").not());
+}
+
+#[test]
 fn typo_gets_suggestions() {
     let env = TestEnv::with_vault("project");
     env.create_vault("zebra");
-    let e = env.err(&["--vault", "projct", "ls"], "vault_not_found");
+    let e = env.err(&["--workspace", "projct", "ls"], "vault_not_found");
     assert_eq!(e["details"]["name"], "projct");
     assert_eq!(e["details"]["suggestions"], json!(["project"]));
-    env.avfs(&["--vault", "projct", "ls"])
+    env.avfs(&["--workspace", "projct", "ls"])
         .code(3)
         .stdout(predicate::str::is_empty())
         .stderr(predicate::str::contains("did you mean project"));
@@ -333,6 +377,9 @@ fn no_vault_selected() {
     }
     env.avfs(&["ls"])
         .code(3)
+        .stderr(predicate::str::contains(
+            "no workspace selected: pass --workspace",
+        ))
         .stderr(predicate::str::contains("vault use"));
     // Nothing was created by trying.
     assert!(!env.home.join("vaults").exists());
@@ -345,13 +392,13 @@ fn non_sqlite_file_is_not_a_vault() {
     let bytes = common::random_bytes(3, 8192);
     fs::write(&junk, &bytes).unwrap();
     let p = junk.to_str().unwrap();
-    let e = env.err(&["--vault", p, "ls"], "not_a_vault");
+    let e = env.err(&["--workspace", p, "ls"], "not_a_vault");
     assert_eq!(e["details"]["path"], json!(junk.canonicalize().unwrap()));
-    env.avfs(&["--vault", p, "ls"])
+    env.avfs(&["--workspace", p, "ls"])
         .code(7)
         .stderr(predicate::str::contains("not an agentvfs vault"));
-    env.err(&["--vault", p, "write", "x", "y"], "not_a_vault");
-    env.err(&["--vault", p, "vault", "check"], "not_a_vault");
+    env.err(&["--workspace", p, "write", "x", "y"], "not_a_vault");
+    env.err(&["--workspace", p, "vault", "check"], "not_a_vault");
     assert_eq!(
         fs::read(&junk).unwrap(),
         bytes,
@@ -360,7 +407,10 @@ fn non_sqlite_file_is_not_a_vault() {
     // An empty file is not a vault either.
     let empty = env.host("empty.avfs");
     fs::write(&empty, b"").unwrap();
-    env.err(&["--vault", empty.to_str().unwrap(), "ls"], "not_a_vault");
+    env.err(
+        &["--workspace", empty.to_str().unwrap(), "ls"],
+        "not_a_vault",
+    );
 }
 
 fn foreign_sqlite(env: &TestEnv) -> std::path::PathBuf {
@@ -377,7 +427,7 @@ fn sqlite_file_that_is_not_a_vault() {
     let env = TestEnv::new();
     let db = foreign_sqlite(&env);
     let p = db.to_str().unwrap();
-    let e = env.err(&["--vault", p, "ls"], "not_a_vault");
+    let e = env.err(&["--workspace", p, "ls"], "not_a_vault");
     assert!(
         e["details"]["reason"]
             .as_str()
@@ -385,8 +435,8 @@ fn sqlite_file_that_is_not_a_vault() {
             .contains("application id"),
         "{e:#}"
     );
-    env.err(&["--vault", p, "write", "x", "y"], "not_a_vault");
-    env.err(&["--vault", p, "checkpoint", "save"], "not_a_vault");
+    env.err(&["--workspace", p, "write", "x", "y"], "not_a_vault");
+    env.err(&["--workspace", p, "checkpoint", "save"], "not_a_vault");
     // Its tables were not touched (no vault schema migrated into it).
     let conn = rusqlite::Connection::open(&db).unwrap();
     let tables: Vec<String> = conn
@@ -411,7 +461,7 @@ fn foreign_sqlite_file_is_left_byte_identical() {
     let env = TestEnv::new();
     let db = foreign_sqlite(&env);
     let before = fs::read(&db).unwrap();
-    env.err(&["--vault", db.to_str().unwrap(), "ls"], "not_a_vault");
+    env.err(&["--workspace", db.to_str().unwrap(), "ls"], "not_a_vault");
     assert!(
         fs::read(&db).unwrap() == before,
         "opening a foreign SQLite file modified it"
@@ -424,7 +474,10 @@ fn foreign_sqlite_file_is_left_byte_identical() {
     // An empty file named like a vault stays empty too.
     let empty = env.host("empty.avfs");
     fs::write(&empty, b"").unwrap();
-    env.err(&["--vault", empty.to_str().unwrap(), "ls"], "not_a_vault");
+    env.err(
+        &["--workspace", empty.to_str().unwrap(), "ls"],
+        "not_a_vault",
+    );
     assert_eq!(
         fs::read(&empty).unwrap().len(),
         0,
@@ -468,7 +521,7 @@ fn newer_format_is_unsupported() {
     }
     let p = env.vault_file("v");
     env.err(
-        &["--vault", p.to_str().unwrap(), "ls"],
+        &["--workspace", p.to_str().unwrap(), "ls"],
         "unsupported_format",
     );
     env.avfs(&["cat", "f"])

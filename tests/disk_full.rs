@@ -51,6 +51,7 @@ fn avfs(home: &Path, args: &[&str], stdin: Option<&Path>) -> Output {
     let mut c = Command::new(common::BIN);
     c.args(args)
         .env("AVFS_HOME", home)
+        .env_remove("AVFS_WORKSPACE")
         .env_remove("AVFS_VAULT")
         .current_dir(home.parent().unwrap_or(home));
     if let Some(f) = stdin {

@@ -1,7 +1,7 @@
 //! `avfs apply` and `export --changes` through the real binary, round trips through a real
 //! git checkout: renames, symlinks, type changes, dry runs, host changes since import.
-//! Every command runs with its own `$AVFS_HOME` and without `$AVFS_VAULT`; every `--json`
-//! document is checked against the committed schema.
+//! Every command runs with its own `$AVFS_HOME` and without `$AVFS_WORKSPACE` or
+//! `$AVFS_VAULT`; every `--json` document is checked against the committed schema.
 
 mod common;
 

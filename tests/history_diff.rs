@@ -1,7 +1,7 @@
 //! `avfs diff` through the real binary: name-status, stat, patch (applied with `git apply`)
 //! and JSON, between checkpoints, live states and forks; and the history commands' schemas.
-//! Every command runs with its own `$AVFS_HOME` and without `$AVFS_VAULT`; every `--json`
-//! document is checked against the committed schema.
+//! Every command runs with its own `$AVFS_HOME` and without `$AVFS_WORKSPACE` or
+//! `$AVFS_VAULT`; every `--json` document is checked against the committed schema.
 
 mod common;
 

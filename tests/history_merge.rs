@@ -1,7 +1,7 @@
 //! `avfs merge` through the real binary: clean, text-merged, conflicting and binary
 //! merges, the ours/theirs strategies, dry runs, and undo of a merge.
-//! Every command runs with its own `$AVFS_HOME` and without `$AVFS_VAULT`; every `--json`
-//! document is checked against the committed schema.
+//! Every command runs with its own `$AVFS_HOME` and without `$AVFS_WORKSPACE` or
+//! `$AVFS_VAULT`; every `--json` document is checked against the committed schema.
 
 mod common;
 

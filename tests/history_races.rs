@@ -38,6 +38,7 @@ fn undo_racing_writers_undoes_exactly_one_change_each() {
                 for i in 0..EACH {
                     let out = Command::new(common::BIN)
                         .env("AVFS_HOME", &home)
+                        .env_remove("AVFS_WORKSPACE")
                         .env_remove("AVFS_VAULT")
                         .current_dir(&work)
                         .args(["--json", "write", &format!("/w{w}-{i}.txt"), "x"])

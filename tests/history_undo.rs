@@ -1,7 +1,7 @@
 //! The op log through the real binary: `undo`, `redo`, `op restore`, and `prune` of old
 //! checkpoints and operations.
-//! Every command runs with its own `$AVFS_HOME` and without `$AVFS_VAULT`; every `--json`
-//! document is checked against the committed schema.
+//! Every command runs with its own `$AVFS_HOME` and without `$AVFS_WORKSPACE` or
+//! `$AVFS_VAULT`; every `--json` document is checked against the committed schema.
 
 mod common;
 

@@ -20,6 +20,7 @@ fn avfs_umask(mask: &str, home: &Path, args: &[&str]) -> Output {
         .args(args)
         .env("AVFS_HOME", home)
         .env("AVFS_ACTOR", "test")
+        .env_remove("AVFS_WORKSPACE")
         .env_remove("AVFS_VAULT")
         .output()
         .expect("run avfs")

@@ -198,7 +198,7 @@ fn changed_paths(changes: &Value) -> Vec<(String, String)> {
 fn a_session_drives_files_checkpoints_exec_rollback_fork_and_merge() {
     let home = tempfile::tempdir().unwrap();
     avfs(home.path(), &["vault", "create", "proj"]);
-    let mut c = Client::start(home.path(), &["mcp", "--vault", "proj"]);
+    let mut c = Client::start(home.path(), &["mcp", "--workspace", "proj"]);
 
     let init = c.initialize();
     assert_eq!(init["serverInfo"]["name"], "avfs", "{init}");
@@ -213,9 +213,11 @@ fn a_session_drives_files_checkpoints_exec_rollback_fork_and_merge() {
         let schema = &t["inputSchema"];
         assert_eq!(schema["type"], "object", "{t}");
         assert!(
-            schema["properties"]["vault"].is_object(),
-            "no vault arg: {t}"
+            schema["properties"]["workspace"].is_object(),
+            "no workspace arg: {t}"
         );
+        // `vault` is the old name, still accepted but not advertised.
+        assert!(schema["properties"]["vault"].is_null(), "{t}");
         assert!(
             t["description"].as_str().is_some_and(|d| d.len() > 20),
             "{t}"
@@ -276,7 +278,7 @@ fn a_session_drives_files_checkpoints_exec_rollback_fork_and_merge() {
     );
 
     // Same JSON as the CLI's --json data.
-    assert_eq!(listed, avfs(home.path(), &["--vault", "proj", "ls"]));
+    assert_eq!(listed, avfs(home.path(), &["--workspace", "proj", "ls"]));
 
     let cp = c.ok(
         "checkpoint",
@@ -297,7 +299,7 @@ fn a_session_drives_files_checkpoints_exec_rollback_fork_and_merge() {
     assert_eq!(both["kind"], "invalid_argument", "{both}");
     let missing = c.err(
         "read_file",
-        json!({ "path": "src/hello.txt", "vault": "nope" }),
+        json!({ "path": "src/hello.txt", "workspace": "nope" }),
     );
     assert_eq!(missing["kind"], "vault_not_found", "{missing}");
     assert_eq!(missing["details"]["name"], "nope", "{missing}");
@@ -350,15 +352,25 @@ fn a_session_drives_files_checkpoints_exec_rollback_fork_and_merge() {
         assert_eq!(gone["kind"], "path_not_found", "{gone}");
     }
 
-    // A fork, changed through the per-call vault, merged back into its parent.
+    // A fork, changed through the per-call workspace, merged back into its parent.
     let fork = c.ok("fork", json!({ "name": "task-1" }));
     assert_eq!(fork["target"]["name"], "task-1", "{fork}");
     c.ok(
         "write_file",
-        json!({ "path": "src/feature.txt", "content": "new\n", "vault": "task-1" }),
+        json!({ "path": "src/feature.txt", "content": "new\n", "workspace": "task-1" }),
     );
     let err = c.err("read_file", json!({ "path": "src/feature.txt" }));
     assert_eq!(err["kind"], "path_not_found", "the fork is isolated: {err}");
+    // Clients written for the old parameter name `vault` keep working.
+    assert_eq!(
+        c.ok(
+            "read_file",
+            json!({ "path": "src/feature.txt", "vault": "task-1" })
+        )["content"],
+        "new\n"
+    );
+    let old = c.err("list_files", json!({ "path": "src", "vault": "nope" }));
+    assert_eq!(old["kind"], "vault_not_found", "{old}");
     let merged = c.ok("merge", json!({ "fork": "task-1" }));
     assert_eq!(merged["applied"], true, "{merged}");
     assert_eq!(
@@ -381,7 +393,10 @@ fn a_session_drives_files_checkpoints_exec_rollback_fork_and_merge() {
     c.finish();
 
     // The audit log records who did it.
-    let audit = avfs(home.path(), &["--vault", "proj", "audit", "--limit", "1"]);
+    let audit = avfs(
+        home.path(),
+        &["--workspace", "proj", "audit", "--limit", "1"],
+    );
     assert_eq!(audit[0]["source"], "mcp", "{audit}");
 }
 
@@ -424,7 +439,7 @@ fn the_server_policy_decides_every_exec() {
     .unwrap();
     let args = [
         "mcp",
-        "--vault",
+        "--workspace",
         "proj",
         "--policy",
         policy.to_str().unwrap(),
@@ -477,7 +492,7 @@ fn secrets_do_not_reach_the_agent_through_mcp() {
     );
     // A hard link made by a person: its other name is the secret's content too.
     avfs(home.path(), &["ln", ".env", "innocent.txt"]);
-    let mut c = Client::start(home.path(), &["mcp", "--vault", "s"]);
+    let mut c = Client::start(home.path(), &["mcp", "--workspace", "s"]);
     c.initialize();
     for path in [
         ".env",
@@ -519,6 +534,7 @@ fn secrets_do_not_reach_the_agent_through_mcp() {
         let out = Command::new(env!("CARGO_BIN_EXE_avfs"))
             .args(args)
             .env("AVFS_HOME", home.path())
+            .env_remove("AVFS_WORKSPACE")
             .env_remove("AVFS_VAULT")
             .output()
             .unwrap();

@@ -19,13 +19,13 @@ fn hard_links_made_in_the_mount_are_kept_in_the_vault() {
     m.sh("printf 'one\\n' > a && ln a b && printf 'two\\n' >> b && mkdir sub && ln b sub/c");
     m.unmount();
     let stat = |p: &str| -> serde_json::Value {
-        let out = common::mount::ok(m.avfs(&["--vault", "hardlinks", "--json", "stat", p]));
+        let out = common::mount::ok(m.avfs(&["--workspace", "hardlinks", "--json", "stat", p]));
         serde_json::from_str::<serde_json::Value>(&out).unwrap()["data"].clone()
     };
     for p in ["a", "b", "sub/c"] {
         assert_eq!(stat(p)["nlink"], 3, "{p}");
     }
-    let cat = common::mount::ok(m.avfs(&["--vault", "hardlinks", "cat", "sub/c"]));
+    let cat = common::mount::ok(m.avfs(&["--workspace", "hardlinks", "cat", "sub/c"]));
     assert_eq!(cat, "one\ntwo\n");
 
     // Mounted again: one inode number for every name.
@@ -85,7 +85,7 @@ fn special_files_and_links_to_every_kind_are_kept() {
 
     // In the vault, and mounted again.
     let stat = |vault: &str, p: &str| -> serde_json::Value {
-        let out = common::mount::ok(m.avfs(&["--vault", vault, "--json", "stat", p]));
+        let out = common::mount::ok(m.avfs(&["--workspace", vault, "--json", "stat", p]));
         serde_json::from_str::<serde_json::Value>(&out).unwrap()["data"].clone()
     };
     let b = stat("special", "b1.2");
@@ -96,7 +96,7 @@ fn special_files_and_links_to_every_kind_are_kept() {
     assert_eq!(b["device"], serde_json::json!({"major": 7, "minor": 5}));
     assert_eq!(stat("special", "sock")["type"], "socket");
     assert_eq!(stat("special", "sl")["target"], "target");
-    common::mount::ok(m.avfs(&["--vault", "special", "vault", "check"]));
+    common::mount::ok(m.avfs(&["--workspace", "special", "vault", "check"]));
     common::mount::ok(m.avfs(&["mount", "special", m.dir.to_str().unwrap()]));
     assert_eq!(m.sh(shown), want);
     for n in ["c1", "b1", "p1", "sl", "sock"] {
@@ -106,14 +106,14 @@ fn special_files_and_links_to_every_kind_are_kept() {
     m.sh("rm c1.2 sl");
     assert_eq!(m.sh("stat -c '%n %h' c1 sl.2"), "c1 1\nsl.2 1\n");
     m.unmount();
-    common::mount::ok(m.avfs(&["--vault", "special", "vault", "check"]));
+    common::mount::ok(m.avfs(&["--workspace", "special", "vault", "check"]));
 
     // Export with --devices makes them on the host, hard links included; import brings
     // them back.
     let host = tempfile::tempdir().unwrap();
     let out = host.path().join("x");
     common::mount::ok(m.avfs(&[
-        "--vault",
+        "--workspace",
         "special",
         "export",
         "--devices",
@@ -136,7 +136,7 @@ fn special_files_and_links_to_every_kind_are_kept() {
          sl.2 symbolic link 0:0 1\n"
     );
     common::mount::ok(m.avfs(&["vault", "create", "back"]));
-    common::mount::ok(m.avfs(&["--vault", "back", "import", out.to_str().unwrap(), "/"]));
+    common::mount::ok(m.avfs(&["--workspace", "back", "import", out.to_str().unwrap(), "/"]));
     let p = stat("back", "p1.2");
     assert_eq!(
         (p["type"].as_str(), p["nlink"].as_u64()),
@@ -146,7 +146,7 @@ fn special_files_and_links_to_every_kind_are_kept() {
         stat("back", "c1")["device"],
         serde_json::json!({"major": 1, "minor": 3})
     );
-    common::mount::ok(m.avfs(&["--vault", "back", "vault", "check"]));
+    common::mount::ok(m.avfs(&["--workspace", "back", "vault", "check"]));
 }
 
 fn libc_eacces() -> i32 {
@@ -180,15 +180,15 @@ fn apply_carries_a_mode_change_of_a_socket_or_device() {
     .expect("mknod on the host (the suite runs as root)");
     fs::set_permissions(host.join("dev"), fs::Permissions::from_mode(0o644)).unwrap();
     run(&["vault", "create", "v"]);
-    run(&["--vault", "v", "import", host.to_str().unwrap(), "/"]);
+    run(&["--workspace", "v", "import", host.to_str().unwrap(), "/"]);
     run(&["vault", "fork", "v", "task"]);
     for n in &names {
-        run(&["--vault", "task", "chmod", "600", &format!("/{n}")]);
+        run(&["--workspace", "task", "chmod", "600", &format!("/{n}")]);
     }
     let mode = |n: &str| fs::symlink_metadata(host.join(n)).unwrap().mode() & 0o7777;
     // Without --devices the device is left alone and listed as skipped.
     let out = run(&[
-        "--vault",
+        "--workspace",
         "task",
         "--json",
         "apply",
@@ -205,7 +205,7 @@ fn apply_carries_a_mode_change_of_a_socket_or_device() {
         serde_json::json!(["/f", "/sock"])
     );
     let out = run(&[
-        "--vault",
+        "--workspace",
         "task",
         "--json",
         "apply",
@@ -240,7 +240,7 @@ fn export_does_not_turn_an_agent_made_device_into_an_open_host_device() {
     let host = tempfile::tempdir().unwrap();
     let out = host.path().join("x");
     let report = common::mount::ok(m.avfs(&[
-        "--vault",
+        "--workspace",
         "devexport",
         "--json",
         "export",

@@ -32,10 +32,10 @@ fn git_workflow_is_clean() {
     assert_eq!(mode & 0o111, 0o111);
     m.unmount();
     // After unmount the vault holds the repository, and the session is one op-log entry.
-    let ls = ok(m.avfs(&["--vault", "git", "ls", "-a", "/"]));
+    let ls = ok(m.avfs(&["--workspace", "git", "ls", "-a", "/"]));
     assert!(ls.contains(".git/") && ls.contains("c.txt"), "{ls}");
     let ops: serde_json::Value =
-        serde_json::from_str(&ok(m.avfs(&["--vault", "git", "--json", "op", "log"]))).unwrap();
+        serde_json::from_str(&ok(m.avfs(&["--workspace", "git", "--json", "op", "log"]))).unwrap();
     let mounts = ops["data"]
         .as_array()
         .unwrap()
@@ -167,7 +167,7 @@ fn editor_style_atomic_save() {
     assert!(!tmp.exists());
     m.unmount();
     assert_eq!(
-        ok(m.avfs(&["--vault", "editor", "cat", "doc.txt"])),
+        ok(m.avfs(&["--workspace", "editor", "cat", "doc.txt"])),
         "v2 saved atomically"
     );
 }
@@ -233,15 +233,15 @@ fn two_forks_mounted_at_once_stay_isolated() {
     ok(avfs_in(h, &["unmount", d1.to_str().unwrap()]));
     ok(avfs_in(h, &["unmount", d2.to_str().unwrap()]));
     assert_eq!(
-        ok(avfs_in(h, &["--vault", "f1", "cat", "shared.txt"])),
+        ok(avfs_in(h, &["--workspace", "f1", "cat", "shared.txt"])),
         "from f1"
     );
     assert_eq!(
-        ok(avfs_in(h, &["--vault", "base", "cat", "shared.txt"])),
+        ok(avfs_in(h, &["--workspace", "base", "cat", "shared.txt"])),
         "parent changed"
     );
     assert!(
-        !avfs_in(h, &["--vault", "base", "cat", "only-f2"])
+        !avfs_in(h, &["--workspace", "base", "cat", "only-f2"])
             .status
             .success()
     );

@@ -448,15 +448,15 @@ fn a_custom_rule_overrides_the_default() {
 name = "allow-curl"
 program = "curl"
 action = "allow"
-category = "read_only"
+category = "readonly"
 reason = "our CI may fetch"
 examples = [{ command = "curl https://example.com", action = "allow" }]
 
 [[rule]]
-name = "tests-read-only"
+name = "tests-readonly"
 program = "cargo"
 subcommand = "test"
-action = "read_only"
+action = "readonly"
 
 [[rule]]
 name = "tmp-scratch"
@@ -506,6 +506,35 @@ interactive = "ask"
     // `builtin_rules = false` drops them.
     let bare = PolicyEngine::from_toml("builtin_rules = false\n").unwrap();
     assert_eq!(decide_in(&bare, "git push --force", "/").action, Ask);
+}
+
+#[test]
+fn the_old_read_only_spelling_still_loads() {
+    // Policy files written before `readonly` was one word: as an action, a category, an
+    // `[actions]` key and in an example. Decisions say `readonly` all the same.
+    let text = r#"
+examples = [{ command = "cat a", action = "read_only", category = "read_only" }]
+
+[actions]
+read_only = "read_only"
+
+[[rule]]
+name = "tests-on-a-readonly-mount"
+program = "cargo"
+subcommand = "test"
+action = "read_only"
+category = "read_only"
+"#;
+    let engine = PolicyEngine::from_toml(text).unwrap();
+    for cmd in ["cargo test", "cat a"] {
+        let d = decide_in(&engine, cmd, "/");
+        assert_eq!(d.action, Action::ReadOnly, "{cmd}");
+        assert_eq!(d.categories, vec![Ro], "{cmd}");
+        let json = serde_json::to_value(&d).unwrap();
+        assert_eq!(json["action"], "readonly", "{cmd}");
+        assert_eq!(json["categories"], serde_json::json!(["readonly"]), "{cmd}");
+    }
+    assert!(engine.test_examples().is_empty());
 }
 
 #[test]

@@ -167,6 +167,7 @@ fn secrets_are_hidden_and_secret_env_is_withheld() {
             "ls -a; cat .env; echo TOKEN=${GITHUB_TOKEN:-unset}",
         ])
         .env("AVFS_HOME", e.home.path())
+        .env_remove("AVFS_WORKSPACE")
         .env_remove("AVFS_VAULT")
         .env("GITHUB_TOKEN", "ghp_secret")
         .output()
@@ -185,24 +186,56 @@ fn secrets_are_hidden_and_secret_env_is_withheld() {
 }
 
 #[test]
-fn task_forks_are_created_on_first_use() {
+fn forks_are_created_on_first_use() {
     let Some(e) = Env::new() else { return };
     ok(e.avfs(&["write", "base.txt", "b"]));
     let (v, code) = e.exec(&[
         "--fork-from",
         "w",
-        "--task",
+        "--fork",
         "t1",
         "--shell",
         "echo work > out.txt",
     ]);
     assert_eq!(code, 0, "{v}");
     assert_eq!(v["data"]["request"]["fork"], "t1");
-    assert_eq!(ok(e.avfs(&["--vault", "t1", "cat", "out.txt"])), "work\n");
+    assert_eq!(
+        ok(e.avfs(&["--workspace", "t1", "cat", "out.txt"])),
+        "work\n"
+    );
     assert!(
-        !e.avfs(&["--vault", "w", "cat", "out.txt"]).status.success(),
+        !e.avfs(&["--workspace", "w", "cat", "out.txt"])
+            .status
+            .success(),
         "parent untouched"
     );
+    // The second run reuses the fork: it sees the first run's file.
+    let (v, code) = e.exec(&["--fork-from", "w", "--fork", "t1", "--", "cat", "out.txt"]);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["data"]["stdout"]["text"], "work\n");
+}
+
+#[test]
+fn the_old_task_option_names_the_fork_too() {
+    // `--task` was the spelling of `--fork` before it; scripts that use it keep working.
+    let Some(e) = Env::new() else { return };
+    let (v, code) = e.exec(&[
+        "--fork-from",
+        "w",
+        "--task",
+        "t2",
+        "--shell",
+        "echo old > out.txt",
+    ]);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["data"]["request"]["fork"], "t2");
+    assert_eq!(
+        ok(e.avfs(&["--workspace", "t2", "cat", "out.txt"])),
+        "old\n"
+    );
+    let help = ok(e.avfs(&["proxy", "exec", "--help"]));
+    assert!(help.contains("--fork <NAME>"), "{help}");
+    assert!(!help.contains("--task"), "{help}");
 }
 
 #[test]
@@ -210,7 +243,7 @@ fn readonly_runs_cannot_write() {
     let Some(e) = Env::new() else { return };
     let (v, code) = e.exec(&["--readonly", "--shell", "echo x > f.txt"]);
     assert_ne!(code, 0);
-    assert_eq!(v["data"]["request"]["mode"], "read_only");
+    assert_eq!(v["data"]["request"]["access"], "readonly");
     assert!(
         v["data"]["stderr"]["text"]
             .as_str()

@@ -74,7 +74,7 @@ impl Env {
     }
 
     fn ls(&self, fork: &str) -> Vec<String> {
-        let (v, code) = self.json(&["--vault", fork, "ls", "/"]);
+        let (v, code) = self.json(&["--workspace", fork, "ls", "/"]);
         assert_eq!(code, 0, "{v}");
         v["data"]
             .as_array()
@@ -124,7 +124,7 @@ fn commands_in_a_session_report_changes_and_roll_back_one_by_one() {
     // Each command is its own op-log entry: roll back only the second.
     let id = two["exec_id"].as_i64().unwrap().to_string();
     assert_ne!(one["exec_id"], two["exec_id"]);
-    let (v, code) = e.json(&["--vault", "task", "rollback", &id]);
+    let (v, code) = e.json(&["--workspace", "task", "rollback", &id]);
     assert_eq!(code, 0, "{v}");
     assert_eq!(e.ls("task"), vec!["a.txt", "one.txt"]);
     // The session sees the rolled-back state, not a stale cache of its own.
@@ -132,7 +132,7 @@ fn commands_in_a_session_report_changes_and_roll_back_one_by_one() {
     assert_eq!(code, 0, "{ls}");
     assert_eq!(ls["stdout"]["text"], "a.txt\none.txt\n");
     // A write from the CLI between commands is seen too, and not attributed to the session.
-    ok(e.avfs(&["--vault", "task", "write", "cli.txt", "from the cli\n"]));
+    ok(e.avfs(&["--workspace", "task", "write", "cli.txt", "from the cli\n"]));
     let (cat, _) = e.run("s", &["--", "cat", "cli.txt"]);
     assert_eq!(cat["stdout"]["text"], "from the cli\n");
     assert!(changes(&cat).is_empty(), "{cat}");
@@ -285,7 +285,7 @@ fn escape_script(e: &Env, fork: &str, outside: &Path) {
         outside.display()
     );
     let mut w = e
-        .cmd(&["--vault", fork, "write", "escape.sh"])
+        .cmd(&["--workspace", fork, "write", "escape.sh"])
         .stdin(std::process::Stdio::piped())
         .spawn()
         .unwrap();
@@ -304,7 +304,15 @@ fn landlock_keeps_writes_inside_the_workspace() {
     let outside = e.home.path().join("outside.txt");
     escape_script(&e, "task", &outside);
     // A command run on its own gets a sandbox, where the host path does not exist.
-    let (v, code) = e.json(&["--vault", "task", "proxy", "exec", "--", "sh", "escape.sh"]);
+    let (v, code) = e.json(&[
+        "--workspace",
+        "task",
+        "proxy",
+        "exec",
+        "--",
+        "sh",
+        "escape.sh",
+    ]);
     assert_eq!(code, 0, "{v}");
     assert_eq!(v["data"]["sandbox"]["kind"], "namespace", "{v}");
     assert_eq!(
@@ -315,10 +323,10 @@ fn landlock_keeps_writes_inside_the_workspace() {
     // Inside it, Landlock still narrows what is writable: /run is the sandbox's own, and
     // only an unconfined command writes there.
     let probe = "echo r > /run/probe 2>/dev/null && echo run-ok || echo run-blocked\n";
-    let (v, code) = e.json(&["--vault", "task", "write", "probe.sh", probe]);
+    let (v, code) = e.json(&["--workspace", "task", "write", "probe.sh", probe]);
     assert_eq!(code, 0, "{v}");
     for (flag, want) in [(None, "run-ok\n"), (Some("--confine"), "run-blocked\n")] {
-        let mut args = vec!["--vault", "task", "proxy", "exec"];
+        let mut args = vec!["--workspace", "task", "proxy", "exec"];
         args.extend(flag);
         args.extend(["--", "sh", "probe.sh"]);
         let (v, code) = e.json(&args);
@@ -345,7 +353,7 @@ fn landlock_keeps_writes_inside_the_workspace() {
 
     // Per call and in a session alike, --confine stops it.
     let (v, code) = e.json(&[
-        "--vault",
+        "--workspace",
         "task",
         "proxy",
         "exec",
@@ -382,7 +390,7 @@ fn a_policy_can_confine_every_command() {
     .unwrap();
     let p = policy.to_str().unwrap();
     let (v, code) = e.json(&[
-        "--vault",
+        "--workspace",
         "task",
         "proxy",
         "exec",
@@ -405,7 +413,7 @@ fn a_policy_can_confine_every_command() {
     // A call's own --policy overrides the session's for that command: secrets it does not
     // list are readable, env it allows is passed, and the next call is back to the default
     // (a secret is listed but refused).
-    ok(e.avfs(&["--vault", "task", "write", ".env", "KEY=1\n"]));
+    ok(e.avfs(&["--workspace", "task", "write", ".env", "KEY=1\n"]));
     e.start("task", "d", &[]);
     let (v, _) = e.run("d", &["--shell", "cat .env 2>&1; ls -A"]);
     assert_eq!(
@@ -460,7 +468,7 @@ fn offline_commands_see_only_loopback() {
     if !rustix::process::geteuid().is_root() {
         // Without root there is no network namespace, and --offline says so.
         let (v, _) = e.json(&[
-            "--vault",
+            "--workspace",
             "task",
             "proxy",
             "exec",
@@ -475,14 +483,14 @@ fn offline_commands_see_only_loopback() {
     }
     // Interfaces, read the way `ip link` would, by a script the policy cannot see into.
     ok(e.avfs(&[
-        "--vault",
+        "--workspace",
         "task",
         "write",
         "ifaces.sh",
         "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '\n",
     ]));
     let (v, code) = e.json(&[
-        "--vault",
+        "--workspace",
         "task",
         "proxy",
         "exec",
@@ -496,7 +504,7 @@ fn offline_commands_see_only_loopback() {
     assert_eq!(v["data"]["stdout"]["text"], "lo\n", "{v}");
     // Loopback is up: a local server and client still talk.
     ok(e.avfs(&[
-        "--vault",
+        "--workspace",
         "task",
         "write",
         "lo.py",

@@ -145,23 +145,23 @@ test("forks are isolated from their parent and from each other", async (t) => {
   await avfs.checkpointSave("base");
   await avfs.vaultFork("proj", "task-a");
   await avfs.vaultFork("proj", "task-b");
-  const a = avfs.withVault("task-a");
+  const a = avfs.withWorkspace("task-a");
 
   await a.write("/shared.txt", "changed in a\n");
   await a.write("/only-a.txt", "a");
-  await avfs.write("/only-b.txt", "b", { vault: "task-b" });
+  await avfs.write("/only-b.txt", "b", { workspace: "task-b" });
 
   assert.equal(await avfs.readText("/shared.txt"), "base\n");
-  assert.equal(await avfs.readText("/shared.txt", { vault: "task-b" }), "base\n");
+  assert.equal(await avfs.readText("/shared.txt", { workspace: "task-b" }), "base\n");
   assert.equal(await a.readText("/shared.txt"), "changed in a\n");
   assert.deepEqual((await avfs.ls()).map((n) => n.name), ["shared.txt"]);
   assert.deepEqual((await a.ls()).map((n) => n.name), ["only-a.txt", "shared.txt"]);
-  assert.deepEqual((await avfs.ls("/", { vault: "task-b" })).map((n) => n.name), ["only-b.txt", "shared.txt"]);
+  assert.deepEqual((await avfs.ls("/", { workspace: "task-b" })).map((n) => n.name), ["only-b.txt", "shared.txt"]);
 
   // A fork taken at a checkpoint starts there.
   await avfs.write("/shared.txt", "later\n");
   await avfs.vaultFork("proj", "task-c", { at: "base" });
-  assert.equal(await avfs.readText("/shared.txt", { vault: "task-c" }), "base\n");
+  assert.equal(await avfs.readText("/shared.txt", { workspace: "task-c" }), "base\n");
 });
 
 test("diff between checkpoints, forks and the live state", async (t) => {
@@ -194,8 +194,8 @@ test("diff between checkpoints, forks and the live state", async (t) => {
   assert.equal((await avfs.diff("base", "after")).changes.length, 3);
 
   await avfs.vaultFork("proj", "task");
-  await avfs.write("/edit.txt", "fork\n", { vault: "task" });
-  const forkDiff = await avfs.diff("@base", "@", { vault: "task" });
+  await avfs.write("/edit.txt", "fork\n", { workspace: "task" });
+  const forkDiff = await avfs.diff("@base", "@", { workspace: "task" });
   assert.deepEqual(changeSet(forkDiff.changes), [{ path: "/edit.txt", status: "modified", type: "file" }]);
   await assert.rejects(avfs.diff(undefined, "base"), TypeError);
 });
@@ -206,7 +206,7 @@ test("merge a fork back, line-merging text, and typed merge conflicts", async (t
   await avfs.write("/conf.txt", "base\n");
   await avfs.checkpointSave("base");
   await avfs.vaultFork("proj", "task");
-  const task = avfs.withVault("task");
+  const task = avfs.withWorkspace("task");
   await task.write("/notes.txt", "A\nb\nc\nd\ne\n");
   await task.write("/added.txt", "from task\n");
   await avfs.write("/notes.txt", "a\nb\nc\nd\nE\n");
@@ -231,7 +231,7 @@ test("merge a fork back, line-merging text, and typed merge conflicts", async (t
   // Both sides rewrite the same line: a conflict that applies nothing…
   await avfs.vaultFork("proj", "task2");
   await avfs.write("/conf.txt", "ours\n");
-  await avfs.write("/conf.txt", "theirs\n", { vault: "task2" });
+  await avfs.write("/conf.txt", "theirs\n", { workspace: "task2" });
   await assert.rejects(avfs.merge("task2"), (err) => {
     assert.ok(err instanceof MergeConflictError);
     assert.ok(err instanceof ConflictError);
@@ -268,7 +268,7 @@ test("undo and redo", async (t) => {
 test("a missing vault is a typed VaultNotFoundError", async (t) => {
   const { avfs, responses } = newClient(t);
   await avfs.vaultCreate("project");
-  const err = await avfs.ls("/", { vault: "projct" }).catch((e) => e);
+  const err = await avfs.ls("/", { workspace: "projct" }).catch((e) => e);
   assert.ok(err instanceof VaultNotFoundError, `got ${err}`);
   assert.ok(err instanceof NotFoundError);
   assert.ok(err instanceof AvfsError);
@@ -284,9 +284,24 @@ test("a missing vault is a typed VaultNotFoundError", async (t) => {
   assert.equal(responses.at(-1).doc.ok, false);
   assert.equal(responses.at(-1).info.exitCode, 3);
 
-  // And through the client's own `vault` option.
-  const other = newClient(t, { vault: "nowhere" }).avfs;
+  // And through the client's own `workspace` option.
+  const other = newClient(t, { workspace: "nowhere" }).avfs;
   await assert.rejects(other.vaultInfo(), (e) => e instanceof VaultNotFoundError && e.details.name === "nowhere");
+});
+
+test("the old `vault` option and withVault still select a workspace", async (t) => {
+  const { avfs, home } = await newVault(t, "proj");
+  await avfs.vaultFork("proj", "task-1");
+  await avfs.write("/only-fork.txt", "x", { workspace: "task-1" });
+  // `vault` was the name of `workspace`, per call and per client.
+  assert.equal(await avfs.readText("/only-fork.txt", { vault: "task-1" }), "x");
+  assert.equal(await avfs.withVault("task-1").readText("/only-fork.txt"), "x");
+  assert.equal(await newClient(t, { home, vault: "task-1" }).avfs.readText("/only-fork.txt"), "x");
+  // A per-call workspace wins over the client's, whichever name either has.
+  const onFork = avfs.withWorkspace("task-1");
+  await assert.rejects(onFork.stat("/only-fork.txt", { vault: "proj" }), PathNotFoundError);
+  // Both names at once is a mistake, not a silent choice.
+  await assert.rejects(avfs.ls("/", { vault: "proj", workspace: "task-1" }), TypeError);
 });
 
 test("other failures map to their kinds and exit codes", async (t) => {

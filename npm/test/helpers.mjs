@@ -33,7 +33,7 @@ export function newClient(t, options = {}) {
     home,
     ...options,
     // The packaged binary, never one from the caller's environment.
-    env: { AVFS_BIN: undefined, AVFS_VAULT: undefined, ...options.env },
+    env: { AVFS_BIN: undefined, AVFS_WORKSPACE: undefined, AVFS_VAULT: undefined, ...options.env },
     onResponse(doc, info) {
       validateResponse(doc);
       responses.push({ doc, info });

@@ -20,10 +20,11 @@ const mainPkgJson = require.resolve("agentvfs/package.json");
 const mainPkg = JSON.parse(readFileSync(mainPkgJson, "utf8"));
 const platformName = `${process.platform}-${process.arch}`;
 const noOverride = { ...process.env, AVFS_BIN: undefined };
-/** process.env without AVFS_BIN and AVFS_VAULT, for child processes. */
+/** process.env without AVFS_BIN, AVFS_WORKSPACE and AVFS_VAULT, for child processes. */
 function noOverrideEnv() {
   const env = { ...process.env };
   delete env.AVFS_BIN;
+  delete env.AVFS_WORKSPACE;
   delete env.AVFS_VAULT;
   return env;
 }

@@ -133,6 +133,21 @@ test("rollback undoes a proxied command", fuse, async (t) => {
   await assert.rejects(avfs.stat("/x.txt"), PathNotFoundError);
 });
 
+test("proxyExec in a fork made on first use; `task` is the old name of `fork`", fuse, async (t) => {
+  requireFuse();
+  const c = await newVault(t, "proj");
+  const { avfs } = c;
+  const env = await avfs.proxyExec({ shell: "echo f > f.txt", forkFrom: "proj", fork: "t1" });
+  assertExit(c, env, 0);
+  assert.equal(env.request.fork, "t1");
+  assert.equal(await avfs.readText("/f.txt", { workspace: "t1" }), "f\n");
+  await assert.rejects(avfs.stat("/f.txt"), PathNotFoundError);
+  const again = await avfs.proxyExec(["cat", "f.txt"], { task: "t1" });
+  assert.equal(again.request.fork, "t1");
+  assert.equal(again.stdout.text, "f\n");
+  await assert.rejects(avfs.proxyExec(["true"], { fork: "t1", task: "t1" }), TypeError);
+});
+
 test("sessions: start, exec in the session, list, stop", fuse, async (t) => {
   requireFuse();
   const c = await newVault(t, "proj");
@@ -174,18 +189,18 @@ async function sessionChecks(c, started) {
   const again = await avfs.proxyExec(["cat", "s.txt"], { session: "s1" });
   assert.equal(again.stdout.text, "s\n");
   // Written to the fork only.
-  assert.equal(await avfs.readText("/s.txt", { vault: "task-1" }), "s\n");
+  assert.equal(await avfs.readText("/s.txt", { workspace: "task-1" }), "s\n");
   await assert.rejects(avfs.stat("/s.txt"), PathNotFoundError);
 
   // A rollback between commands is seen by the session's next command.
-  await avfs.rollback(env.exec_id, { vault: "task-1" });
+  await avfs.rollback(env.exec_id, { workspace: "task-1" });
   const after = await avfs.proxyExec({ shell: "ls", session: "s1" });
   assert.equal(after.stdout.text, "base.txt\n");
 }
 
 test("proxyExec rejects with a typed error when avfs itself fails", async (t) => {
   const { avfs } = newClient(t);
-  await assert.rejects(avfs.proxyExec(["true"], { vault: "missing" }), (e) => {
+  await assert.rejects(avfs.proxyExec(["true"], { workspace: "missing" }), (e) => {
     assert.ok(e instanceof VaultNotFoundError);
     assert.equal(e.command, "proxy exec");
     assert.equal(e.exitCode, 3);

@@ -66,7 +66,7 @@ def home() -> Iterator[str]:
 def avfs(
     home: str, validator: SchemaValidator, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[Client]:
-    for var in ("AVFS_VAULT", "AVFS_BIN"):
+    for var in ("AVFS_WORKSPACE", "AVFS_VAULT", "AVFS_BIN"):
         monkeypatch.delenv(var, raising=False)
     yield Client(home=home, on_document=validator)
     assert validator.count > 0, "no document went through the schema validator"
@@ -76,7 +76,7 @@ def avfs(
 def vault(avfs: Client) -> Client:
     """A client on a fresh vault `proj` holding /a.txt."""
     avfs.vault_create("proj")
-    proj = avfs.with_vault("proj")
+    proj = avfs.with_workspace("proj")
     proj.write("/a.txt", "one\n")
     return proj
 

@@ -95,7 +95,7 @@ def test_checkpoints(vault: Client) -> None:
 
 def test_fork_isolation(vault: Client) -> None:
     vault.vault_fork("proj", "task-1")
-    task = vault.with_vault("task-1")
+    task = vault.with_workspace("task-1")
     task.write("/a.txt", "fork\n")
     task.write("/only-fork.txt", "x")
     vault.write("/only-main.txt", "y")
@@ -131,7 +131,7 @@ def test_diff(vault: Client) -> None:
 
 def test_merge(vault: Client) -> None:
     vault.vault_fork("proj", "task-1")
-    task = vault.with_vault("task-1")
+    task = vault.with_workspace("task-1")
     task.write("/feature.txt", "done\n")
     task.write("/a.txt", "one\nfrom fork\n")
 
@@ -146,7 +146,7 @@ def test_merge(vault: Client) -> None:
 
     # Both sides replace the same line: a conflict, applied only with a strategy.
     other = vault.vault_fork("proj", "task-2").target.name
-    vault.with_vault(other).write("/a.txt", "theirs\n")
+    vault.with_workspace(other).write("/a.txt", "theirs\n")
     vault.write("/a.txt", "ours\n")
     with pytest.raises(agentvfs.MergeConflict) as e:
         vault.merge(other)
@@ -175,7 +175,7 @@ def test_undo_redo(vault: Client) -> None:
 
 def test_typed_errors(avfs: Client, vault: Client) -> None:
     with pytest.raises(agentvfs.VaultNotFound) as e:
-        avfs.with_vault("missing").ls()
+        avfs.with_workspace("missing").ls()
     err = e.value
     assert (err.kind, err.exit_code, err.command) == ("vault_not_found", 3, "ls")
     assert err.details["name"] == "missing" and "missing" in err.message
@@ -202,6 +202,21 @@ def test_typed_errors(avfs: Client, vault: Client) -> None:
         vault.write("/second.txt", "x")
     assert q.value.exit_code == 6
     assert q.value.details == {"quota": "max_files", "limit": 1, "attempted": 2}
+
+
+def test_old_keywords_still_select(avfs: Client, vault: Client) -> None:
+    """`vault=` and `with_vault` were the names of `workspace=` and `with_workspace`."""
+    vault.vault_fork("proj", "task-1")
+    vault.with_workspace("task-1").write("/only-fork.txt", "x")
+    with pytest.deprecated_call():
+        old = Client(home=avfs.home, vault="task-1")
+    assert old.workspace == "task-1" and old.read_text("/only-fork.txt") == "x"
+    with pytest.deprecated_call():
+        assert avfs.with_vault("task-1").read_text("/only-fork.txt") == "x"
+    with pytest.deprecated_call():
+        assert old.vault == "task-1"
+    with pytest.raises(TypeError):
+        Client(home=avfs.home, workspace="proj", vault="task-1")
 
 
 # -- the proxy and sessions: real FUSE mounts -------------------------------------------
@@ -235,6 +250,20 @@ def test_proxy_exec_allowed(vault: Client, validator: SchemaValidator) -> None:
         3,
     )
     assert failed.request.shell is not None and failed.stderr.text == "nope\n"
+
+
+@pytest.mark.usefixtures("fuse")
+def test_proxy_exec_in_a_fork_made_on_first_use(vault: Client) -> None:
+    env = vault.proxy_exec(["sh", "-c", "echo f > f.txt"], fork_from="proj", fork="t1")
+    assert (env.ran, env.exit_code, env.request.fork) == (True, 0, "t1")
+    assert vault.with_workspace("t1").read_text("/f.txt") == "f\n"
+    assert [n.name for n in vault.ls()] == ["a.txt"]
+    # `task=` is the deprecated name of `fork=`.
+    with pytest.deprecated_call():
+        again = vault.proxy_exec(["cat", "f.txt"], task="t1")
+    assert (again.request.fork, again.stdout.text) == ("t1", "f\n")
+    with pytest.raises(TypeError):
+        vault.proxy_exec(["true"], fork="t1", task="t1")
 
 
 @pytest.mark.usefixtures("fuse")
@@ -297,7 +326,7 @@ def session(fuse: None, vault: Client) -> Iterator[str]:
 def test_session(vault: Client, session: str, validator: SchemaValidator) -> None:
     [listed] = vault.session_list()
     assert (listed.name, listed.alive) == (session, True)
-    task = vault.with_vault("task-1")
+    task = vault.with_workspace("task-1")
     env = task.proxy_exec(["sh", "-c", "echo s > s.txt; cat a.txt"], session=session)
     assert env.request.session == session and env.stdout.text == "one\n"
     assert changes_of(env.changes) == {("/s.txt", "added")}

@@ -88,7 +88,7 @@ fn quota_set(ctx: &Ctx, a: QuotaSetArgs) -> Result<Reply> {
 pub fn cmd_audit(ctx: &Ctx, a: AuditArgs) -> Result<Reply> {
     let records: Vec<AuditRecord> =
         ctx.service
-            .audit(ctx.vault.as_deref(), a.limit, a.since.as_deref())?;
+            .audit(ctx.workspace.as_deref(), a.limit, a.since.as_deref())?;
     let mut rows = vec![vec![
         "ID".into(),
         "WHEN".into(),

@@ -112,7 +112,7 @@ const EXAMPLES: &[(&str, &str)] = &[
     ),
     (
         "apply",
-        "avfs --vault task-1 apply ./my-project --dry-run\navfs --vault task-1 apply ./my-project",
+        "avfs --workspace task-1 apply ./my-project --dry-run\navfs --workspace task-1 apply ./my-project",
     ),
     (
         "mount",
@@ -145,7 +145,7 @@ const EXAMPLES: &[(&str, &str)] = &[
     ),
     (
         "proxy exec",
-        "avfs proxy exec -- cargo test\navfs --json proxy exec --shell 'ls && rm -rf target'\navfs proxy exec --fork-from demo --task t1 --timeout 60s -- make\navfs proxy exec --session t1 --confine -- python3 gen.py",
+        "avfs proxy exec -- cargo test\navfs --json proxy exec --shell 'ls && rm -rf target'\navfs proxy exec --fork-from demo --fork t1 --timeout 60s -- make\navfs proxy exec --session t1 --confine -- python3 gen.py",
     ),
     (
         "proxy check",
@@ -166,8 +166,8 @@ const EXAMPLES: &[(&str, &str)] = &[
         "man",
         "avfs man | man -l -\navfs man --dir /usr/local/share/man/man1",
     ),
-    ("shell", "avfs shell\navfs --vault task-1 shell"),
-    ("mcp", "avfs mcp --vault demo"),
+    ("shell", "avfs shell\navfs --workspace task-1 shell"),
+    ("mcp", "avfs mcp --workspace demo"),
 ];
 
 /// The clap definition with every command's examples attached.

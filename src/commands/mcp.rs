@@ -23,6 +23,7 @@ use agentvfs::service::exec::{self, Place};
 use agentvfs::service::history::{self, DiffRequest};
 use agentvfs::service::policy::{CommandRequest, PolicyEngine};
 use agentvfs::service::proxy::{CheckpointMode, EXEC_OP, ExecOptions};
+use agentvfs::service::sandbox::Mode;
 use agentvfs::service::workspace::ForkOutput;
 use agentvfs::service::{Registry, WorkspaceService, files};
 use agentvfs::{Error, Result};
@@ -35,13 +36,13 @@ pub const ABOUT: &str = "\
 Serve the workspace tools over the Model Context Protocol on stdin/stdout.
 
 An MCP client (Claude Desktop, an IDE, an agent harness) starts it as a stdio server:
-  {\"command\": \"avfs\", \"args\": [\"mcp\", \"--vault\", \"task-1\"]}
+  {\"command\": \"avfs\", \"args\": [\"mcp\", \"--workspace\", \"task-1\"]}
 
 Tools: exec, read_file, write_file, list_files, diff, checkpoint, rollback, fork, merge.
 A result is the `data` of the matching `avfs --json` command (for exec, the proxy's
 envelope); a failure is a tool error holding {kind, message, details}. Every tool takes
-an optional `vault` that overrides --vault for that call. stdout carries only the
-protocol, with or without --json.";
+an optional `workspace` that overrides --workspace for that call (`vault` is accepted as
+its old name). stdout carries only the protocol, with or without --json.";
 
 #[derive(Args)]
 pub struct McpArgs {
@@ -54,7 +55,7 @@ pub struct McpArgs {
 pub fn cmd_mcp(ctx: &Ctx, a: McpArgs) -> Result<Reply> {
     // A policy that does not load fails here, not on the agent's first command.
     PolicyEngine::from_path(a.policy.as_deref())?;
-    let server = AvfsServer::new(ctx.vault.clone(), a.policy);
+    let server = AvfsServer::new(ctx.workspace.clone(), a.policy);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -80,7 +81,7 @@ pub fn cmd_mcp(ctx: &Ctx, a: McpArgs) -> Result<Reply> {
 /// The tools' shared state: the server's defaults. Each call opens what it needs.
 #[derive(Clone)]
 pub struct AvfsServer {
-    vault: Option<String>,
+    workspace: Option<String>,
     policy: Option<PathBuf>,
     tool_router: ToolRouter<AvfsServer>,
 }
@@ -125,10 +126,20 @@ pub struct ExecParams {
     /// Run without network (a fresh network namespace with only loopback).
     #[serde(default)]
     pub offline: bool,
-    /// The vault or fork to act on (default: the server's --vault, else $AVFS_VAULT, else
-    /// the current vault).
+    /// How the command's file system is made: "overlay" (native-speed writes on a kernel
+    /// overlay of the fork, ingested after), "fuse", "copy", or "auto" (the default:
+    /// overlay where the sandbox can be made). See the envelope's `mode` and `sandbox`.
     #[serde(default)]
-    pub vault: Option<String>,
+    pub mode: Option<Mode>,
+    /// Where the workspace appears inside the sandbox (default: the policy's
+    /// `[sandbox] workspace_path`, built in "/workspace").
+    #[serde(default)]
+    pub workspace_path: Option<String>,
+    /// The workspace to act on: a vault or fork name, or a vault file path (default: the
+    /// server's --workspace, else $AVFS_WORKSPACE, else the current one). `vault` is its
+    /// old, deprecated name.
+    #[serde(default, alias = "vault")]
+    pub workspace: Option<String>,
 }
 
 #[derive(Deserialize, JsonSchema)]
@@ -139,10 +150,11 @@ pub struct ReadFileParams {
     /// Read it as of this checkpoint instead of the live state.
     #[serde(default)]
     pub at: Option<String>,
-    /// The vault or fork to act on (default: the server's --vault, else $AVFS_VAULT, else
-    /// the current vault).
-    #[serde(default)]
-    pub vault: Option<String>,
+    /// The workspace to act on: a vault or fork name, or a vault file path (default: the
+    /// server's --workspace, else $AVFS_WORKSPACE, else the current one). `vault` is its
+    /// old, deprecated name.
+    #[serde(default, alias = "vault")]
+    pub workspace: Option<String>,
 }
 
 #[derive(Deserialize, JsonSchema)]
@@ -161,10 +173,11 @@ pub struct WriteFileParams {
     /// Permission bits for a new file in octal, e.g. "755" (default "644").
     #[serde(default)]
     pub mode: Option<String>,
-    /// The vault or fork to act on (default: the server's --vault, else $AVFS_VAULT, else
-    /// the current vault).
-    #[serde(default)]
-    pub vault: Option<String>,
+    /// The workspace to act on: a vault or fork name, or a vault file path (default: the
+    /// server's --workspace, else $AVFS_WORKSPACE, else the current one). `vault` is its
+    /// old, deprecated name.
+    #[serde(default, alias = "vault")]
+    pub workspace: Option<String>,
 }
 
 #[derive(Deserialize, JsonSchema)]
@@ -179,10 +192,11 @@ pub struct ListFilesParams {
     /// List as of this checkpoint instead of the live state.
     #[serde(default)]
     pub at: Option<String>,
-    /// The vault or fork to act on (default: the server's --vault, else $AVFS_VAULT, else
-    /// the current vault).
-    #[serde(default)]
-    pub vault: Option<String>,
+    /// The workspace to act on: a vault or fork name, or a vault file path (default: the
+    /// server's --workspace, else $AVFS_WORKSPACE, else the current one). `vault` is its
+    /// old, deprecated name.
+    #[serde(default, alias = "vault")]
+    pub workspace: Option<String>,
 }
 
 #[derive(Deserialize, JsonSchema)]
@@ -198,10 +212,11 @@ pub struct DiffParams {
     /// Include a unified patch of the text changes.
     #[serde(default)]
     pub patch: bool,
-    /// The vault or fork to act on (default: the server's --vault, else $AVFS_VAULT, else
-    /// the current vault).
-    #[serde(default)]
-    pub vault: Option<String>,
+    /// The workspace to act on: a vault or fork name, or a vault file path (default: the
+    /// server's --workspace, else $AVFS_WORKSPACE, else the current one). `vault` is its
+    /// old, deprecated name.
+    #[serde(default, alias = "vault")]
+    pub workspace: Option<String>,
 }
 
 #[derive(Clone, Copy, Default, Deserialize, JsonSchema)]
@@ -233,10 +248,11 @@ pub struct CheckpointParams {
     /// A message describing the checkpoint (save only).
     #[serde(default)]
     pub message: Option<String>,
-    /// The vault or fork to act on (default: the server's --vault, else $AVFS_VAULT, else
-    /// the current vault).
-    #[serde(default)]
-    pub vault: Option<String>,
+    /// The workspace to act on: a vault or fork name, or a vault file path (default: the
+    /// server's --workspace, else $AVFS_WORKSPACE, else the current one). `vault` is its
+    /// old, deprecated name.
+    #[serde(default, alias = "vault")]
+    pub workspace: Option<String>,
 }
 
 #[derive(Deserialize, JsonSchema)]
@@ -245,27 +261,29 @@ pub struct RollbackParams {
     /// The exec_id from an exec envelope (default: the last proxied command).
     #[serde(default)]
     pub exec_id: Option<i64>,
-    /// The vault or fork to act on (default: the server's --vault, else $AVFS_VAULT, else
-    /// the current vault).
-    #[serde(default)]
-    pub vault: Option<String>,
+    /// The workspace to act on: a vault or fork name, or a vault file path (default: the
+    /// server's --workspace, else $AVFS_WORKSPACE, else the current one). `vault` is its
+    /// old, deprecated name.
+    #[serde(default, alias = "vault")]
+    pub workspace: Option<String>,
 }
 
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ForkParams {
-    /// The new fork's name (registered, so it can be passed as `vault` afterwards).
+    /// The new fork's name (registered, so it can be passed as `workspace` afterwards).
     pub name: String,
-    /// The vault or fork to fork from (default: the selected vault).
+    /// The workspace to fork from (default: the selected workspace).
     #[serde(default)]
     pub source: Option<String>,
     /// Fork at this checkpoint of the source instead of its live state.
     #[serde(default)]
     pub at: Option<String>,
-    /// The vault whose selection `source` defaults to (default: the server's --vault,
-    /// else $AVFS_VAULT, else the current vault).
-    #[serde(default)]
-    pub vault: Option<String>,
+    /// The selected workspace, which `source` defaults to (default: the server's
+    /// --workspace, else $AVFS_WORKSPACE, else the current one). `vault` is its old,
+    /// deprecated name.
+    #[serde(default, alias = "vault")]
+    pub workspace: Option<String>,
 }
 
 #[derive(Clone, Copy, Deserialize, JsonSchema)]
@@ -278,10 +296,10 @@ pub enum StrategyParam {
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MergeParams {
-    /// The fork whose changes to merge (default: the selected vault, when it is a fork).
+    /// The fork whose changes to merge (default: the selected workspace, when it is a fork).
     #[serde(default)]
     pub fork: Option<String>,
-    /// The vault or fork to merge into (default: the fork's parent).
+    /// The workspace to merge into (default: the fork's parent).
     #[serde(default)]
     pub into: Option<String>,
     /// Resolve every conflict with one side ("ours" or "theirs") instead of failing with
@@ -291,15 +309,16 @@ pub struct MergeParams {
     /// Report what would happen without changing anything.
     #[serde(default)]
     pub dry_run: bool,
-    /// The vault whose selection `fork` defaults to (default: the server's --vault, else
-    /// $AVFS_VAULT, else the current vault).
-    #[serde(default)]
-    pub vault: Option<String>,
+    /// The selected workspace, which `fork` defaults to (default: the server's
+    /// --workspace, else $AVFS_WORKSPACE, else the current one). `vault` is its old,
+    /// deprecated name.
+    #[serde(default, alias = "vault")]
+    pub workspace: Option<String>,
 }
 
-/// The name of the selected vault or fork, for tools whose subject defaults to it.
+/// The name of the selected workspace, for tools whose subject defaults to it.
 fn selected(ctx: &Ctx) -> Result<String> {
-    Ok(ctx.service.resolve(ctx.vault.as_deref())?.name)
+    Ok(ctx.service.resolve(ctx.workspace.as_deref())?.name)
 }
 
 /// An agent never reads or changes a secret's content (the mount refuses it the same way).
@@ -312,9 +331,9 @@ fn check_secret(policy: Option<&Path>, ws: &Workspace, path: &str, at: Option<&s
 
 #[tool_router]
 impl AvfsServer {
-    pub fn new(vault: Option<String>, policy: Option<PathBuf>) -> AvfsServer {
+    pub fn new(workspace: Option<String>, policy: Option<PathBuf>) -> AvfsServer {
         AvfsServer {
-            vault,
+            workspace,
             policy,
             tool_router: Self::tool_router(),
         }
@@ -324,14 +343,14 @@ impl AvfsServer {
     /// and an exec may run for minutes); its output, serialized, is the tool's result.
     async fn call<T: Serialize>(
         &self,
-        vault: Option<String>,
+        workspace: Option<String>,
         tool: impl FnOnce(&Ctx) -> Result<T> + Send + 'static,
     ) -> std::result::Result<CallToolResult, McpError> {
-        let vault = vault.or_else(|| self.vault.clone());
+        let workspace = workspace.or_else(|| self.workspace.clone());
         let outcome = tokio::task::spawn_blocking(move || {
             let ctx = Ctx {
                 json: true,
-                vault,
+                workspace,
                 service: WorkspaceService::new(Registry::from_env(), Actor::from_env("mcp")),
             };
             tool(&ctx).map(|out| serde_json::to_value(&out).unwrap_or(Value::Null))
@@ -353,7 +372,7 @@ impl AvfsServer {
         Parameters(p): Parameters<ExecParams>,
     ) -> std::result::Result<CallToolResult, McpError> {
         let policy = self.policy.clone();
-        self.call(p.vault.clone(), move |ctx| {
+        self.call(p.workspace.clone(), move |ctx| {
             let (argv, shell) = match (p.argv, p.shell) {
                 (Some(argv), None) if !argv.is_empty() => (Some(argv), None),
                 (None, Some(shell)) => (None, Some(shell)),
@@ -381,11 +400,13 @@ impl AvfsServer {
                     landlock: p.confine,
                     offline: p.offline,
                 },
+                mode: p.mode.unwrap_or(defaults.mode),
+                workspace_path: p.workspace_path,
                 ..defaults
             };
             let place = match p.session {
                 Some(name) => Place::Session(name),
-                None => Place::Selected(ctx.vault.clone()),
+                None => Place::Selected(ctx.workspace.clone()),
             };
             exec::exec(
                 &ctx.service,
@@ -408,7 +429,7 @@ impl AvfsServer {
         Parameters(p): Parameters<ReadFileParams>,
     ) -> std::result::Result<CallToolResult, McpError> {
         let policy = self.policy.clone();
-        self.call(p.vault, move |ctx| {
+        self.call(p.workspace, move |ctx| {
             let (_, ws) = ctx.open()?;
             check_secret(policy.as_deref(), &ws, &p.path, p.at.as_deref())?;
             files::cat(&ws, &p.path, p.at.as_deref())
@@ -425,7 +446,7 @@ impl AvfsServer {
         Parameters(p): Parameters<WriteFileParams>,
     ) -> std::result::Result<CallToolResult, McpError> {
         let policy = self.policy.clone();
-        self.call(p.vault, move |ctx| {
+        self.call(p.workspace, move |ctx| {
             let (_, ws) = ctx.open()?;
             check_secret(policy.as_deref(), &ws, &p.path, None)?;
             let mode = match &p.mode {
@@ -456,7 +477,7 @@ impl AvfsServer {
         &self,
         Parameters(p): Parameters<ListFilesParams>,
     ) -> std::result::Result<CallToolResult, McpError> {
-        self.call(p.vault, move |ctx| {
+        self.call(p.workspace, move |ctx| {
             let (_, ws) = ctx.open()?;
             files::ls(
                 &ws,
@@ -476,7 +497,7 @@ impl AvfsServer {
         &self,
         Parameters(p): Parameters<DiffParams>,
     ) -> std::result::Result<CallToolResult, McpError> {
-        self.call(p.vault, move |ctx| {
+        self.call(p.workspace, move |ctx| {
             let (_, ws) = ctx.open()?;
             let req = DiffRequest {
                 from: p.from,
@@ -498,7 +519,7 @@ impl AvfsServer {
         &self,
         Parameters(p): Parameters<CheckpointParams>,
     ) -> std::result::Result<CallToolResult, McpError> {
-        self.call(p.vault, move |ctx| {
+        self.call(p.workspace, move |ctx| {
             let named = |name: Option<String>| {
                 name.ok_or_else(|| Error::invalid("this checkpoint action needs a `name`"))
             };
@@ -545,7 +566,7 @@ impl AvfsServer {
         &self,
         Parameters(p): Parameters<RollbackParams>,
     ) -> std::result::Result<CallToolResult, McpError> {
-        self.call(p.vault, move |ctx| {
+        self.call(p.workspace, move |ctx| {
             let (_, ws) = ctx.open()?;
             ws.rollback(EXEC_OP, p.exec_id)
         })
@@ -553,14 +574,14 @@ impl AvfsServer {
     }
 
     #[tool(
-        description = "Fork a vault or fork in O(1) (no content copied), optionally at a checkpoint. The fork is registered under `name`: pass it as `vault` to work in it.",
+        description = "Fork a workspace in O(1) (no content copied), optionally at a checkpoint. The fork is registered under `name`: pass it as `workspace` to work in it.",
         annotations(destructive_hint = false, idempotent_hint = false)
     )]
     async fn fork(
         &self,
         Parameters(p): Parameters<ForkParams>,
     ) -> std::result::Result<CallToolResult, McpError> {
-        self.call(p.vault, move |ctx| {
+        self.call(p.workspace, move |ctx| {
             let source = match p.source {
                 Some(s) => s,
                 None => selected(ctx)?,
@@ -579,7 +600,7 @@ impl AvfsServer {
         &self,
         Parameters(p): Parameters<MergeParams>,
     ) -> std::result::Result<CallToolResult, McpError> {
-        self.call(p.vault, move |ctx| {
+        self.call(p.workspace, move |ctx| {
             let fork = match p.fork {
                 Some(f) => f,
                 None => selected(ctx)?,
@@ -604,8 +625,9 @@ impl ServerHandler for AvfsServer {
             .with_instructions(
                 "agentvfs workspace tools. Run commands with `exec` (policy-checked, \
                  checkpointed, reports exactly what changed); undo one with `rollback`. \
-                 Files: read_file, write_file, list_files, diff. Isolation: `fork` a vault, \
-                 work in it by passing its name as `vault`, then `merge` it back. Results \
+                 Files: read_file, write_file, list_files, diff. Isolation: `fork` a \
+                 workspace, work in it by passing its name as `workspace`, then `merge` it \
+                 back. Results \
                  are the JSON of `avfs --json`; failures carry {kind, message, details}.",
             )
     }

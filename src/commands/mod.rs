@@ -45,12 +45,30 @@ pub struct Cli {
     /// Print exactly one JSON document on stdout, for success and failure alike.
     #[arg(long, global = true)]
     pub json: bool,
-    /// The vault or fork to act on: a registered name or a vault file path.
-    /// Defaults to $AVFS_VAULT, then the current vault (`avfs vault use`).
-    #[arg(long, global = true, env = "AVFS_VAULT", value_name = "NAME|PATH")]
-    pub vault: Option<String>,
+    /// The workspace to act on: a registered name (a vault or a fork) or a vault file path.
+    /// Defaults to $AVFS_WORKSPACE, then $AVFS_VAULT, then the current one (`avfs vault use`).
+    // `--vault` and $AVFS_VAULT are the old spellings, kept working but not shown.
+    #[arg(
+        short = 'w',
+        long,
+        global = true,
+        env = "AVFS_WORKSPACE",
+        alias = "vault",
+        value_name = "NAME|PATH"
+    )]
+    pub workspace: Option<String>,
     #[command(subcommand)]
     pub command: Command,
+}
+
+impl Cli {
+    /// The workspace the command line selects: `--workspace` or $AVFS_WORKSPACE, else the
+    /// older $AVFS_VAULT (so scripts written for it keep working), else none.
+    pub fn selected_workspace(&self) -> Option<String> {
+        self.workspace
+            .clone()
+            .or_else(|| std::env::var("AVFS_VAULT").ok().filter(|v| !v.is_empty()))
+    }
 }
 
 #[derive(Subcommand)]
@@ -174,14 +192,15 @@ pub enum ProxyCmd {
 /// What every command gets.
 pub struct Ctx {
     pub json: bool,
-    pub vault: Option<String>,
+    /// The selected workspace, as named (`None`: the current one).
+    pub workspace: Option<String>,
     pub service: WorkspaceService,
 }
 
 impl Ctx {
     /// Open the selected workspace.
     pub fn open(&self) -> Result<(Target, Workspace)> {
-        self.service.open(self.vault.as_deref())
+        self.service.open(self.workspace.as_deref())
     }
 
     /// A progress bar on stderr when it is a terminal and output is not JSON.

@@ -53,14 +53,15 @@ pub struct ExecArgs {
     /// Keep at most this many bytes of stdout and of stderr each.
     #[arg(long, default_value_t = 1024 * 1024)]
     pub max_output: usize,
-    /// Create the task fork from this vault on first use (with --task).
-    #[arg(long, requires = "task")]
+    /// Make the --fork from this workspace on first use.
+    #[arg(long, requires = "fork", value_name = "WORKSPACE")]
     pub fork_from: Option<String>,
-    /// The task fork to run in (created from --fork-from if missing).
-    #[arg(long)]
-    pub task: Option<String>,
+    /// The fork to run in, made from --fork-from on first use and reused after.
+    // `--task` is its old spelling, kept working but not shown.
+    #[arg(long, alias = "task", value_name = "NAME")]
+    pub fork: Option<String>,
     /// Run in this session's mount (`avfs session start`) instead of mounting for this call.
-    #[arg(long, conflicts_with_all = ["task", "fork_from"])]
+    #[arg(long, conflicts_with_all = ["fork", "fork_from"])]
     pub session: Option<String>,
     /// Landlock: let the command write only inside the workspace and a private TMPDIR.
     #[arg(long)]
@@ -152,13 +153,13 @@ pub fn cmd_exec(ctx: &Ctx, a: ExecArgs) -> Result<Reply> {
         mode: a.mode,
         workspace_path: a.workspace_path.clone(),
     };
-    let place = match (&a.session, &a.task) {
+    let place = match (&a.session, &a.fork) {
         (Some(name), _) => Place::Session(name.clone()),
-        (None, Some(task)) => Place::Task {
-            task: task.clone(),
+        (None, Some(fork)) => Place::Fork {
+            fork: fork.clone(),
             fork_from: a.fork_from.clone(),
         },
-        (None, None) => Place::Selected(ctx.vault.clone()),
+        (None, None) => Place::Selected(ctx.workspace.clone()),
     };
     let envelope = exec::exec(
         &ctx.service,

@@ -1,7 +1,7 @@
 //! `avfs shell`: an interactive prompt over the same commands, with history, completion
-//! (commands, subcommands and workspace paths) and a prompt showing vault, fork and cwd.
-//! `cd`, `pwd`, `use VAULT` and `exit` are the shell's own; every other line is an `avfs`
-//! command line, with relative paths taken from the shell's cwd.
+//! (commands, subcommands and workspace paths) and a prompt showing the workspace and cwd.
+//! `cd`, `pwd`, `use WORKSPACE` and `exit` are the shell's own; every other line is an
+//! `avfs` command line, with relative paths taken from the shell's cwd.
 
 use clap::{Args, FromArgMatches};
 use rustyline::completion::{Completer, Pair};
@@ -36,14 +36,15 @@ fn command_for<'c>(root: &'c clap::Command, head: &[&str]) -> &'c clap::Command 
 }
 
 /// Whether option word `opt` takes a value in command `cmd` (or globally), as clap declares
-/// it, so the word after it is a value and not a path.
+/// it, so the word after it is a value and not a path. Hidden aliases (`--vault`) count.
 fn takes_value(root: &clap::Command, cmd: &clap::Command, opt: &str) -> bool {
     cmd.get_arguments().chain(root.get_arguments()).any(|a| {
+        let long = opt.strip_prefix("--");
         !a.is_positional()
             && a.get_action().takes_values()
-            && (a
-                .get_long()
-                .is_some_and(|l| opt.strip_prefix("--") == Some(l))
+            && (a.get_long().is_some_and(|l| long == Some(l))
+                || a.get_all_aliases()
+                    .is_some_and(|all| all.iter().any(|l| long == Some(*l)))
                 || a.get_short()
                     .is_some_and(|c| opt.strip_prefix('-') == Some(c.to_string().as_str())))
     })
@@ -76,7 +77,7 @@ fn defaults_to_cwd(cmd: &[&str]) -> bool {
 }
 
 struct State {
-    vault: Option<String>,
+    workspace: Option<String>,
     cwd: VPath,
 }
 
@@ -138,7 +139,7 @@ impl State {
 
 struct Complete {
     service: agentvfs::service::WorkspaceService,
-    vault: std::rc::Rc<std::cell::RefCell<Option<String>>>,
+    workspace: std::rc::Rc<std::cell::RefCell<Option<String>>>,
     cwd: std::rc::Rc<std::cell::RefCell<VPath>>,
 }
 
@@ -175,7 +176,7 @@ impl Complete {
         let Ok(dir_path) = VPath::parse(&dir) else {
             return Vec::new();
         };
-        let Ok((_, ws)) = self.service.open(self.vault.borrow().as_deref()) else {
+        let Ok((_, ws)) = self.service.open(self.workspace.borrow().as_deref()) else {
             return Vec::new();
         };
         let Ok(children) = ws.read(|v| v.list(&dir_path)) else {
@@ -237,16 +238,16 @@ impl Helper for Complete {}
 pub fn cmd_shell(ctx: &Ctx, _a: ShellArgs) -> Result<Reply> {
     let home = ctx.service.registry().home().to_path_buf();
     let state = State {
-        vault: ctx.vault.clone(),
+        workspace: ctx.workspace.clone(),
         cwd: VPath::root(),
     };
-    let vault = std::rc::Rc::new(std::cell::RefCell::new(state.vault.clone()));
+    let workspace = std::rc::Rc::new(std::cell::RefCell::new(state.workspace.clone()));
     let cwd = std::rc::Rc::new(std::cell::RefCell::new(VPath::root()));
     let mut editor: Editor<Complete, _> =
         Editor::new().map_err(|e| Error::invalid(format!("cannot start the shell: {e}")))?;
     editor.set_helper(Some(Complete {
         service: ctx.service.clone(),
-        vault: vault.clone(),
+        workspace: workspace.clone(),
         cwd: cwd.clone(),
     }));
     let history = home.join("shell_history");
@@ -275,7 +276,7 @@ pub fn cmd_shell(ctx: &Ctx, _a: ShellArgs) -> Result<Reply> {
             Flow::Failed => failed += 1,
             Flow::Ok => {}
         }
-        *vault.borrow_mut() = state.vault.clone();
+        *workspace.borrow_mut() = state.workspace.clone();
         *cwd.borrow_mut() = state.cwd.clone();
     }
     // History is a convenience: a home that cannot be made only loses it.
@@ -292,10 +293,10 @@ enum Flow {
 }
 
 fn prompt(ctx: &Ctx, state: &State) -> String {
-    let at = match ctx.service.open(state.vault.as_deref()) {
+    let at = match ctx.service.open(state.workspace.as_deref()) {
         Ok((t, _)) if t.name == t.workspace || t.workspace == "main" => t.name,
         Ok((t, _)) => format!("{}:{}", t.name, t.workspace),
-        Err(_) => "(no vault)".into(),
+        Err(_) => "(no workspace)".into(),
     };
     format!("avfs {at} {}> ", state.cwd.display())
 }
@@ -313,13 +314,13 @@ fn run_line(ctx: &Ctx, state: &mut State, words: Vec<String>) -> Flow {
         }
         "help" => {
             let _ = super::command().print_help();
-            println!("\nShell: cd DIR, pwd, use VAULT, exit. Other lines are avfs commands.");
+            println!("\nShell: cd DIR, pwd, use WORKSPACE, exit. Other lines are avfs commands.");
             return Flow::Ok;
         }
         "cd" => {
             let target = words.get(1).map(|w| state.resolve(w)).unwrap_or("/".into());
             let moved = VPath::parse(&target).and_then(|p| {
-                let (_, ws) = ctx.service.open(state.vault.as_deref())?;
+                let (_, ws) = ctx.service.open(state.workspace.as_deref())?;
                 let node = ws.read(|v| v.get(&p))?;
                 if node.is_dir() {
                     Ok(p)
@@ -337,11 +338,13 @@ fn run_line(ctx: &Ctx, state: &mut State, words: Vec<String>) -> Flow {
         }
         "use" => {
             let Some(name) = words.get(1) else {
-                return fail(Error::invalid("use VAULT: which vault or fork?"));
+                return fail(Error::invalid(
+                    "use WORKSPACE: which workspace (a vault or a fork)?",
+                ));
             };
             return match ctx.service.open(Some(name)) {
                 Ok(_) => {
-                    state.vault = Some(name.clone());
+                    state.workspace = Some(name.clone());
                     state.cwd = VPath::root();
                     Flow::Ok
                 }
@@ -372,15 +375,17 @@ fn run_line(ctx: &Ctx, state: &mut State, words: Vec<String>) -> Flow {
             return Flow::Failed;
         }
     };
-    // The shell's `use` wins over $AVFS_VAULT; an explicit --vault on the line wins over both.
-    let explicit = matches.value_source("vault") == Some(clap::parser::ValueSource::CommandLine);
+    // The shell's `use` wins over $AVFS_WORKSPACE (and $AVFS_VAULT); an explicit
+    // --workspace (or --vault) on the line wins over both.
+    let explicit =
+        matches.value_source("workspace") == Some(clap::parser::ValueSource::CommandLine);
     // `avfs --json shell` prints one JSON document per line run (JSON Lines).
     let line_ctx = Ctx {
         json: cli.json || ctx.json,
-        vault: if explicit {
-            cli.vault.clone()
+        workspace: if explicit {
+            cli.workspace.clone()
         } else {
-            state.vault.clone().or(cli.vault.clone())
+            state.workspace.clone().or(cli.workspace.clone())
         },
         service: ctx.service.clone(),
     };
@@ -398,7 +403,7 @@ mod tests {
 
     fn rw(cwd: &str, line: &str) -> String {
         let state = State {
-            vault: None,
+            workspace: None,
             cwd: VPath::parse(cwd).unwrap(),
         };
         state.rewrite(shlex::split(line).unwrap()).join(" ")
@@ -441,5 +446,12 @@ mod tests {
             rw("/src", "checkpoint save -m msg x"),
             "checkpoint save -m msg x"
         );
+        // The global workspace option's value is a name, whichever spelling selects it.
+        assert_eq!(rw("/src", "ls -w demo"), "ls -w demo /src");
+        assert_eq!(
+            rw("/src", "ls --workspace demo"),
+            "ls --workspace demo /src"
+        );
+        assert_eq!(rw("/src", "ls --vault demo"), "ls --vault demo /src");
     }
 }

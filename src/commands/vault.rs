@@ -105,7 +105,7 @@ fn cmd_use(ctx: &Ctx, name: &str) -> Result<Reply> {
 }
 
 fn cmd_info(ctx: &Ctx, name: Option<String>) -> Result<Reply> {
-    let selector = name.or_else(|| ctx.vault.clone());
+    let selector = name.or_else(|| ctx.workspace.clone());
     let (t, info) = ctx.service.info(selector.as_deref())?;
     let q = &info.quota;
     let limit = |v: Option<u64>, unit: &str| {
@@ -195,7 +195,7 @@ fn cmd_fork(ctx: &Ctx, a: ForkArgs) -> Result<Reply> {
 }
 
 fn cmd_check(ctx: &Ctx) -> Result<Reply> {
-    let report = ctx.service.verify(ctx.vault.as_deref())?;
+    let report = ctx.service.verify(ctx.workspace.as_deref())?;
     let human = format!("ok: {} objects verified", report.objects_checked);
     Ok(Reply::new(&report, human))
 }

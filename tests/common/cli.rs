@@ -202,11 +202,11 @@ pub struct TestEnv {
     seen: RefCell<BTreeSet<String>>,
 }
 
-/// Prefix `args` with `--vault NAME` when a vault is given.
+/// Prefix `args` with `--workspace NAME` when one is given.
 pub fn sel<'a>(vault: Option<&'a str>, args: &[&'a str]) -> Vec<&'a str> {
     let mut v = Vec::new();
     if let Some(name) = vault {
-        v.push("--vault");
+        v.push("--workspace");
         v.push(name);
     }
     v.extend_from_slice(args);
@@ -244,11 +244,12 @@ impl TestEnv {
         env
     }
 
-    /// `avfs` with AVFS_HOME/AVFS_ACTOR set and AVFS_VAULT removed.
+    /// `avfs` with AVFS_HOME/AVFS_ACTOR set and AVFS_WORKSPACE and AVFS_VAULT removed.
     pub fn cmd(&self) -> Command {
         let mut c = Command::new(BIN);
         c.env("AVFS_HOME", &self.home)
             .env("AVFS_ACTOR", &self.actor)
+            .env_remove("AVFS_WORKSPACE")
             .env_remove("AVFS_VAULT")
             .current_dir(&self.work);
         c
@@ -259,6 +260,7 @@ impl TestEnv {
         let mut c = std::process::Command::new(BIN);
         c.env("AVFS_HOME", &self.home)
             .env("AVFS_ACTOR", &self.actor)
+            .env_remove("AVFS_WORKSPACE")
             .env_remove("AVFS_VAULT")
             .current_dir(&self.work);
         c

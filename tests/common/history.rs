@@ -1,6 +1,7 @@
 //! Helpers for the history tests (`history_*.rs`): a throwaway `$AVFS_HOME` with scratch
-//! space for host directories (`Env`), the binary run without `$AVFS_VAULT`, every `--json`
-//! document checked against the committed schema, and host trees without `.git`.
+//! space for host directories (`Env`), the binary run without `$AVFS_WORKSPACE` or
+//! `$AVFS_VAULT`, every `--json` document checked against the committed schema, and host
+//! trees without `.git`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -36,10 +37,11 @@ impl Env {
     pub fn run(&self, vault: Option<&str>, args: &[&str], stdin: Option<&[u8]>) -> Output {
         let mut cmd = Command::new(super::BIN);
         cmd.env("AVFS_HOME", self.home.path())
+            .env_remove("AVFS_WORKSPACE")
             .env_remove("AVFS_VAULT")
             .env("AVFS_ACTOR", "history-test");
         if let Some(v) = vault {
-            cmd.args(["--vault", v]);
+            cmd.args(["--workspace", v]);
         }
         cmd.args(args);
         if let Some(input) = stdin {
@@ -53,7 +55,7 @@ impl Env {
         let out = self.run(Some(vault), args, None);
         assert!(
             out.status.success(),
-            "avfs --vault {vault} {args:?} failed ({:?}): {}",
+            "avfs --workspace {vault} {args:?} failed ({:?}): {}",
             out.status.code(),
             String::from_utf8_lossy(&out.stderr)
         );
@@ -73,7 +75,7 @@ impl Env {
     /// `data` of a `--json` command that must succeed.
     pub fn data(&self, vault: &str, args: &[&str]) -> Value {
         let (doc, code) = self.json(Some(vault), args);
-        assert_eq!(code, 0, "avfs --vault {vault} {args:?}: {doc}");
+        assert_eq!(code, 0, "avfs --workspace {vault} {args:?}: {doc}");
         assert_eq!(doc["ok"], json!(true));
         doc["data"].clone()
     }

@@ -86,11 +86,12 @@ pub fn avfs_in(home: &Path, args: &[&str]) -> Output {
     avfs_env(home, args, &[])
 }
 
-/// `avfs` with `$AVFS_HOME` set, actor `test`, and no `$AVFS_VAULT`.
+/// `avfs` with `$AVFS_HOME` set, actor `test`, and no `$AVFS_WORKSPACE` or `$AVFS_VAULT`.
 pub fn avfs_command(home: &Path) -> Command {
     let mut c = Command::new(super::BIN);
     c.env("AVFS_HOME", home)
         .env("AVFS_ACTOR", "test")
+        .env_remove("AVFS_WORKSPACE")
         .env_remove("AVFS_VAULT");
     c
 }

@@ -38,7 +38,7 @@ pub enum Error {
         suggestions: Vec<String>,
     },
     #[error(
-        "no vault selected: pass --vault NAME|PATH, set AVFS_VAULT, or run `avfs vault use NAME`"
+        "no workspace selected: pass --workspace NAME|PATH, set AVFS_WORKSPACE, or run `avfs vault use NAME`"
     )]
     NoVaultSelected,
     #[error("`{path}` is not an agentvfs vault ({reason}); `avfs vault create NAME` makes one")]

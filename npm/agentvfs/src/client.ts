@@ -45,7 +45,12 @@ export interface AvfsOptions {
   bin?: string;
   /** `AVFS_HOME`: where the registry and default vault files live (default `~/.avfs`). */
   home?: string;
-  /** The vault or fork to act on (`AVFS_VAULT`): a registered name or a vault file path. */
+  /**
+   * The workspace to act on (`AVFS_WORKSPACE`): a registered vault or fork name, or a vault
+   * file path.
+   */
+  workspace?: string;
+  /** @deprecated The earlier name of `workspace`. */
   vault?: string;
   /** `AVFS_ACTOR`: who the audit log records (default `$USER`). */
   actor?: string;
@@ -62,7 +67,9 @@ export interface AvfsOptions {
 
 /** Options every call takes. */
 export interface CallOptions {
-  /** Act on this vault or fork instead of the client's. */
+  /** Act on this workspace (a vault or a fork) instead of the client's. */
+  workspace?: string;
+  /** @deprecated The earlier name of `workspace`. */
   vault?: string;
   /** Abort the call: avfs is killed and the call rejects with kind `aborted`. */
   signal?: AbortSignal;
@@ -163,9 +170,11 @@ export interface ProxyExecOptions extends CallOptions {
   allowEnv?: string[];
   /** Keep at most this many bytes of stdout and of stderr each. */
   maxOutput?: number;
-  /** Create the task fork from this vault on first use (with `task`). */
+  /** Make the `fork` from this workspace on first use. */
   forkFrom?: string;
-  /** The task fork to run in. */
+  /** The fork to run in, made from `forkFrom` on first use and reused after. */
+  fork?: string;
+  /** @deprecated The earlier name of `fork`. */
   task?: string;
   /** Run in this session's mount (`sessionStart`) instead of mounting for this call. */
   session?: string;
@@ -205,7 +214,7 @@ interface Invocation<T> {
   exitCode: number | null;
 }
 
-/** A client for one AVFS_HOME (and optionally one vault). Methods mirror the CLI. */
+/** A client for one AVFS_HOME (and optionally one workspace). Methods mirror the CLI. */
 export class Avfs {
   readonly options: Readonly<AvfsOptions>;
   private resolvedBin: string | undefined;
@@ -222,9 +231,14 @@ export class Avfs {
     return this.resolvedBin;
   }
 
-  /** A client like this one acting on another vault or fork. */
+  /** A client like this one acting on another workspace (a vault or a fork). */
+  withWorkspace(workspace: string): Avfs {
+    return new Avfs({ ...this.options, workspace, vault: undefined });
+  }
+
+  /** @deprecated The earlier name of `withWorkspace`. */
   withVault(vault: string): Avfs {
-    return new Avfs({ ...this.options, vault });
+    return this.withWorkspace(vault);
   }
 
   // -- vaults ----------------------------------------------------------------------------
@@ -424,7 +438,7 @@ export class Avfs {
       ...(o.allowEnv ?? []).flatMap((name) => ["--allow-env", name]),
       ...opt("--max-output", o.maxOutput === undefined ? undefined : String(o.maxOutput)),
       ...opt("--fork-from", o.forkFrom),
-      ...opt("--task", o.task),
+      ...opt("--fork", renamed("task", o.task, "fork", o.fork)),
       ...opt("--session", o.session),
       ...flag("--confine", o.confine),
       ...flag("--offline", o.offline),
@@ -464,12 +478,14 @@ export class Avfs {
     return (await this.invoke<T>(words, args, options)).data;
   }
 
-  private env(vault: string | undefined): Env {
+  private env(call: CallOptions): Env {
     const env: Env = { ...process.env, ...this.options.env };
     if (this.options.home !== undefined) env.AVFS_HOME = this.options.home;
     if (this.options.actor !== undefined) env.AVFS_ACTOR = this.options.actor;
-    const selected = vault ?? this.options.vault;
-    if (selected !== undefined) env.AVFS_VAULT = selected;
+    const selected =
+      renamed("vault", call.vault, "workspace", call.workspace) ??
+      renamed("vault", this.options.vault, "workspace", this.options.workspace);
+    if (selected !== undefined) env.AVFS_WORKSPACE = selected;
     for (const key of Object.keys(env)) {
       if (env[key] === undefined) delete env[key];
     }
@@ -492,7 +508,7 @@ export class Avfs {
         return;
       }
       const child = spawn(bin, args, {
-        env: this.env(options.vault) as NodeJS.ProcessEnv,
+        env: this.env(options) as NodeJS.ProcessEnv,
         cwd: this.options.cwd,
         stdio: [options.input === undefined ? "ignore" : "pipe", "pipe", "pipe"],
         windowsHide: true,
@@ -594,6 +610,21 @@ function opt(name: string, value: string | undefined): string[] {
 
 function flag(name: string, on: boolean | undefined): string[] {
   return on ? [name] : [];
+}
+
+const warned = new Set<string>();
+
+/** An option that was renamed, given under either name (the old one warns, once). */
+function renamed(oldName: string, oldValue: string | undefined, newName: string, newValue: string | undefined): string | undefined {
+  if (oldValue === undefined) return newValue;
+  if (newValue !== undefined) {
+    throw new TypeError(`give \`${newName}\` only (\`${oldName}\` is its deprecated name)`);
+  }
+  if (!warned.has(oldName)) {
+    warned.add(oldName);
+    process.emitWarning(`\`${oldName}\` is deprecated; use \`${newName}\``, "DeprecationWarning");
+  }
+  return oldValue;
 }
 
 function list(paths: string | string[]): string[] {

@@ -314,11 +314,11 @@ export interface OpInfo {
 // The proxy
 
 /** What the proxy does with a command. */
-export type Action = "allow" | "checkpoint_then_run" | "read_only" | "ask" | "deny";
+export type Action = "allow" | "checkpoint_then_run" | "readonly" | "ask" | "deny";
 
 /** What a command does, as far as the policy can tell from its text. */
 export type Category =
-  | "read_only"
+  | "readonly"
   | "mutating"
   | "destructive"
   | "networked"
@@ -365,8 +365,8 @@ export interface ExecRequest {
   cwd: string;
   vault: string;
   fork: string;
-  /** `read_write` or `read_only`. */
-  mode: "read_write" | "read_only" | (string & {});
+  /** `readwrite` or `readonly`. */
+  access: "readwrite" | "readonly" | (string & {});
   /** The session the command ran in, if any. */
   session?: string | null;
 }

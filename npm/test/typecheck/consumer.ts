@@ -18,7 +18,7 @@ import {
 } from "agentvfs";
 
 async function main(): Promise<void> {
-  const avfs = new Avfs({ home: "/tmp/h", vault: "proj", onResponse: (doc, info) => void [doc.ok, info.exitCode] });
+  const avfs = new Avfs({ home: "/tmp/h", workspace: "proj", onResponse: (doc, info) => void [doc.ok, info.exitCode] });
   const target = await avfs.vaultCreate("proj", { path: "/tmp/proj.avfs" });
   const name: string = target.workspace;
   const cps: CheckpointInfo[] = await avfs.checkpointList();
@@ -31,7 +31,7 @@ async function main(): Promise<void> {
   await avfs.mkdir(["/x", "/y"], { parents: true, mode: "700" });
 
   const env: Envelope = await avfs.proxyExec(["make"], { timeout: 30, session: "s", checkpoint: "always" });
-  const env2: Envelope = await avfs.proxyExec({ shell: "make test", cwd: "/src", allowEnv: ["TOKEN"] });
+  const env2: Envelope = await avfs.proxyExec({ shell: "make test", cwd: "/src", allowEnv: ["TOKEN"], fork: "t1" });
   const action: Action = env.decision.action;
   const changes: Change[] = env2.changes;
   const code: number = proxyExitCode(env);
@@ -60,6 +60,10 @@ async function main(): Promise<void> {
   env.exitcode;
   // @ts-expect-error: action is a closed union
   const wrong: Action = "maybe";
+  const ro: Action = "readonly";
+  // @ts-expect-error: spelled `readonly` since envelope schema_version 2
+  const oldRo: Action = "read_only";
+  const fork: Avfs = avfs.withWorkspace("t1");
   // @ts-expect-error: argv must be strings
   await avfs.proxyExec([1, 2]);
   // @ts-expect-error: strategy is ours or theirs
@@ -67,7 +71,7 @@ async function main(): Promise<void> {
   // @ts-expect-error: status is a closed union
   const status: Change["status"] = "copied";
 
-  void [name, nodes, bytes, same, made, text, action, code, sessions, applied, Klass, wrong, status];
+  void [name, nodes, bytes, same, made, text, action, code, sessions, applied, Klass, wrong, status, ro, oldRo, fork];
 }
 
 void main;

@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -68,10 +69,11 @@ def find_binary(explicit: StrPath | None = None) -> str:
 
 
 class Client:
-    """One avfs installation and, optionally, one vault or fork to act on.
+    """One avfs installation and, optionally, one workspace (a vault or a fork) to act on.
 
-    `home` sets `AVFS_HOME` (default: inherited, else `~/.avfs`); `vault` is passed as
-    `--vault` to every command (default: `$AVFS_VAULT`, then the current vault).
+    `home` sets `AVFS_HOME` (default: inherited, else `~/.avfs`); `workspace` is passed as
+    `--workspace` to every command (default: `$AVFS_WORKSPACE`, then `$AVFS_VAULT`, then
+    the current one). `vault=` is the deprecated name of `workspace=`.
     `on_document(doc, exit_code)` sees every JSON document the binary prints before it is
     interpreted (the tests validate each one against the schema through it).
     Failures raise `AvfsError` subclasses; `proxy_exec` returns an `Envelope` whatever the
@@ -81,29 +83,46 @@ class Client:
     def __init__(
         self,
         home: StrPath | None = None,
-        vault: str | None = None,
+        workspace: str | None = None,
         *,
         binary: StrPath | None = None,
         env: Mapping[str, str] | None = None,
         on_document: Callable[[Document, int], None] | None = None,
+        vault: str | None = None,
     ) -> None:
         self.binary = find_binary(binary)
         self.home = os.fspath(home) if home is not None else None
-        self.vault = vault
+        self.workspace = _renamed("vault", vault, "workspace", workspace)
         self.env = dict(env) if env is not None else None
         self.on_document = on_document
 
-    def with_vault(self, vault: str | None) -> Client:
-        """A client like this one acting on another vault or fork."""
+    def with_workspace(self, workspace: str | None) -> Client:
+        """A client like this one acting on another workspace (a vault or a fork)."""
         other = copy.copy(self)
-        other.vault = vault
+        other.workspace = workspace
         return other
+
+    def with_vault(self, vault: str | None) -> Client:
+        """Deprecated: the earlier name of `with_workspace`."""
+        _deprecated("with_vault()", "with_workspace()")
+        return self.with_workspace(vault)
+
+    @property
+    def vault(self) -> str | None:
+        """Deprecated: the earlier name of `workspace`."""
+        _deprecated("Client.vault", "Client.workspace")
+        return self.workspace
+
+    @vault.setter
+    def vault(self, value: str | None) -> None:
+        _deprecated("Client.vault", "Client.workspace")
+        self.workspace = value
 
     # -- the runner -------------------------------------------------------------------
 
     def run_document(self, *args: str, stdin: bytes | None = None) -> tuple[Document, int]:
-        """Run `avfs --json [--vault V] ARGS…`; the parsed document and the exit code."""
-        argv = [self.binary, "--json", *(["--vault", self.vault] if self.vault else []), *args]
+        """Run `avfs --json [--workspace W] ARGS…`; the parsed document and the exit code."""
+        argv = [self.binary, "--json", *_opt("--workspace", self.workspace), *args]
         env = dict(os.environ if self.env is None else self.env)
         if self.home is not None:
             env["AVFS_HOME"] = self.home
@@ -278,16 +297,19 @@ class Client:
         allow_env: Sequence[str] = (),
         max_output: int | None = None,
         fork_from: str | None = None,
-        task: str | None = None,
+        fork: str | None = None,
         confine: bool = False,
         offline: bool = False,
+        task: str | None = None,
     ) -> Envelope:
         """Run `argv` (or `shell` text) through the policy-checked proxy.
 
         A command that fails, times out (124), needs approval (125) or is denied (126)
         still returns its `Envelope`; see `Envelope.status`. `timeout` is in seconds or a
-        duration string such as "30s".
+        duration string such as "30s". `fork` runs it in that fork, made from `fork_from`
+        on first use (`task=` is the deprecated name of `fork=`).
         """
+        fork = _renamed("task", task, "fork", fork)
         if (argv is None) == (shell is None):
             raise ValueError("pass exactly one of argv and shell")
         if isinstance(argv, str):
@@ -299,7 +321,7 @@ class Client:
         args += _opt("--checkpoint", checkpoint) + _opt("--policy", policy)
         args += _opt("--approve", approve) + [a for n in allow_env for a in ("--allow-env", n)]
         args += _opt("--max-output", None if max_output is None else str(max_output))
-        args += _opt("--fork-from", fork_from) + _opt("--task", task)
+        args += _opt("--fork-from", fork_from) + _opt("--fork", fork)
         args += _flag("--confine", confine) + _flag("--offline", offline)
         args += ["--shell", shell] if shell is not None else ["--", *argv]  # type: ignore[misc]
         return self._one(Envelope, *args)
@@ -333,3 +355,17 @@ def _opt(flag: str | None, value: StrPath | None) -> list[str]:
 
 def _flag(flag: str, on: bool) -> list[str]:
     return [flag] if on else []
+
+
+def _deprecated(old: str, new: str) -> None:
+    warnings.warn(f"{old} is deprecated; use {new}", DeprecationWarning, stacklevel=3)
+
+
+def _renamed(old: str, old_value: str | None, new: str, new_value: str | None) -> str | None:
+    """The value of a keyword argument that was renamed, given under either name."""
+    if old_value is None:
+        return new_value
+    if new_value is not None:
+        raise TypeError(f"pass {new}= only ({old}= is its deprecated name)")
+    warnings.warn(f"{old}= is deprecated; use {new}=", DeprecationWarning, stacklevel=3)
+    return old_value

@@ -12,9 +12,9 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar, Union
 
-Action = Literal["allow", "checkpoint_then_run", "read_only", "ask", "deny"]
+Action = Literal["allow", "checkpoint_then_run", "readonly", "ask", "deny"]
 Category = Literal[
-    "read_only",
+    "readonly",
     "mutating",
     "destructive",
     "networked",
@@ -239,7 +239,7 @@ class ExecRequest:
     cwd: str
     vault: str
     fork: str
-    mode: str
+    access: str  # "readwrite" or "readonly"
     argv: list[str] | None = None
     shell: str | None = None
     session: str | None = None

@@ -1,5 +1,5 @@
 //! Where a proxied command runs: in a running session's mount, or in a mount made for
-//! this call, in the selected workspace or in a task fork made on first use.
+//! this call, in the selected workspace or in a fork made on first use.
 
 use std::path::Path;
 
@@ -13,11 +13,11 @@ use crate::error::Result;
 /// The workspace a command runs in.
 #[derive(Debug, Clone)]
 pub enum Place {
-    /// The vault or fork a selector names (`None`: the current one).
+    /// The workspace a selector names (`None`: the current one).
     Selected(Option<String>),
-    /// Task fork `task`, forked from `fork_from` if it does not exist yet.
-    Task {
-        task: String,
+    /// Fork `fork`, made from workspace `fork_from` if it does not exist yet.
+    Fork {
+        fork: String,
         fork_from: Option<String>,
     },
     /// The mount of a running session (`avfs session start`).
@@ -42,10 +42,10 @@ pub fn exec(
         }
         return session::exec(&rec, req, opts, policy);
     }
-    // The policy first: one that does not load must not leave a task fork behind.
+    // The policy first: one that does not load must not leave a new fork behind.
     let policy = PolicyEngine::from_path(policy)?;
     let (target, ws) = match place {
-        Place::Task { task, fork_from } => service.open_task(task, fork_from.as_deref())?,
+        Place::Fork { fork, fork_from } => service.open_fork(fork, fork_from.as_deref())?,
         Place::Selected(selector) => service.open(selector.as_deref())?,
         Place::Session(_) => unreachable!("handled above"),
     };

@@ -22,8 +22,10 @@ use crate::model::diff::{Change, StateRef};
 use crate::model::path::VPath;
 use crate::model::{Workspace, now_ns};
 
-/// Version of the envelope's shape; bumped on incompatible changes.
-pub const ENVELOPE_VERSION: u32 = 1;
+/// Version of the envelope's shape; bumped on incompatible changes (2: `readonly` and
+/// `readwrite` are spelled as one word in `request.access` (was `request.mode`) and the
+/// decision; `mode` and `sandbox` say how and where the command ran).
+pub const ENVELOPE_VERSION: u32 = 2;
 /// The op-log kind of a proxied command: `avfs rollback` undoes these.
 pub const EXEC_OP: &str = "proxy.exec";
 
@@ -121,8 +123,8 @@ pub struct ExecRequest {
     pub cwd: String,
     pub vault: String,
     pub fork: String,
-    /// `read_write` or `read_only`.
-    pub mode: String,
+    /// `readwrite` or `readonly`.
+    pub access: String,
     /// The long-lived session the command ran in, if any (`avfs session start`).
     #[serde(default)]
     pub session: Option<String>,
@@ -309,7 +311,7 @@ impl ProxyRuntime<'_> {
             cwd: cwd.display(),
             vault: self.vault_name.clone(),
             fork: self.ws.name().to_string(),
-            mode: if readonly { "read_only" } else { "read_write" }.into(),
+            access: if readonly { "readonly" } else { "readwrite" }.into(),
             session: live.map(|l| l.name.to_string()),
         };
         sandbox_config(self.policy, opts)?;

@@ -1,5 +1,5 @@
-//! `WorkspaceService`: turns what a user names (`--vault NAME|PATH`, `AVFS_VAULT`, the
-//! current vault) into an open workspace, and manages the registry of vaults and forks.
+//! `WorkspaceService`: turns what a user names (`--workspace NAME|PATH`, `AVFS_WORKSPACE`,
+//! the current one) into an open workspace, and manages the registry of vaults and forks.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -393,15 +393,15 @@ impl WorkspaceService {
         })
     }
 
-    /// Open task fork `task`, forking it from `fork_from` first if it does not exist yet
-    /// (so the first command of a task makes its fork, and later ones reuse it).
-    pub fn open_task(&self, task: &str, fork_from: Option<&str>) -> Result<(Target, Workspace)> {
+    /// Open fork `fork`, making it from `fork_from` first if it does not exist yet (so the
+    /// first command that names it makes the fork, and later ones reuse it).
+    pub fn open_fork(&self, fork: &str, fork_from: Option<&str>) -> Result<(Target, Workspace)> {
         if let Some(from) = fork_from
-            && self.resolve(Some(task)).is_err()
+            && self.resolve(Some(fork)).is_err()
         {
-            self.fork(from, task, None, false)?;
+            self.fork(from, fork, None, false)?;
         }
-        self.open(Some(task))
+        self.open(Some(fork))
     }
 
     /// Merge fork `fork` three-way into `into`, or into its parent when `into` is `None`.
@@ -476,19 +476,19 @@ mod tests {
     }
 
     #[test]
-    fn a_task_fork_is_made_on_first_use_and_reused_after() {
+    fn a_fork_is_made_on_first_use_and_reused_after() {
         let h = testing::home();
         let opts = WriteOptions::default();
         files::write(&h.ws, "/a", b"1", opts).unwrap();
         assert_eq!(
-            h.service.open_task("t1", None).err().map(|e| e.kind()),
+            h.service.open_fork("t1", None).err().map(|e| e.kind()),
             Some("vault_not_found")
         );
-        let (t, ws) = h.service.open_task("t1", Some("demo")).unwrap();
+        let (t, ws) = h.service.open_fork("t1", Some("demo")).unwrap();
         assert_eq!(t.workspace, "t1");
         files::write(&ws, "/b", b"2", opts).unwrap();
         // The second call must not fork again (that would fail: the name exists).
-        let (_, again) = h.service.open_task("t1", Some("demo")).unwrap();
+        let (_, again) = h.service.open_fork("t1", Some("demo")).unwrap();
         assert!(files::stat(&again, "/b", None).is_ok());
     }
 

@@ -74,7 +74,7 @@ impl<'e> Analyzer<'e> {
     pub fn read_only(&mut self, prog: &str) {
         self.push(
             &[Category::ReadOnly],
-            "builtin/read-only",
+            "builtin/readonly",
             format!("`{prog}` only reads"),
             None,
             Some(prog),

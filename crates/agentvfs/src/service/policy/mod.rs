@@ -18,7 +18,7 @@
 //!
 //! Every simple command gets one or more [`Category`]s; the decision's categories are their
 //! union over the whole tree and its [`Action`] is the strictest one found
-//! (`allow` < `checkpoint_then_run` < `read_only` < `ask` < `deny`). Its `rule`, `reason` and
+//! (`allow` < `checkpoint_then_run` < `readonly` < `ask` < `deny`). Its `rule`, `reason` and
 //! `offending` token come from the finding that set that action.
 //!
 //! * **Paths.** Every argument in a path position, every redirection target and every `cd`
@@ -44,13 +44,13 @@
 //!   (`builtin/dynamic-command`); text the parser cannot read (`builtin/unparsable`: a shell
 //!   would run the lines before the error); nesting deeper than 12 levels.
 //! * Anything the engine does not know (an unlisted program, a git alias, a cargo plugin)
-//!   is `unknown`, never `read_only`.
+//!   is `unknown`, never `readonly`.
 //!
 //! # Categories and the default actions
 //!
 //! | category | meaning | default action |
 //! |---|---|---|
-//! | `read_only` | only reads the workspace (`ls`, `cat`, `grep -r`, `git status`) | `allow` |
+//! | `readonly` | only reads the workspace (`ls`, `cat`, `grep -r`, `git status`) | `allow` |
 //! | `mutating` | changes the workspace (`touch`, `cp`, `sed -i`, `cargo test`, `python3 x.py`) | `checkpoint_then_run` |
 //! | `destructive` | deletes or overwrites (`rm -rf build`, `git reset --hard`, `git clean -fdx`) | `checkpoint_then_run`: inside the workspace the checkpoint taken first makes it recoverable |
 //! | `unknown` | the engine cannot tell | `checkpoint_then_run` |
@@ -62,7 +62,7 @@
 //! Destructive on a host-escape target (`rm -rf /`, `find / -delete`, `dd of=/dev/sda`,
 //! `chmod -R 777 /`, `git -C / clean -fdx`) is therefore denied, while `rm -rf build` is a
 //! checkpoint-then-run. Actions: `allow` (run, no checkpoint), `checkpoint_then_run`,
-//! `read_only` (run on a read-only mount; only from policy rules), `ask` (run nothing, return
+//! `readonly` (run on a read-only mount; only from policy rules), `ask` (run nothing, return
 //! an approval token), `deny` (run nothing).
 //!
 //! # Policy file (TOML)
@@ -98,7 +98,7 @@
 //! flags = ["--force", "-f"]      # any of these flags present (`-f` also matches inside `-uf`)
 //! args = ["+*"]                  # any argument (as written, quotes removed) matches a glob
 //! paths = ["/tmp/**"]            # any path argument matches a glob (see below)
-//! action = "deny"                # allow | checkpoint_then_run | read_only | ask | deny
+//! action = "deny"                # allow | checkpoint_then_run | readonly | ask | deny
 //! category = "destructive"       # optional: the category reported (else the built-in ones)
 //! reason = "force-pushing rewrites the remote's history"
 //! examples = [{ command = "git push -f origin main", action = "deny" }]
@@ -159,6 +159,8 @@ pub use inspect::{PolicyShowOutput, PolicyTestOutput, check};
 #[serde(rename_all = "snake_case")]
 pub enum Category {
     /// Only reads the workspace.
+    // `read_only` is the old spelling; policy files that use it still load.
+    #[serde(rename = "readonly", alias = "read_only")]
     ReadOnly,
     /// Changes files in the workspace.
     Mutating,
@@ -192,7 +194,7 @@ impl Category {
     /// The snake_case name used in JSON and TOML.
     pub fn as_str(self) -> &'static str {
         match self {
-            Category::ReadOnly => "read_only",
+            Category::ReadOnly => "readonly",
             Category::Mutating => "mutating",
             Category::Destructive => "destructive",
             Category::Networked => "networked",
@@ -213,6 +215,8 @@ pub enum Action {
     /// Checkpoint the workspace, then run it.
     CheckpointThenRun,
     /// Run it on a read-only mount.
+    // `read_only` is the old spelling; policy files that use it still load.
+    #[serde(rename = "readonly", alias = "read_only")]
     ReadOnly,
     /// Run nothing; return an approval token the harness can pass back with `--approve`.
     Ask,
@@ -237,7 +241,7 @@ impl Action {
         match self {
             Action::Allow => "allow",
             Action::CheckpointThenRun => "checkpoint_then_run",
-            Action::ReadOnly => "read_only",
+            Action::ReadOnly => "readonly",
             Action::Ask => "ask",
             Action::Deny => "deny",
         }
@@ -497,7 +501,7 @@ impl PolicyEngine {
             return Decision {
                 action: Action::Allow,
                 categories: vec![Category::ReadOnly],
-                rule: Some("builtin/read-only".into()),
+                rule: Some("builtin/readonly".into()),
                 reason: "nothing runs: the text has no commands".into(),
                 offending: None,
             };
@@ -516,7 +520,7 @@ impl PolicyEngine {
             }
         }
         let f = &facts[best];
-        let reason = if f.rule == "builtin/read-only" {
+        let reason = if f.rule == "builtin/readonly" {
             let mut progs: Vec<&str> = Vec::new();
             for p in facts.iter().filter_map(|f| f.program.as_deref()) {
                 if !progs.contains(&p) {

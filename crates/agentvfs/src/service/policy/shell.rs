@@ -373,7 +373,7 @@ impl Analyzer<'_> {
             }
             self.push(
                 &[Category::ReadOnly],
-                "builtin/read-only",
+                "builtin/readonly",
                 "only sets shell variables".into(),
                 None,
                 None,

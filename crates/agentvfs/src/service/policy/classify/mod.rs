@@ -146,7 +146,7 @@ impl Analyzer<'_> {
         if scope.functions.contains(name) {
             self.push(
                 &[C::ReadOnly],
-                "builtin/read-only",
+                "builtin/readonly",
                 format!("calls shell function `{name}` (classified where it is defined)"),
                 None,
                 Some(name),
