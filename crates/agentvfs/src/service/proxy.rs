@@ -636,10 +636,12 @@ impl ProxyRuntime<'_> {
                 Mode::Overlay if !run.readonly => {
                     let lower =
                         MountFs::at_root(self.ws.clone(), run.before)?.with_hidden(secrets.clone());
+                    let layer = self.quota_layer()?;
                     let ran = sandbox::run(
                         &dir,
                         &launch,
                         Served::Overlay(Arc::new(lower)),
+                        layer.as_ref(),
                         self.mounter,
                     );
                     // A sandbox that was never set up ran nothing; any other end is ingested
@@ -650,7 +652,7 @@ impl ProxyRuntime<'_> {
                     }
                     let (ingested, id) = sandbox::ingest::ingest(
                         self.ws,
-                        &dir.path().join("upper"),
+                        &sandbox::upper_dir(&dir, layer.as_ref()),
                         &secrets,
                         EXEC_OP,
                         run.text,
@@ -665,8 +667,13 @@ impl ProxyRuntime<'_> {
                 // Read-only: the fork's state as the command started, with no layer above.
                 Mode::Overlay => {
                     let view = MountFs::at_root(self.ws.clone(), run.before)?.with_hidden(secrets);
-                    let (result, r) =
-                        sandbox::run(&dir, &launch, Served::Fuse(Arc::new(view)), self.mounter)?;
+                    let (result, r) = sandbox::run(
+                        &dir,
+                        &launch,
+                        Served::Fuse(Arc::new(view)),
+                        None,
+                        self.mounter,
+                    )?;
                     report = Some(r);
                     Ok(result)
                 }
@@ -684,7 +691,7 @@ impl ProxyRuntime<'_> {
                         readonly: run.readonly,
                     };
                     let made = sandbox::ingest::CopyMade::stamp(&copy, left_out)?;
-                    let ran = sandbox::run(&dir, &launch, served, self.mounter);
+                    let ran = sandbox::run(&dir, &launch, served, None, self.mounter);
                     if run.readonly || matches!(&ran, Err(Error::SandboxFailed { .. })) {
                         return ran.map(|(result, r)| {
                             report = Some(r);
@@ -706,8 +713,13 @@ impl ProxyRuntime<'_> {
                         .with_label(EXEC_OP, run.text)?
                         .with_hidden(secrets);
                     let finished_as = session.finished_as();
-                    let ran =
-                        sandbox::run(&dir, &launch, Served::Fuse(Arc::new(session)), self.mounter);
+                    let ran = sandbox::run(
+                        &dir,
+                        &launch,
+                        Served::Fuse(Arc::new(session)),
+                        None,
+                        self.mounter,
+                    );
                     exec_id = *finished_as.lock().unwrap_or_else(|p| p.into_inner());
                     let (result, r) = ran?;
                     report = Some(r);
@@ -721,6 +733,27 @@ impl ProxyRuntime<'_> {
             own_change,
             report,
         }
+    }
+
+    /// A file system for the run's upper layer sized to what the workspace's quota has
+    /// left, so the write that crosses it fails with ENOSPC; `None` without quotas. A file
+    /// copied up counts whole, and directories count against `max_files` here.
+    fn quota_layer(&self) -> Result<Option<sandbox::Layer>> {
+        let quota = self.ws.vault().quota()?;
+        if quota.max_size_mb.is_none() && quota.max_files.is_none() {
+            return Ok(None);
+        }
+        let (files, bytes) = self.ws.totals()?;
+        let room = quota.max_size_mb.map_or(u64::MAX >> 1, |m| {
+            m.saturating_mul(1 << 20).saturating_sub(bytes)
+        });
+        // The layer's own directories (root, upper, work and the overlay's work and index).
+        const LAYER_INODES: u64 = 6;
+        let inodes = quota
+            .max_files
+            .map_or(u64::MAX >> 1, |m| m.saturating_sub(files))
+            .saturating_add(LAYER_INODES);
+        sandbox::Layer::sized(room, inodes).map(Some)
     }
 
     fn run_mounted(

@@ -470,6 +470,19 @@ fn assemble(spec: &Spec, report: &mut Reporter) -> Step<()> {
         libc::MS_NOSUID | libc::MS_NODEV,
         Some("mode=0755,size=1m"),
     )?;
+    if let Some((fd, at)) = &spec.layer {
+        make_dir(at, 0o700)?;
+        // SAFETY: the descriptor was handed to us open, for this mount alone.
+        let layer = unsafe { OwnedFd::from_raw_fd(*fd) };
+        rustix::mount::move_mount(
+            &layer,
+            "",
+            rustix::fs::CWD,
+            at,
+            rustix::mount::MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH,
+        )
+        .map_err(|e| format!("attaching the run's file system at {}: {e}", at.display()))?;
+    }
     // The workspace first: the FUSE server starts answering once told it is mounted.
     let ws = under(root, &spec.workspace_path);
     make_dir(&ws, 0o755)?;

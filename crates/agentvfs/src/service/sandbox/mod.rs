@@ -346,6 +346,45 @@ fn remove_stale(runtime: &Path) {
     }
 }
 
+/// A file system of the run's own, limited to what the workspace's quota has left: the
+/// overlay's upper layer or the copy live on it, so the write that crosses the quota
+/// fails there and then (ENOSPC), not afterwards. A detached mount (new mount API): it
+/// exists only through this descriptor, and in the sandbox it is attached to.
+pub struct Layer {
+    fd: OwnedFd,
+}
+
+impl Layer {
+    /// A tmpfs of at most `bytes` bytes and `inodes` inodes (each at least one page or one
+    /// inode: zero would mean unlimited).
+    pub fn sized(bytes: u64, inodes: u64) -> Result<Layer> {
+        use rustix::mount::{
+            FsMountFlags, FsOpenFlags, MountAttrFlags, fsconfig_create, fsconfig_set_string,
+            fsmount, fsopen,
+        };
+        let failed = |what: &str, e: rustix::io::Errno| Error::SandboxFailed {
+            reason: format!("making the run's quota-sized file system ({what}): {e}"),
+        };
+        let fs = fsopen("tmpfs", FsOpenFlags::FSOPEN_CLOEXEC).map_err(|e| failed("fsopen", e))?;
+        for (key, value) in [
+            ("size", bytes.max(4096).to_string()),
+            ("nr_inodes", inodes.max(1).to_string()),
+            ("mode", "0700".to_string()),
+        ] {
+            fsconfig_set_string(&fs, key, value.as_str()).map_err(|e| failed(key, e))?;
+        }
+        fsconfig_create(&fs).map_err(|e| failed("create", e))?;
+        let fd = fsmount(&fs, FsMountFlags::FSMOUNT_CLOEXEC, MountAttrFlags::empty())
+            .map_err(|e| failed("fsmount", e))?;
+        Ok(Layer { fd })
+    }
+
+    /// `rel` inside the layer, as this process reaches it.
+    pub fn path(&self, rel: &str) -> PathBuf {
+        PathBuf::from(format!("/proc/self/fd/{}/{rel}", self.fd.as_raw_fd()))
+    }
+}
+
 /// The file system the sandbox gives the command at the workspace path.
 pub enum Served {
     /// This mount, read-write (or read-only), over FUSE.
@@ -426,12 +465,22 @@ impl Launch<'_> {
     }
 }
 
+/// Where the overlay's upper layer of a run is, as this process reaches it.
+pub fn upper_dir(dir: &RunDir, layer: Option<&Layer>) -> PathBuf {
+    match layer {
+        Some(l) => l.path("upper"),
+        None => dir.path().join("upper"),
+    }
+}
+
 /// Run `launch` in a sandbox whose workspace is `fs`, with `dir` as the run's private
-/// directory. Returns how the command ended and what the envelope says of the sandbox.
+/// directory (and `layer`, when given, holding the overlay's upper layer or the copy).
+/// Returns how the command ended and what the envelope says of the sandbox.
 pub fn run(
     dir: &RunDir,
     launch: &Launch<'_>,
     fs: Served,
+    layer: Option<&Layer>,
     mounter: &dyn Mounter,
 ) -> Result<(RunResult, SandboxReport)> {
     let Layout { ro, rw, home, env } = launch.layout();
@@ -456,10 +505,31 @@ pub fn run(
         Served::Overlay(lower) => {
             let dev = mounter.open_device()?;
             pass.push(dev.as_raw_fd());
-            let [l, u, w] = ["lower", "upper", "work"].map(|n| dir.path().join(n));
-            for d in [&l, &u, &w] {
-                std::fs::create_dir(d).map_err(|e| Error::io("creating", d, e))?;
-            }
+            let l = dir.path().join("lower");
+            std::fs::create_dir(&l).map_err(|e| Error::io("creating", &l, e))?;
+            // Upper and work on the run's own file system when it has one (made here, seen
+            // by the init where it attaches it).
+            let (u, w) = match layer {
+                Some(layer) => {
+                    for (n, mode) in [("upper", 0o755), ("work", 0o700)] {
+                        let d = layer.path(n);
+                        use std::os::unix::fs::DirBuilderExt;
+                        std::fs::DirBuilder::new()
+                            .mode(mode)
+                            .create(&d)
+                            .map_err(|e| Error::io("creating", &d, e))?;
+                    }
+                    let at = dir.path().join("layer");
+                    (at.join("upper"), at.join("work"))
+                }
+                None => {
+                    let [u, w] = ["upper", "work"].map(|n| dir.path().join(n));
+                    for d in [&u, &w] {
+                        std::fs::create_dir(d).map_err(|e| Error::io("creating", d, e))?;
+                    }
+                    (u, w)
+                }
+            };
             (
                 WorkspaceFs::Overlay {
                     fd: dev.as_raw_fd(),
@@ -479,10 +549,14 @@ pub fn run(
         .map(|(_, v)| PathBuf::from(v))
         .unwrap_or_else(|| ws_path.clone());
     let euid = rustix::process::geteuid();
+    if let Some(l) = layer {
+        pass.push(l.fd.as_raw_fd());
+    }
     let spec = Spec {
         root,
         workspace_path: ws_path.clone(),
         workspace,
+        layer: layer.map(|l| (l.fd.as_raw_fd(), dir.path().join("layer"))),
         ro: ro.clone(),
         rw: rw.clone(),
         hide: launch.hide.clone(),

@@ -31,6 +31,11 @@ pub struct Spec {
     /// Where the workspace appears inside the sandbox.
     pub workspace_path: PathBuf,
     pub workspace: WorkspaceFs,
+    /// A file system made for this run (a tmpfs sized to the workspace's quota), passed
+    /// as a detached mount on this descriptor and attached at `layer.1` before the
+    /// workspace is made (the overlay's upper layer or the copy live on it).
+    #[serde(default)]
+    pub layer: Option<(i32, PathBuf)>,
     /// Host paths bound at the same path, read-only.
     pub ro: Vec<PathBuf>,
     /// Host paths bound at the same path, writable.

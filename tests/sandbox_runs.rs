@@ -1,0 +1,164 @@
+//! Runs in the execution sandbox, through the real binary: quotas fail at the write that
+//! crosses them, concurrent commands in one fork each report and roll back exactly their
+//! own changes, and the modes that cannot be had are typed errors.
+
+mod common;
+
+use common::mount::{ProxyEnv, avfs_command, ok};
+use serde_json::Value;
+
+fn env() -> Option<ProxyEnv> {
+    if !common::skip::require_sandbox() {
+        return None;
+    }
+    ProxyEnv::new()
+}
+
+fn exec(e: &ProxyEnv, args: &[&str]) -> (Value, i32) {
+    let mut full = vec!["--json", "proxy", "exec"];
+    full.extend_from_slice(args);
+    let out = avfs_command(e.home.path()).args(&full).output().unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|err| {
+        panic!(
+            "{full:?}: not JSON ({err}): {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (v, out.status.code().unwrap_or(-1))
+}
+
+#[test]
+fn an_overlay_write_past_the_quota_fails_at_that_write() {
+    let Some(e) = env() else { return };
+    ok(e.avfs(&["quota", "set", "--max-size-mb", "2", "--max-files", "20"]));
+    ok(e.avfs(&["write", "seed.txt", "hello"]));
+    // The script stops at the first write that fails, and says which.
+    ok(e.avfs(&[
+        "write",
+        "fill.sh",
+        "head -c 1500000 /dev/zero > a.bin || echo a-failed\n\
+         head -c 1000000 /dev/zero > b.bin 2>/dev/null || echo b-failed\n\
+         i=0; while [ $i -lt 40 ]; do i=$((i+1)); touch f$i 2>/dev/null || { echo files-stop; break; }; done\n",
+    ]));
+    let (v, code) = exec(&e, &["--mode", "overlay", "--", "sh", "fill.sh"]);
+    assert_eq!(code, 0, "{v}");
+    let d = &v["data"];
+    assert_eq!(d["stdout"]["text"], "b-failed\nfiles-stop\n", "{v}");
+    // What was written up to the limit is in the fork, and the fork is within its quota.
+    let stats = ok(e.avfs(&["--json", "stats"]));
+    let stats: Value = serde_json::from_str(&stats).unwrap();
+    let files = stats["data"]["live_files"].as_u64().unwrap();
+    let bytes = stats["data"]["logical_bytes"].as_u64().unwrap();
+    assert!(files <= 20, "{stats}");
+    assert!(bytes <= 2 << 20, "{stats}");
+    assert_eq!(ok(e.avfs(&["cat", "seed.txt"])), "hello");
+    assert!(ok(e.avfs(&["ls", "/"])).contains("a.bin"));
+}
+
+#[test]
+fn concurrent_commands_in_one_fork_report_and_roll_back_only_their_own() {
+    let Some(e) = env() else { return };
+    ok(e.avfs(&["write", "keep.txt", "keep"]));
+    for w in 0..4 {
+        let script: String = (0..20)
+            .map(|i| format!("echo {w}-{i} > w{w}-{i}.txt; sleep 0.01\n"))
+            .collect();
+        ok(e.avfs(&["write", &format!("job{w}.sh"), &script]));
+    }
+    // All four start before any is waited for, and each runs long enough (20 sleeps) to
+    // overlap the others.
+    let children: Vec<_> = (0..4)
+        .map(|w| {
+            avfs_command(e.home.path())
+                .args(["--json", "proxy", "exec", "--mode", "overlay", "--"])
+                .args(["sh", &format!("job{w}.sh")])
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut ids = Vec::new();
+    for (w, child) in children.into_iter().enumerate() {
+        let out = child.wait_with_output().unwrap();
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let d = &v["data"];
+        assert_eq!(d["exit_code"], 0, "{v}");
+        let mut paths: Vec<String> = d["changes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["path"].as_str().unwrap().to_string())
+            .collect();
+        paths.sort();
+        let mut want: Vec<String> = (0..20).map(|i| format!("/w{w}-{i}.txt")).collect();
+        want.sort();
+        assert_eq!(paths, want, "job {w} reported other changes than its own");
+        ids.push(d["exec_id"].as_i64().unwrap());
+    }
+    // Rolling back one removes its 20 files and nothing else.
+    ok(e.avfs(&["rollback", &ids[1].to_string()]));
+    let ls = ok(e.avfs(&["ls", "/"]));
+    for w in 0..4 {
+        for i in 0..20 {
+            let name = format!("w{w}-{i}.txt");
+            assert_eq!(
+                ls.contains(&name),
+                w != 1,
+                "{name} after rolling back job 1:\n{ls}"
+            );
+        }
+    }
+    assert!(ls.contains("keep.txt"));
+}
+
+#[test]
+fn modes_that_cannot_be_had_are_typed_errors_and_change_nothing() {
+    let Some(e) = env() else { return };
+    ok(e.avfs(&["write", "a.txt", "a"]));
+    let before = ok(e.avfs(&["op", "log"]));
+    // A bad mode, and a bad workspace path.
+    for args in [
+        vec!["--mode", "fastest", "--", "true"],
+        vec!["--workspace-path", "relative", "--", "true"],
+        vec!["--workspace-path", "/proc/x", "--", "true"],
+        vec!["--workspace-path", "/a/../b", "--", "true"],
+    ] {
+        let (v, code) = exec(&e, &args);
+        assert_ne!(code, 0, "{args:?}: {v}");
+        assert_eq!(v["ok"], false, "{args:?}: {v}");
+        assert!(
+            ["invalid_argument", "usage"].contains(&v["error"]["kind"].as_str().unwrap()),
+            "{args:?}: {v}"
+        );
+    }
+    // A session's commands run in its mount: an explicit overlay there is refused.
+    ok(e.avfs(&["session", "start", "w", "--name", "s"]));
+    let (v, code) = exec(
+        &e,
+        &["--session", "s", "--mode", "overlay", "--", "touch", "x"],
+    );
+    ok(e.avfs(&["session", "stop", "s"]));
+    assert_eq!(code, 1, "{v}");
+    assert_eq!(v["error"]["kind"], "sandbox_unavailable", "{v}");
+    assert_eq!(
+        ok(e.avfs(&["op", "log"])),
+        before,
+        "a refused run changed the fork"
+    );
+    // The workspace can sit at the project's own path.
+    let (v, code) = exec(
+        &e,
+        &[
+            "--workspace-path",
+            "/home/dev/project",
+            "--",
+            "sh",
+            "-c",
+            "pwd; cat a.txt",
+        ],
+    );
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["data"]["stdout"]["text"], "/home/dev/project\na", "{v}");
+    assert_eq!(v["data"]["sandbox"]["workspace_path"], "/home/dev/project");
+}
