@@ -210,3 +210,27 @@ test("proxyExec rejects with a typed error when avfs itself fails", async (t) =>
   await assert.rejects(avfs.proxyExec({ argv: ["true"], shell: "true" }), TypeError);
   await assert.rejects(avfs.proxyExec([]), TypeError);
 });
+
+test("proxyExec modes: each runs in its own sandbox and says so; an impossible one is a typed error", fuse, async (t) => {
+  requireFuse();
+  const c = await newVault(t);
+  const { avfs } = c;
+  for (const mode of ["overlay", "fuse", "copy"]) {
+    const env = await avfs.proxyExec({ shell: `echo ${mode} > ${mode}.txt; pwd`, mode, workspacePath: "/src/app" });
+    assert.equal(env.mode, mode);
+    assert.equal(env.sandbox.kind, "namespace");
+    assert.equal(env.sandbox.workspace_path, "/src/app");
+    assert.equal(env.stdout.text, "/src/app\n");
+    assert.deepEqual(changeSet(env.changes), [{ path: `/${mode}.txt`, status: "added", type: "file" }]);
+  }
+  const name = `s${process.pid}`;
+  await avfs.sessionStart("proj", { name });
+  try {
+    await assert.rejects(
+      avfs.proxyExec({ argv: ["true"], session: name, mode: "overlay" }),
+      (e) => e.kind === "sandbox_unavailable",
+    );
+  } finally {
+    await avfs.sessionStop(name);
+  }
+});

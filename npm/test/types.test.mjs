@@ -47,6 +47,7 @@ const INTERFACES = {
   Decision: ["commands", "proxy exec", "$defs", "Decision"],
   Captured: ["commands", "proxy exec", "$defs", "Captured"],
   Confinement: ["commands", "proxy exec", "$defs", "Confinement"],
+  SandboxReport: ["commands", "proxy exec", "$defs", "SandboxReport"],
   ExecRequest: ["commands", "proxy exec", "$defs", "ExecRequest"],
   Envelope: ["commands", "proxy exec"],
   SessionRecord: ["commands", "session start"],

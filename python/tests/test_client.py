@@ -339,3 +339,15 @@ def test_session(vault: Client, session: str, validator: SchemaValidator) -> Non
     assert vault.session_list() == []
     with pytest.raises(agentvfs.SessionNotFound):
         task.proxy_exec(["true"], session=session)
+
+
+def test_proxy_exec_modes_run_sandboxed(vault: Client, validator: SchemaValidator) -> None:
+    for mode in ("overlay", "fuse", "copy"):
+        env = vault.proxy_exec(shell=f"echo {mode} > {mode}.txt; pwd", mode=mode, workspace_path="/src/app")
+        assert env.mode == mode
+        assert env.sandbox.kind == "namespace"
+        assert env.sandbox.workspace_path == "/src/app"
+        assert env.stdout.text == "/src/app\n"
+        assert [(c.path, c.status) for c in env.changes] == [(f"/{mode}.txt", "added")]
+    with pytest.raises(agentvfs.InvalidArgument):
+        vault.proxy_exec(["true"], workspace_path="relative")

@@ -45,6 +45,7 @@ MODELS: dict[type, tuple[str, str | None]] = {
     t.Decision: ("proxy exec", "Decision"),
     t.Captured: ("proxy exec", "Captured"),
     t.Confinement: ("proxy exec", "Confinement"),
+    t.SandboxReport: ("proxy exec", "SandboxReport"),
     t.SessionRecord: ("session start", None),
     t.StopReport: ("session stop", None),
 }

@@ -182,6 +182,10 @@ export interface ProxyExecOptions extends CallOptions {
   confine?: boolean;
   /** No network: a fresh network namespace with only loopback (needs root). */
   offline?: boolean;
+  /** How the command's file system is made (see the envelope's `mode` and `sandbox`). */
+  mode?: "auto" | "overlay" | "fuse" | "copy";
+  /** Where the workspace appears inside the command's sandbox (default `/workspace`). */
+  workspacePath?: string;
 }
 
 /** The process exit code `avfs proxy exec` ends with for an envelope (README, "Exit codes"). */
@@ -442,6 +446,8 @@ export class Avfs {
       ...opt("--session", o.session),
       ...flag("--confine", o.confine),
       ...flag("--offline", o.offline),
+      ...opt("--mode", o.mode),
+      ...opt("--workspace-path", o.workspacePath),
       ...(o.shell !== undefined ? ["--shell", o.shell] : ["--", ...(o.argv as string[])]),
     ];
     const { data } = await this.invoke<Envelope>(["proxy", "exec"], args, o);

@@ -122,6 +122,8 @@ export const ERROR_CLASSES: Readonly<Record<string, new (init: AvfsErrorInit) =>
     mount_failed: MountError,
     fuse_unavailable: MountError,
     confinement_unavailable: MountError,
+    sandbox_unavailable: MountError,
+    sandbox_failed: MountError,
     session_failed: MountError,
     binary_not_found: BinaryNotFoundError,
     spawn_failed: ClientError,

@@ -63,6 +63,8 @@ export type ErrorKind =
   | "mount_failed"
   | "fuse_unavailable"
   | "confinement_unavailable"
+  | "sandbox_unavailable"
+  | "sandbox_failed"
   | "session_not_found"
   | "session_failed"
   | "io_error"
@@ -358,6 +360,21 @@ export interface Confinement {
   offline: boolean;
 }
 
+/** The namespace a proxied command ran in, or `none` and why. */
+export interface SandboxReport {
+  kind: "namespace" | "none";
+  /** Why there was no namespace. */
+  reason?: string | null;
+  /** Where the workspace was inside the sandbox. */
+  workspace_path?: string | null;
+  /** Host paths the command could read (at the same path). */
+  ro: string[];
+  /** Host paths the command could write (at the same path). */
+  rw: string[];
+  /** Paths the command wrote that the policy hides (secrets): not taken into the fork. */
+  refused?: string[];
+}
+
 /** What was asked of the proxy. */
 export interface ExecRequest {
   argv?: string[] | null;
@@ -405,6 +422,10 @@ export interface Envelope {
   audit_id: number;
   /** The confinement the command ran under (policy `[confinement]` plus flags). */
   confinement?: Confinement;
+  /** How the command's file system was made. */
+  mode: "overlay" | "fuse" | "copy";
+  /** The namespace the command ran in. */
+  sandbox: SandboxReport;
 }
 
 // ---------------------------------------------------------------------------------------

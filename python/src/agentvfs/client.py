@@ -301,13 +301,18 @@ class Client:
         confine: bool = False,
         offline: bool = False,
         task: str | None = None,
+        mode: str | None = None,
+        workspace_path: str | None = None,
     ) -> Envelope:
         """Run `argv` (or `shell` text) through the policy-checked proxy.
 
         A command that fails, times out (124), needs approval (125) or is denied (126)
         still returns its `Envelope`; see `Envelope.status`. `timeout` is in seconds or a
         duration string such as "30s". `fork` runs it in that fork, made from `fork_from`
-        on first use (`task=` is the deprecated name of `fork=`).
+        on first use (`task=` is the deprecated name of `fork=`). `mode` is "overlay",
+        "fuse", "copy" or "auto" (how the command's file system is made; see the envelope's
+        `mode` and `sandbox`), and `workspace_path` where the workspace appears inside the
+        command's sandbox.
         """
         fork = _renamed("task", task, "fork", fork)
         if (argv is None) == (shell is None):
@@ -323,6 +328,7 @@ class Client:
         args += _opt("--max-output", None if max_output is None else str(max_output))
         args += _opt("--fork-from", fork_from) + _opt("--fork", fork)
         args += _flag("--confine", confine) + _flag("--offline", offline)
+        args += _opt("--mode", mode) + _opt("--workspace-path", workspace_path)
         args += ["--shell", shell] if shell is not None else ["--", *argv]  # type: ignore[misc]
         return self._one(Envelope, *args)
 

@@ -134,6 +134,14 @@ class FuseUnavailable(AvfsError): ...
 class ConfinementUnavailable(AvfsError): ...
 
 
+class SandboxUnavailable(AvfsError):
+    """The command's own namespace cannot be made here (asked for with `mode`)."""
+
+
+class SandboxFailed(AvfsError):
+    """The sandbox could not be set up; the command did not run."""
+
+
 class SessionFailed(AvfsError): ...
 
 
@@ -190,6 +198,8 @@ ERRORS: dict[str, type[AvfsError]] = {
     "mount_failed": MountFailed,
     "fuse_unavailable": FuseUnavailable,
     "confinement_unavailable": ConfinementUnavailable,
+    "sandbox_unavailable": SandboxUnavailable,
+    "sandbox_failed": SandboxFailed,
     "session_failed": SessionFailed,
     "io_error": HostIOError,
     "revert_conflict": RevertConflict,

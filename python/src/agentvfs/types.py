@@ -25,6 +25,9 @@ Category = Literal[
 ]
 ChangeStatus = Literal["added", "modified", "deleted", "renamed", "type_changed"]
 ExecOutcome = Literal["denied", "approval_required", "completed", "timed_out", "spawn_failed"]
+# How a proxied command's file system is made (`auto` only as a request).
+Mode = Literal["auto", "overlay", "fuse", "copy"]
+SandboxKind = Literal["namespace", "none"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -235,6 +238,19 @@ class Confinement:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class SandboxReport:
+    """The namespace a proxied command ran in (`kind` "namespace"), or "none" and why."""
+
+    kind: SandboxKind
+    ro: list[str]
+    rw: list[str]
+    reason: str | None = None
+    workspace_path: str | None = None
+    # Paths the command wrote that the policy hides (secrets): not taken into the fork.
+    refused: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ExecRequest:
     cwd: str
     vault: str
@@ -266,6 +282,9 @@ class Envelope:
     exec_id: int | None = None
     approval_token: str | None = None
     confinement: Confinement = field(default_factory=Confinement)
+    # How the command's file system was made: "overlay", "fuse" or "copy".
+    mode: Mode
+    sandbox: SandboxReport
     # What became of the command.
     outcome: ExecOutcome
     spawn_error: str | None = None
