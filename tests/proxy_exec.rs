@@ -198,7 +198,7 @@ fn forks_are_created_on_first_use() {
         "echo work > out.txt",
     ]);
     assert_eq!(code, 0, "{v}");
-    assert_eq!(v["data"]["request"]["fork"], "t1");
+    assert_eq!(v["data"]["request"]["workspace"], "t1");
     assert_eq!(
         ok(e.avfs(&["--workspace", "t1", "cat", "out.txt"])),
         "work\n"
@@ -228,7 +228,7 @@ fn the_old_task_option_names_the_fork_too() {
         "echo old > out.txt",
     ]);
     assert_eq!(code, 0, "{v}");
-    assert_eq!(v["data"]["request"]["fork"], "t2");
+    assert_eq!(v["data"]["request"]["workspace"], "t2");
     assert_eq!(
         ok(e.avfs(&["--workspace", "t2", "cat", "out.txt"])),
         "old\n"

@@ -48,8 +48,8 @@ test("proxyExec of an allowed command: output, exit code and the exact changes",
   assert.equal(typeof env.audit_id, "number");
   assert.match(env.checkpoint, /^cp-\d+$/);
   assert.deepEqual(env.request.argv.slice(0, 2), ["sh", "-c"]);
-  assert.equal(env.request.vault, "proj");
-  assert.equal(env.request.fork, "main");
+  assert.equal(env.request.selected, "proj");
+  assert.equal(env.request.workspace, "main");
   assertExit(c, env, 3);
   // The changes are in the vault.
   assert.equal(await avfs.readText("/edit.txt"), "one\ntwo\n");
@@ -139,11 +139,11 @@ test("proxyExec in a fork made on first use; `task` is the old name of `fork`", 
   const { avfs } = c;
   const env = await avfs.proxyExec({ shell: "echo f > f.txt", forkFrom: "proj", fork: "t1" });
   assertExit(c, env, 0);
-  assert.equal(env.request.fork, "t1");
+  assert.equal(env.request.workspace, "t1");
   assert.equal(await avfs.readText("/f.txt", { workspace: "t1" }), "f\n");
   await assert.rejects(avfs.stat("/f.txt"), PathNotFoundError);
   const again = await avfs.proxyExec(["cat", "f.txt"], { task: "t1" });
-  assert.equal(again.request.fork, "t1");
+  assert.equal(again.request.workspace, "t1");
   assert.equal(again.stdout.text, "f\n");
   await assert.rejects(avfs.proxyExec(["true"], { fork: "t1", task: "t1" }), TypeError);
 });
@@ -183,7 +183,7 @@ async function sessionChecks(c, started) {
   const env = await avfs.proxyExec({ argv: ["sh", "-c", "cat base.txt; echo s > s.txt"], session: "s1" });
   assertExit(c, env, 0);
   assert.equal(env.request.session, "s1");
-  assert.equal(env.request.fork, "task-1");
+  assert.equal(env.request.workspace, "task-1");
   assert.equal(env.stdout.text, "base\n");
   assert.deepEqual(changeSet(env.changes), [{ path: "/s.txt", status: "added", type: "file" }]);
   const again = await avfs.proxyExec(["cat", "s.txt"], { session: "s1" });

@@ -255,13 +255,13 @@ def test_proxy_exec_allowed(vault: Client, validator: SchemaValidator) -> None:
 @pytest.mark.usefixtures("fuse")
 def test_proxy_exec_in_a_fork_made_on_first_use(vault: Client) -> None:
     env = vault.proxy_exec(["sh", "-c", "echo f > f.txt"], fork_from="proj", fork="t1")
-    assert (env.ran, env.exit_code, env.request.fork) == (True, 0, "t1")
+    assert (env.ran, env.exit_code, env.request.workspace) == (True, 0, "t1")
     assert vault.with_workspace("t1").read_text("/f.txt") == "f\n"
     assert [n.name for n in vault.ls()] == ["a.txt"]
     # `task=` is the deprecated name of `fork=`.
     with pytest.deprecated_call():
         again = vault.proxy_exec(["cat", "f.txt"], task="t1")
-    assert (again.request.fork, again.stdout.text) == ("t1", "f\n")
+    assert (again.request.workspace, again.stdout.text) == ("t1", "f\n")
     with pytest.raises(TypeError):
         vault.proxy_exec(["true"], fork="t1", task="t1")
 

@@ -380,8 +380,10 @@ export interface ExecRequest {
   argv?: string[] | null;
   shell?: string | null;
   cwd: string;
-  vault: string;
-  fork: string;
+  /** The name or vault file path the workspace was selected by. */
+  selected: string;
+  /** The workspace the command ran in. */
+  workspace: string;
   /** `readwrite` or `readonly`. */
   access: "readwrite" | "readonly" | (string & {});
   /** The session the command ran in, if any. */

@@ -253,8 +253,8 @@ class SandboxReport:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ExecRequest:
     cwd: str
-    vault: str
-    fork: str
+    selected: str  # the name or vault file path the workspace was selected by
+    workspace: str
     access: str  # "readwrite" or "readonly"
     argv: list[str] | None = None
     shell: str | None = None

@@ -121,8 +121,10 @@ pub struct ExecRequest {
     pub argv: Option<Vec<String>>,
     pub shell: Option<String>,
     pub cwd: String,
-    pub vault: String,
-    pub fork: String,
+    /// The name or vault file path the workspace was selected by.
+    pub selected: String,
+    /// The workspace the command ran in.
+    pub workspace: String,
     /// `readwrite` or `readonly`.
     pub access: String,
     /// The long-lived session the command ran in, if any (`avfs session start`).
@@ -309,8 +311,8 @@ impl ProxyRuntime<'_> {
             argv: req.argv.clone(),
             shell: req.shell.clone(),
             cwd: cwd.display(),
-            vault: self.vault_name.clone(),
-            fork: self.ws.name().to_string(),
+            selected: self.vault_name.clone(),
+            workspace: self.ws.name().to_string(),
             access: if readonly { "readonly" } else { "readwrite" }.into(),
             session: live.map(|l| l.name.to_string()),
         };
