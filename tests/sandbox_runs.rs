@@ -162,3 +162,66 @@ fn modes_that_cannot_be_had_are_typed_errors_and_change_nothing() {
     assert_eq!(v["data"]["stdout"]["text"], "/home/dev/project\na", "{v}");
     assert_eq!(v["data"]["sandbox"]["workspace_path"], "/home/dev/project");
 }
+
+/// A user who is not root gets the same sandbox through a user namespace. Without access to
+/// /dev/fuse (0600 here), `auto` picks copy mode, and an explicit overlay says why not.
+#[test]
+fn a_user_who_is_not_root_gets_the_sandbox_through_a_user_namespace() {
+    if !common::skip::require_root() || !common::skip::require_sandbox() {
+        return;
+    }
+    let home = tempfile::tempdir().unwrap();
+    let avfs_home = home.path().join("avfs");
+    std::fs::create_dir(&avfs_home).unwrap();
+    for p in [home.path(), &avfs_home] {
+        std::os::unix::fs::chown(p, Some(1000), Some(1000)).unwrap();
+    }
+    let canary = tempfile::tempdir().unwrap();
+    std::fs::write(canary.path().join("secret.txt"), "CANARY").unwrap();
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new("setpriv")
+            .args(["--reuid", "1000", "--regid", "1000", "--clear-groups"])
+            .arg(common::BIN)
+            .args(args)
+            .env("AVFS_HOME", &avfs_home)
+            .env("HOME", home.path())
+            .env("PROBE", canary.path().join("secret.txt"))
+            .env_remove("AVFS_WORKSPACE")
+            .env_remove("AVFS_VAULT")
+            .output()
+            .expect("setpriv (util-linux) is required");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        (text, out.status.code())
+    };
+    assert_eq!(run(&["vault", "create", "u"]).1, Some(0));
+    let (out, code) = run(&[
+        "--json",
+        "proxy",
+        "exec",
+        "--",
+        "python3",
+        "-c",
+        "import os\n\
+         print(os.getuid())\n\
+         try: print(open(os.environ['PROBE']).read())\n\
+         except OSError as e: print('ERR', e.errno)\n\
+         open('made.txt', 'w').write('x')",
+    ]);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(code, Some(0), "{v}");
+    let d = &v["data"];
+    assert_eq!(d["sandbox"]["kind"], "namespace", "{v}");
+    let fuse_open = std::fs::metadata("/dev/fuse").is_ok_and(|m| {
+        use std::os::unix::fs::PermissionsExt;
+        m.permissions().mode() & 0o006 == 0o006
+    });
+    assert_eq!(d["mode"], if fuse_open { "overlay" } else { "copy" }, "{v}");
+    assert_eq!(d["stdout"]["text"], "1000\nERR 2\n", "{v}");
+    assert_eq!(d["changes"][0]["path"], "/made.txt", "{v}");
+    if !fuse_open {
+        let (out, code) = run(&["--json", "proxy", "exec", "--mode", "overlay", "--", "true"]);
+        let v: Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(code, Some(1), "{v}");
+        assert_eq!(v["error"]["kind"], "mount_failed", "{v}");
+    }
+}

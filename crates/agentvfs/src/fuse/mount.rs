@@ -77,7 +77,10 @@ impl Mounter for FuseMounter {
             .read(true)
             .write(true)
             .open("/dev/fuse")
-            .map_err(|_| crate::Error::FuseUnavailable)?;
+            .map_err(|e| crate::Error::MountFailed {
+                dir: "/dev/fuse".into(),
+                reason: format!("opening the FUSE device: {e}"),
+            })?;
         Ok(dev.into())
     }
 

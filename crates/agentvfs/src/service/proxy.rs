@@ -594,7 +594,11 @@ impl ProxyRuntime<'_> {
                 .is_none()
                 .then(|| "no runtime directory was given".to_string())
         });
-        let fuse = self.mounter.available();
+        // The overlay's lower layer needs a FUSE device this process may open.
+        let fuse = self
+            .mounter
+            .available()
+            .and_then(|_| self.mounter.open_device().map(drop));
         match (asked, why_not) {
             (Mode::Auto, None) if fuse.is_ok() => Ok((Mode::Overlay, None)),
             (Mode::Auto, None) => Ok((Mode::Copy, None)),
@@ -646,10 +650,12 @@ impl ProxyRuntime<'_> {
                         layer.as_ref(),
                         self.mounter,
                     );
-                    // A sandbox that was never set up ran nothing; any other end is ingested
-                    // (a command that could not start is an entry with no changes, as in
-                    // every mode).
-                    if let Err(Error::SandboxFailed { .. }) = &ran {
+                    // A sandbox that was never set up ran nothing; a command that ran (or
+                    // could not start: an entry with no changes, as in every mode) is
+                    // ingested.
+                    if let Err(e) = &ran
+                        && !matches!(e, Error::SpawnFailed { .. } | Error::MountFailed { .. })
+                    {
                         return ran.map(|(result, _)| result);
                     }
                     let (ingested, id) = sandbox::ingest::ingest(
@@ -694,7 +700,11 @@ impl ProxyRuntime<'_> {
                     };
                     let made = sandbox::ingest::CopyMade::stamp(&copy, left_out)?;
                     let ran = sandbox::run(&dir, &launch, served, None, self.mounter);
-                    if run.readonly || matches!(&ran, Err(Error::SandboxFailed { .. })) {
+                    let ran_at_all = !matches!(
+                        &ran,
+                        Err(e) if !matches!(e, Error::SpawnFailed { .. } | Error::MountFailed { .. })
+                    );
+                    if run.readonly || !ran_at_all {
                         return ran.map(|(result, r)| {
                             report = Some(r);
                             result
