@@ -127,21 +127,9 @@ fn mount(
     name: &str,
     dir: &Path,
 ) -> std::io::Result<(Session<Fs>, Transport)> {
-    let uring = Arc::new(AtomicBool::new(false));
-    let fs = Fs {
-        session: backend.clone(),
-        uring: uring.clone(),
-    };
-    if uring_wanted() {
-        ring::enable();
-    }
-    let mounted = Session::new(fs, dir, &config(name, backend.readonly()))?;
-    if !uring.load(Ordering::SeqCst) {
-        return Ok((mounted, Transport::DevFuse));
-    }
-    let dev = mounted.as_fd().try_clone_to_owned()?;
-    ring::start(dev, backend)?;
-    Ok((mounted, Transport::IoUring))
+    answer(backend, |fs, backend| {
+        Session::new(fs, dir, &config(name, backend.readonly()))
+    })
 }
 
 /// Answer a file system that someone else mounted with descriptor `dev` (a sandbox mounts
@@ -149,6 +137,18 @@ fn mount(
 fn from_device(
     backend: Arc<dyn Backend>,
     dev: std::os::fd::OwnedFd,
+) -> std::io::Result<(Session<Fs>, Transport)> {
+    answer(backend, |fs, backend| {
+        let c = config("avfs", backend.readonly());
+        Session::from_fd(fs, dev, c.acl, c)
+    })
+}
+
+/// Make the session with `open` (which answers INIT), then start the io_uring workers if
+/// INIT agreed to them.
+fn answer(
+    backend: Arc<dyn Backend>,
+    open: impl FnOnce(Fs, &Arc<dyn Backend>) -> std::io::Result<Session<Fs>>,
 ) -> std::io::Result<(Session<Fs>, Transport)> {
     let uring = Arc::new(AtomicBool::new(false));
     let fs = Fs {
@@ -158,13 +158,12 @@ fn from_device(
     if uring_wanted() {
         ring::enable();
     }
-    let c = config("avfs", backend.readonly());
-    let session = Session::from_fd(fs, dev, c.acl, c)?;
+    let session = open(fs, &backend)?;
     if !uring.load(Ordering::SeqCst) {
         return Ok((session, Transport::DevFuse));
     }
-    let ring_dev = session.as_fd().try_clone_to_owned()?;
-    ring::start(ring_dev, backend)?;
+    let dev = session.as_fd().try_clone_to_owned()?;
+    ring::start(dev, backend)?;
     Ok((session, Transport::IoUring))
 }
 

@@ -658,19 +658,14 @@ impl ProxyRuntime<'_> {
                     {
                         return ran.map(|(result, _)| result);
                     }
-                    let (ingested, id) = sandbox::ingest::ingest(
+                    let ingested = sandbox::ingest::ingest(
                         self.ws,
                         &sandbox::upper_dir(&dir, layer.as_ref()),
                         &secrets,
                         EXEC_OP,
                         run.text,
-                    )?;
-                    exec_id = Some(id.id);
-                    own_change = Some(id);
-                    let (result, mut r) = ran?;
-                    r.refused = ingested.refused;
-                    report = Some(r);
-                    Ok(result)
+                    );
+                    took_in(ran, ingested, &mut exec_id, &mut own_change, &mut report)
                 }
                 // Read-only: the fork's state as the command started, with no layer above.
                 Mode::Overlay => {
@@ -710,15 +705,10 @@ impl ProxyRuntime<'_> {
                             result
                         });
                     }
-                    let (ingested, id) = sandbox::ingest::ingest_copy(
+                    let ingested = sandbox::ingest::ingest_copy(
                         self.ws, &copy, &secrets, &made, EXEC_OP, run.text,
-                    )?;
-                    exec_id = Some(id.id);
-                    own_change = Some(id);
-                    let (result, mut r) = ran?;
-                    r.refused = ingested.refused;
-                    report = Some(r);
-                    Ok(result)
+                    );
+                    took_in(ran, ingested, &mut exec_id, &mut own_change, &mut report)
                 }
                 Mode::Fuse | Mode::Auto => {
                     let session = MountFs::new(self.ws.clone(), None, run.readonly)?
@@ -814,6 +804,24 @@ fn sandbox_config(policy: &PolicyEngine, opts: &ExecOptions) -> Result<sandbox::
     }
     config.validate()?;
     Ok(config)
+}
+
+/// The end of an ingested run: the entry that records it, its report with what was
+/// refused, and how the command ended.
+fn took_in(
+    ran: Result<(runner::RunResult, SandboxReport)>,
+    ingested: Result<(sandbox::ingest::Ingested, crate::model::LoggedOp)>,
+    exec_id: &mut Option<i64>,
+    own_change: &mut Option<crate::model::LoggedOp>,
+    report: &mut Option<SandboxReport>,
+) -> Result<runner::RunResult> {
+    let (ingested, op) = ingested?;
+    *exec_id = Some(op.id);
+    *own_change = Some(op);
+    let (result, mut r) = ran?;
+    r.refused = ingested.refused;
+    *report = Some(r);
+    Ok(result)
 }
 
 /// What a sandboxed run gives back: the command's end, the op-log entry that records it,

@@ -60,7 +60,8 @@ fn ns(secs: i64, nsec: i64) -> i64 {
     secs.saturating_mul(1_000_000_000).saturating_add(nsec)
 }
 
-fn host_attrs(meta: &fs::Metadata) -> Attrs {
+/// A host entry's mode, owner and times as the vault keeps them.
+pub(crate) fn host_attrs(meta: &fs::Metadata) -> Attrs {
     Attrs {
         mode: meta.mode() & 0o7777,
         uid: meta.uid(),

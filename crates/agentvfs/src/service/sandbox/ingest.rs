@@ -65,15 +65,7 @@ fn is_whiteout(meta: &fs::Metadata) -> bool {
 }
 
 fn attrs_of(meta: &fs::Metadata) -> Attrs {
-    let ns = |s: i64, n: i64| s.saturating_mul(1_000_000_000).saturating_add(n);
-    Attrs {
-        mode: meta.mode() & 0o7777,
-        uid: meta.uid(),
-        gid: meta.gid(),
-        atime: ns(meta.atime(), meta.atime_nsec()),
-        mtime: ns(meta.mtime(), meta.mtime_nsec()),
-        ctime: ns(meta.ctime(), meta.ctime_nsec()),
-    }
+    crate::service::transfer::host_attrs(meta)
 }
 
 fn xattrs_of(path: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
