@@ -318,3 +318,238 @@ fn kill_9_of_the_supervisor_ends_the_command_and_leaves_no_mount() {
         .count();
     assert_eq!(left, 0, "a dead supervisor's run directory stayed");
 }
+
+/// Write `text` into the vault at `/name` (the policy lets `python3 NAME` run it, where a
+/// script given with `-c` may be asked about).
+fn put_script(e: &ProxyEnv, name: &str, text: &str) {
+    ok(e.avfs(&["write", &format!("/{name}"), text]));
+}
+
+#[test]
+fn a_root_supervisor_gives_the_command_no_power_over_the_host() {
+    // As root there is no user namespace: the command kept every capability, so it could
+    // make the read-only /etc writable, unmask /etc/shadow and rename the host.
+    let Some(e) = env() else { return };
+    if !rustix::process::geteuid().is_root() {
+        return;
+    }
+    let probe = format!("/etc/.avfs-probe-{}", rand_word());
+    put_script(
+        &e,
+        "caps.py",
+        "import ctypes, os\n\
+         libc = ctypes.CDLL(None, use_errno=True)\n\
+         probe = os.environ['PROBE']\n\
+         libc.mount(None, b'/etc', None, 32 | 4096, None)  # MS_REMOUNT | MS_BIND, not read-only\n\
+         try:\n\
+         \x20   open(probe, 'w').write('x'); os.remove(probe); print('ETC WRITTEN')\n\
+         except OSError as e: print('etc', e.errno)\n\
+         shadow = '/etc/' + 'shadow'\n\
+         libc.umount2(shadow.encode(), 0)\n\
+         print('SHADOW', len(open(shadow).read()))\n\
+         name = open('/proc/sys/kernel/hostname').read().strip()\n\
+         try:\n\
+         \x20   open('/proc/sys/kernel/hostname', 'w').write(name); print('HOSTNAME SET')\n\
+         except OSError as e: print('hostname', e.errno)\n",
+    );
+    for mode in MODES {
+        let v = exec(
+            &e,
+            mode,
+            &["--", "python3", "caps.py"],
+            &[("PROBE", &probe)],
+        );
+        let _ = std::fs::remove_file(&probe);
+        assert_eq!(v["exit_code"], 0, "{mode}: {v}");
+        let out = v["stdout"]["text"].as_str().unwrap();
+        assert!(
+            !out.contains("ETC WRITTEN"),
+            "{mode}: the host's /etc was written: {out}"
+        );
+        assert!(
+            out.contains("SHADOW 0"),
+            "{mode}: /etc/shadow was unmasked: {out}"
+        );
+        assert!(
+            !out.contains("HOSTNAME SET"),
+            "{mode}: the host's name could be set: {out}"
+        );
+    }
+}
+
+#[test]
+fn a_root_command_cannot_open_host_files_by_handle() {
+    // open_by_handle_at (CAP_DAC_READ_SEARCH) on the /etc bind opens any inode of the host's
+    // root file system: here its root directory (ext4's inode 2), then the canary.
+    let Some(e) = env() else { return };
+    if !rustix::process::geteuid().is_root() {
+        return;
+    }
+    let canary = Canary::new();
+    put_script(
+        &e,
+        "handle.py",
+        "import ctypes, os, struct\n\
+         libc = ctypes.CDLL(None, use_errno=True)\n\
+         m = os.open('/etc', os.O_RDONLY | os.O_DIRECTORY)\n\
+         h = struct.pack('II', 8, 1) + struct.pack('II', 2, 0)\n\
+         fd = libc.open_by_handle_at(m, ctypes.create_string_buffer(h, len(h)), os.O_RDONLY | os.O_DIRECTORY)\n\
+         print('handle', fd, ctypes.get_errno())\n\
+         if fd >= 0:\n\
+         \x20   f = os.open(os.environ['PROBE'].lstrip('/'), os.O_RDONLY, dir_fd=fd)\n\
+         \x20   print(os.read(f, 200))\n",
+    );
+    let secret = canary.path().join("secret.txt");
+    for mode in MODES {
+        for confine in [&[][..], &["--confine"][..]] {
+            let mut args = confine.to_vec();
+            args.extend(["--", "python3", "handle.py"]);
+            let v = exec(&e, mode, &args, &[("PROBE", secret.to_str().unwrap())]);
+            assert_not_leaked(&v, &canary, &format!("{mode} {confine:?}"));
+        }
+    }
+}
+
+#[test]
+fn descriptors_the_caller_left_open_do_not_reach_the_command() {
+    // A harness that starts avfs with a descriptor open (not close-on-exec) must not hand
+    // the sandboxed command a way out: a directory descriptor is the host's tree.
+    let Some(e) = env() else { return };
+    let canary = Canary::new();
+    put_script(
+        &e,
+        "fd.py",
+        "import os\n\
+         try:\n\
+         \x20   f = os.open('secret.txt', os.O_RDONLY, dir_fd=7); print(os.read(f, 200))\n\
+         except OSError as e: print('fd 7', e.errno)\n",
+    );
+    let dir = std::fs::File::open(canary.path()).unwrap();
+    use std::os::fd::AsRawFd;
+    use std::os::unix::process::CommandExt;
+    let raw = dir.as_raw_fd();
+    for mode in MODES {
+        let mut c = avfs_command(e.home.path());
+        c.args([
+            "--json", "proxy", "exec", "--mode", mode, "--", "python3", "fd.py",
+        ]);
+        // SAFETY: dup2 only, between fork and exec.
+        unsafe {
+            c.pre_exec(move || {
+                if libc::dup2(raw, 7) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let out = c.output().unwrap();
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["ok"], true, "{mode}: {v}");
+        assert_not_leaked(&v["data"], &canary, mode);
+    }
+}
+
+#[test]
+fn a_command_cannot_forge_how_it_ended() {
+    // The reaper (pid 1 of the namespace) keeps the status pipe open while the command
+    // runs; through /proc/1/fd the command can write the supervisor its own verdict.
+    let Some(e) = env() else { return };
+    put_script(
+        &e,
+        "forge.py",
+        "import os\n\
+         open('made.txt', 'w').write('work')\n\
+         for fd in os.listdir('/proc/1/fd'):\n\
+         \x20   p = '/proc/1/fd/' + fd\n\
+         \x20   try:\n\
+         \x20       if os.readlink(p).startswith('pipe:'):\n\
+         \x20           w = os.open(p, os.O_WRONLY | os.O_NONBLOCK)\n\
+         \x20           os.write(w, os.environ['FORGED'].encode() + b'\\n')\n\
+         \x20   except OSError: pass\n",
+    );
+    for mode in MODES {
+        for forged in [
+            r#"{"spawn_failed":{"reason":"forged","os_error":2}}"#,
+            r#"{"signaled":{"signal":9}}"#,
+            r#"{"setup_failed":{"reason":"forged"}}"#,
+        ] {
+            let out = avfs_command(e.home.path())
+                .args([
+                    "--json", "proxy", "exec", "--mode", mode, "--", "python3", "forge.py",
+                ])
+                .env("FORGED", forged)
+                .output()
+                .unwrap();
+            let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+            assert_eq!(v["ok"], true, "{mode} {forged}: {v}");
+            let d = &v["data"];
+            assert_eq!(d["outcome"], "completed", "{mode} {forged}: {d}");
+            assert_eq!(d["exit_code"], 0, "{mode} {forged}: {d}");
+            assert_eq!(d["sandbox"]["kind"], "namespace", "{mode} {forged}: {d}");
+            ok(e.avfs(&["rm", "/made.txt"]));
+        }
+    }
+}
+
+#[test]
+fn a_workspace_path_inside_a_bound_host_path_is_refused_or_still_the_fork() {
+    // The binds are mounted after the workspace: a workspace below an `rw` path is covered
+    // by the host's directory, and the command writes the host instead of the fork.
+    let Some(e) = env() else { return };
+    // Not below /tmp, which is no workspace path.
+    let host = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let policy = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(
+        policy.path(),
+        format!(
+            "[sandbox]\nworkspace_path = \"/workspace\"\nrw = [\"{}\"]\n",
+            host.path().display()
+        ),
+    )
+    .unwrap();
+    std::fs::create_dir(host.path().join("proj")).unwrap();
+    let ws = host.path().join("proj");
+    for mode in MODES {
+        let out = avfs_command(e.home.path())
+            .args(["--json", "proxy", "exec", "--mode", mode])
+            .args(["--policy", policy.path().to_str().unwrap()])
+            .args(["--workspace-path", ws.to_str().unwrap()])
+            .args(["--shell", "echo x > result.txt"])
+            .output()
+            .unwrap();
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        if v["ok"] == false {
+            assert_eq!(v["error"]["kind"], "invalid_argument", "{mode}: {v}");
+            continue;
+        }
+        assert_eq!(v["data"]["outcome"], "completed", "{mode}: {v}");
+        assert!(
+            !ws.join("result.txt").exists(),
+            "{mode}: the command wrote the host directory instead of the workspace: {v}"
+        );
+    }
+}
+
+#[test]
+fn the_workspace_at_the_home_gets_no_mount_points_of_the_sandbox() {
+    // With the workspace at $HOME, the toolchain binds (`~/.cargo`, `~/.rustup`) are made
+    // inside the workspace, and their mount points become the command's changes.
+    let Some(e) = env() else { return };
+    let home = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    std::fs::create_dir(home.path().join(".cargo")).unwrap();
+    let h = home.path().to_str().unwrap();
+    for mode in MODES {
+        let v = exec(
+            &e,
+            mode,
+            &["--workspace-path", h, "--", "true"],
+            &[("HOME", h), ("CARGO_HOME", "")],
+        );
+        assert_eq!(v["exit_code"], 0, "{mode}: {v}");
+        assert_eq!(
+            v["changes"],
+            serde_json::json!([]),
+            "{mode}: `true` changed the fork"
+        );
+    }
+}
