@@ -222,6 +222,6 @@ fn a_user_who_is_not_root_gets_the_sandbox_through_a_user_namespace() {
         let (out, code) = run(&["--json", "proxy", "exec", "--mode", "overlay", "--", "true"]);
         let v: Value = serde_json::from_str(&out).unwrap();
         assert_eq!(code, Some(1), "{v}");
-        assert_eq!(v["error"]["kind"], "mount_failed", "{v}");
+        assert_eq!(v["error"]["kind"], "sandbox_unavailable", "{v}");
     }
 }

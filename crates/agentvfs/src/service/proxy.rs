@@ -594,21 +594,46 @@ impl ProxyRuntime<'_> {
                 .is_none()
                 .then(|| "no runtime directory was given".to_string())
         });
-        // The overlay's lower layer needs a FUSE device this process may open.
+        // The overlay's lower layer, and a fuse run's workspace, are FUSE mounts made inside
+        // the sandbox: that needs a FUSE device this process may open, and root (the kernel
+        // refuses a device opened outside a user namespace for a mount inside it).
+        const NOT_ROOT: &str = "FUSE mounts inside a user namespace need the device opened \
+                                there; as a user who is not root, use --mode copy";
         let fuse = self
             .mounter
             .available()
-            .and_then(|_| self.mounter.open_device().map(drop));
+            .and_then(|_| self.mounter.open_device().map(drop))
+            .and_then(|_| {
+                if rustix::process::geteuid().is_root() {
+                    Ok(())
+                } else {
+                    Err(Error::SandboxUnavailable {
+                        reason: NOT_ROOT.into(),
+                    })
+                }
+            });
         match (asked, why_not) {
             (Mode::Auto, None) if fuse.is_ok() => Ok((Mode::Overlay, None)),
             (Mode::Auto, None) => Ok((Mode::Copy, None)),
             (Mode::Auto, Some(why)) => Ok((Mode::Fuse, Some(why))),
-            (Mode::Fuse, why) => Ok((Mode::Fuse, why)),
-            (m @ (Mode::Overlay | Mode::Copy), Some(reason)) => {
-                let _ = m;
-                Err(Error::SandboxUnavailable { reason })
-            }
-            (Mode::Overlay, None) => fuse.map(|_| (Mode::Overlay, None)),
+            (Mode::Fuse, Some(why)) => Ok((Mode::Fuse, Some(why))),
+            // A fuse run without root gets the mount it always had, on the host; without a
+            // FUSE device it may open, none at all.
+            (Mode::Fuse, None) => match fuse {
+                Ok(()) => Ok((Mode::Fuse, None)),
+                Err(Error::SandboxUnavailable { reason }) => Ok((Mode::Fuse, Some(reason))),
+                Err(e) => Err(Error::SandboxUnavailable {
+                    reason: format!("a fuse run needs FUSE: {e}"),
+                }),
+            },
+            (Mode::Overlay | Mode::Copy, Some(reason)) => Err(Error::SandboxUnavailable { reason }),
+            (Mode::Overlay, None) => match fuse {
+                Ok(()) => Ok((Mode::Overlay, None)),
+                Err(e @ Error::SandboxUnavailable { .. }) => Err(e),
+                Err(e) => Err(Error::SandboxUnavailable {
+                    reason: format!("the overlay's lower layer needs FUSE: {e}"),
+                }),
+            },
             (Mode::Copy, None) => Ok((Mode::Copy, None)),
         }
     }
@@ -638,6 +663,11 @@ impl ProxyRuntime<'_> {
                 confinement: run.confinement,
             };
             let secrets = self.policy.secret_paths().clone();
+            let start = |secrets| sandbox::ingest::Start {
+                before: run.before,
+                secrets,
+                userxattr: !rustix::process::geteuid().is_root(),
+            };
             match mode {
                 Mode::Overlay if !run.readonly => {
                     let lower =
@@ -661,7 +691,7 @@ impl ProxyRuntime<'_> {
                     let ingested = sandbox::ingest::ingest(
                         self.ws,
                         &sandbox::upper_dir(&dir, layer.as_ref()),
-                        &secrets,
+                        start(&secrets),
                         EXEC_OP,
                         run.text,
                     );
@@ -706,7 +736,12 @@ impl ProxyRuntime<'_> {
                         });
                     }
                     let ingested = sandbox::ingest::ingest_copy(
-                        self.ws, &copy, &secrets, &made, EXEC_OP, run.text,
+                        self.ws,
+                        &copy,
+                        start(&secrets),
+                        &made,
+                        EXEC_OP,
+                        run.text,
                     );
                     took_in(ran, ingested, &mut exec_id, &mut own_change, &mut report)
                 }

@@ -622,9 +622,14 @@ fn write_view(
                 let _ = std::os::unix::fs::lchown(&out, Some(node.attrs.uid), Some(node.attrs.gid));
             }
             // Extended attributes go with the file where the host takes them (`user.*`
-            // everywhere; others as the host's rules allow).
+            // everywhere; others as the host's rules allow), except `security.*`: a file
+            // capability or label made in a workspace must not take effect on the host.
             if !matches!(node.kind, NodeKind::Symlink { .. }) {
-                for (name, value) in &node.xattrs {
+                for (name, value) in node
+                    .xattrs
+                    .iter()
+                    .filter(|(n, _)| !n.starts_with("security."))
+                {
                     let _ = rustix::fs::lsetxattr(
                         &out,
                         name.as_str(),

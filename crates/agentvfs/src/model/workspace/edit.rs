@@ -59,6 +59,17 @@ impl<'a> Edit<'a> {
         }
     }
 
+    /// A view of tree `root` of this vault (an immutable state, such as the one a command
+    /// started from), read in this transaction.
+    pub fn view_at(&self, root: ObjectId) -> View<'_> {
+        View {
+            r: &*self.w,
+            cache: self.cache,
+            overlay: None,
+            base: root,
+        }
+    }
+
     pub fn now(&self) -> i64 {
         self.now
     }

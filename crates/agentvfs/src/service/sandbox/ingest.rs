@@ -11,15 +11,21 @@ use std::path::Path;
 
 use crate::error::{Error, Result};
 use crate::model::buffer::ContentBuffer;
+use crate::model::id::ObjectId;
 use crate::model::node::{Attrs, Node, NodeKind};
 use crate::model::path::VPath;
 use crate::model::{Edit, LoggedOp, Workspace};
 use crate::service::secrets::SecretPaths;
 
 /// The overlay's own extended attributes: `trusted.overlay.*` as root, `user.overlay.*` in
-/// a user namespace (`userxattr`). They are bookkeeping, not the command's data.
-fn is_overlay_xattr(name: &str) -> bool {
-    name.starts_with("trusted.overlay.") || name.starts_with("user.overlay.")
+/// a user namespace (`userxattr`). They are bookkeeping, not the command's data; the other
+/// namespace's names are the command's own.
+fn overlay_prefix(userxattr: bool) -> &'static str {
+    if userxattr {
+        "user.overlay."
+    } else {
+        "trusted.overlay."
+    }
 }
 
 /// The value of extended attribute `name` of `path` (not following a symlink).
@@ -54,10 +60,9 @@ fn xattr_names(path: &Path) -> Vec<String> {
     }
 }
 
-fn is_opaque(path: &Path) -> bool {
-    ["trusted.overlay.opaque", "user.overlay.opaque"]
-        .iter()
-        .any(|n| matches!(get_xattr(path, n).as_deref(), Some(b"y") | Some(b"x")))
+fn is_opaque(path: &Path, userxattr: bool) -> bool {
+    let name = format!("{}opaque", overlay_prefix(userxattr));
+    matches!(get_xattr(path, &name).as_deref(), Some(b"y") | Some(b"x"))
 }
 
 fn is_whiteout(meta: &fs::Metadata) -> bool {
@@ -68,10 +73,10 @@ fn attrs_of(meta: &fs::Metadata) -> Attrs {
     crate::service::transfer::host_attrs(meta)
 }
 
-fn xattrs_of(path: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
+fn xattrs_of(path: &Path, userxattr: bool) -> std::collections::BTreeMap<String, Vec<u8>> {
     let mut out = std::collections::BTreeMap::new();
     for name in xattr_names(path) {
-        if is_overlay_xattr(&name) {
+        if name.starts_with(overlay_prefix(userxattr)) {
             continue;
         }
         if let Some(value) = get_xattr(path, &name) {
@@ -98,8 +103,16 @@ struct Walk<'e, 'w> {
     /// fork's are unchanged, and the fork's entries missing from it were deleted, except
     /// those the copy left out (secrets, device nodes).
     full: Option<&'e CopyMade>,
+    /// The root the command started from: what "unchanged" is measured against.
+    before: ObjectId,
+    /// The overlay ran in a user namespace: its bookkeeping is `user.overlay.*`.
+    userxattr: bool,
     /// Upper files with several names, by inode: the first name brought in.
     linked: HashMap<u64, VPath>,
+    /// Upper files with several links, by inode: how many names they have in the upper
+    /// layer. More links than names: the overlay's index holds one (a copied-up hard link
+    /// of the fork).
+    upper_names: HashMap<u64, u64>,
     /// Directories whose times to put back once their children are in.
     dirs: Vec<(VPath, Node)>,
     counts: Ingested,
@@ -111,11 +124,22 @@ struct Walk<'e, 'w> {
 pub fn ingest(
     ws: &Workspace,
     upper: &Path,
-    secrets: &SecretPaths,
+    start: Start<'_>,
     kind: &str,
     description: &str,
 ) -> Result<(Ingested, LoggedOp)> {
-    ingest_walk(ws, upper, secrets, None, kind, description)
+    ingest_walk(ws, upper, start, None, kind, description)
+}
+
+/// What an ingest measures the command's writes against.
+#[derive(Clone, Copy)]
+pub struct Start<'s> {
+    /// The root the command started from.
+    pub before: ObjectId,
+    /// The policy's secrets: never replaced or removed by a command.
+    pub secrets: &'s SecretPaths,
+    /// The overlay ran in a user namespace.
+    pub userxattr: bool,
 }
 
 /// A copy of the fork as it was made: what it left out, and each entry's inode and
@@ -158,29 +182,33 @@ impl CopyMade {
 pub fn ingest_copy(
     ws: &Workspace,
     copy: &Path,
-    secrets: &SecretPaths,
+    start: Start<'_>,
     made: &CopyMade,
     kind: &str,
     description: &str,
 ) -> Result<(Ingested, LoggedOp)> {
-    ingest_walk(ws, copy, secrets, Some(made), kind, description)
+    ingest_walk(ws, copy, start, Some(made), kind, description)
 }
 
 fn ingest_walk(
     ws: &Workspace,
     upper: &Path,
-    secrets: &SecretPaths,
+    start: Start<'_>,
     full: Option<&CopyMade>,
     kind: &str,
     description: &str,
 ) -> Result<(Ingested, LoggedOp)> {
+    let upper_names = count_linked(upper)?;
     let (counts, id) = ws.edit_logged(kind, &[], |e| {
         e.describe(description.to_string());
         let mut walk = Walk {
             e,
-            secrets,
+            secrets: start.secrets,
             full,
+            before: start.before,
+            userxattr: start.userxattr,
             linked: HashMap::new(),
+            upper_names,
             dirs: Vec::new(),
             counts: Ingested::default(),
         };
@@ -209,30 +237,68 @@ impl Walk<'_, '_> {
         let mut seen = std::collections::HashSet::new();
         for entry in entries {
             let name = entry.file_name();
-            let name = name.to_str().ok_or_else(|| Error::InvalidPath {
-                path: entry.path().display().to_string(),
-                reason: "a file name the command made is not UTF-8".into(),
-            })?;
+            // A name the vault cannot hold is left out, as the FUSE mount refuses it
+            // (EINVAL), and listed; the rest of the run is taken in.
+            let Some(name) = name.to_str() else {
+                let shown = format!("{}/{}", at.display(), name.to_string_lossy());
+                self.counts.refused.push(shown);
+                continue;
+            };
             let path = at.join(name);
             self.entry(&entry.path(), &path)?;
             seen.insert(name.to_string());
         }
         if let Some(made) = self.full {
-            for child in self.e.view().list(at)? {
-                let path = at.join(&child.name);
-                if !seen.contains(&child.name) && !made.left_out.iter().any(|l| path.starts_with(l))
+            // What the copy started with and no longer has was deleted; what others added
+            // to the fork meanwhile was never in the copy and stays.
+            let started: Vec<String> = match soft(self.e.view_at(self.before).find(at))? {
+                Some(n) if n.is_dir() => self
+                    .e
+                    .view_at(self.before)
+                    .list(at)?
+                    .into_iter()
+                    .map(|c| c.name)
+                    .collect(),
+                _ => Vec::new(),
+            };
+            for name in started {
+                let path = at.join(&name);
+                if !seen.contains(&name)
+                    && !made.left_out.iter().any(|l| path.starts_with(l))
+                    && soft(self.e.view().lookup(&path))?.is_some()
                 {
                     self.counts.entries += 1;
-                    self.e.remove(&path, true)?;
+                    self.remove(&path, true)?;
                 }
             }
         }
         Ok(())
     }
 
+    /// Remove `path`, unless a secret is at or below it: a command never saw the secrets,
+    /// so it cannot have meant to delete them. Refused removals are listed.
+    fn remove(&mut self, path: &VPath, recursive: bool) -> Result<bool> {
+        if !self.secrets.is_empty() {
+            let mut holds_secret = false;
+            let view = self.e.view();
+            view.walk(path, &mut |p, n| {
+                if !holds_secret && self.secrets.refuses(&view, p, Some(n))? {
+                    holds_secret = true;
+                }
+                Ok(())
+            })?;
+            if holds_secret {
+                self.counts.refused.push(path.display());
+                return Ok(false);
+            }
+        }
+        self.e.remove(path, recursive)?;
+        Ok(true)
+    }
+
     fn entry(&mut self, host: &Path, path: &VPath) -> Result<()> {
         let meta = fs::symlink_metadata(host).map_err(|e| Error::io("reading", host, e))?;
-        let existing = self.e.view().lookup(path)?.map(|(n, _)| n);
+        let existing = soft(self.e.view().lookup(path))?.map(|(n, _)| n);
         // The command never saw a secret (its lower layer hides them), so what it wrote
         // under a secret's name does not replace the secret.
         if !self.secrets.is_empty()
@@ -244,12 +310,14 @@ impl Walk<'_, '_> {
             self.counts.refused.push(path.display());
             return Ok(());
         }
+        // What the command started with here.
+        let started = soft(self.e.view_at(self.before).lookup(path))?.map(|(n, _)| n);
         if let Some(made) = self.full
-            && let Some(node) = &existing
+            && let Some(node) = &started
             && made.stamps.get(path) == Some(&(meta.ino(), attrs_of(&meta).ctime))
             && unchanged(host, &meta, node)
         {
-            return if node.is_dir() {
+            return if node.is_dir() && existing.as_ref().is_some_and(Node::is_dir) {
                 self.dir(host, path)
             } else {
                 Ok(())
@@ -258,35 +326,51 @@ impl Walk<'_, '_> {
         self.counts.entries += 1;
         if self.full.is_none() && is_whiteout(&meta) {
             if existing.is_some() {
-                self.e.remove(path, true)?;
+                self.remove(path, true)?;
             }
             return Ok(());
         }
         let mut attrs = attrs_of(&meta);
         let ft = meta.file_type();
         if ft.is_dir() {
-            let opaque = is_opaque(host);
+            let opaque = is_opaque(host, self.userxattr);
+            let mut fresh = false;
             match &existing {
                 Some(n) if n.is_dir() && !opaque => {}
-                Some(_) => {
-                    self.e.remove(path, true)?;
+                // An opaque directory replaces what was there, secrets aside: merged.
+                Some(n) if n.is_dir() && !self.remove(path, true)? => {}
+                Some(n) if !n.is_dir() && !self.remove(path, true)? => return Ok(()),
+                _ => {
                     self.e
                         .put_node(path, Node::empty_dir(attrs.mode, self.e.now()))?;
+                    fresh = true;
                 }
-                None => self
-                    .e
-                    .put_node(path, Node::empty_dir(attrs.mode, self.e.now()))?,
             }
             self.dir(host, path)?;
-            let mut node = Node::empty_dir(attrs.mode, 0);
-            node.attrs = attrs;
-            node.xattrs = xattrs_of(host);
-            self.dirs.push((path.clone(), node));
+            let xattrs = xattrs_of(host, self.userxattr);
+            // A directory the command only added to keeps its own mode and owner, even
+            // one changed by others meanwhile: only what differs from the start is the
+            // command's.
+            let same = started.as_ref().is_some_and(|n| {
+                n.is_dir()
+                    && n.attrs.mode == attrs.mode
+                    && n.attrs.uid == attrs.uid
+                    && n.attrs.gid == attrs.gid
+                    && n.xattrs == xattrs
+            });
+            if fresh || !same {
+                let mut node = Node::empty_dir(attrs.mode, 0);
+                node.attrs = attrs;
+                node.xattrs = xattrs;
+                self.dirs.push((path.clone(), node));
+            }
             return Ok(());
         }
         let mut existing = existing;
         if existing.as_ref().is_some_and(Node::is_dir) {
-            self.e.remove(path, true)?;
+            if !self.remove(path, true)? {
+                return Ok(());
+            }
             existing = None;
         }
         // A hard link of the fork the command wrote through: the overlay (index=on) copied
@@ -294,15 +378,15 @@ impl Walk<'_, '_> {
         // links than this name. Written through, as the command saw it. A file with one
         // link where a linked name was is a new file: the command broke the link.
         let through = ft.is_file()
-            && meta.nlink() > 1
+            && meta.nlink() > self.upper_names.get(&meta.ino()).copied().unwrap_or(1)
             && !self.linked.contains_key(&meta.ino())
             && existing
                 .as_ref()
                 .is_some_and(|n| n.link.is_some_and(|l| l.nlink > 1));
         if meta.nlink() > 1 {
             if let Some(first) = self.linked.get(&meta.ino()).cloned() {
-                if existing.is_some() {
-                    self.e.remove(path, false)?;
+                if existing.is_some() && !self.remove(path, false)? {
+                    return Ok(());
                 }
                 self.e.link(&first, path)?;
                 return Ok(());
@@ -338,11 +422,11 @@ impl Walk<'_, '_> {
         }
         let mut node = Node::new(kind, attrs);
         if !ft.is_symlink() {
-            node.xattrs = xattrs_of(host);
+            node.xattrs = xattrs_of(host, self.userxattr);
         }
         // Anything else replaces the name (a put over a linked name would write through).
-        if existing.is_some() && !through {
-            self.e.remove(path, false)?;
+        if existing.is_some() && !through && !self.remove(path, false)? {
+            return Ok(());
         }
         self.e.put_node(path, node)
     }
@@ -402,6 +486,34 @@ fn unchanged(host: &Path, meta: &fs::Metadata, node: &Node) -> bool {
         && a.gid == node.attrs.gid
         && a.mtime == node.attrs.mtime
         && (ft.is_symlink() || a.mode == node.attrs.mode)
+}
+
+/// A lookup where a file in place of a parent directory means "not there" (the command
+/// replaced a file by a directory, or the fork changed meanwhile).
+fn soft<T>(found: Result<Option<T>>) -> Result<Option<T>> {
+    match found {
+        Err(Error::NotADirectory { .. }) | Err(Error::PathNotFound { .. }) => Ok(None),
+        other => other,
+    }
+}
+
+/// Upper files with more than one link, by inode, and how many names each has in `upper`.
+fn count_linked(upper: &Path) -> Result<HashMap<u64, u64>> {
+    let mut counts = HashMap::new();
+    let mut stack = vec![upper.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in fs::read_dir(&dir).map_err(|e| Error::io("reading", &dir, e))? {
+            let entry = entry.map_err(|e| Error::io("reading", &dir, e))?;
+            let meta = fs::symlink_metadata(entry.path())
+                .map_err(|e| Error::io("reading", entry.path(), e))?;
+            if meta.is_dir() {
+                stack.push(entry.path());
+            } else if meta.nlink() > 1 {
+                *counts.entry(meta.ino()).or_insert(0) += 1;
+            }
+        }
+    }
+    Ok(counts)
 }
 
 /// The byte ranges of `file` that hold data (SEEK_DATA / SEEK_HOLE).

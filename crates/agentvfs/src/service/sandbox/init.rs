@@ -124,7 +124,8 @@ fn wait_exit_code(pid: libc::pid_t) -> i32 {
 }
 
 fn enter_namespaces(spec: &Spec) -> Step<()> {
-    let mut flags = libc::CLONE_NEWNS | libc::CLONE_NEWPID;
+    let mut flags =
+        libc::CLONE_NEWNS | libc::CLONE_NEWPID | libc::CLONE_NEWUTS | libc::CLONE_NEWIPC;
     if spec.userns.is_some() {
         flags |= libc::CLONE_NEWUSER;
     }
@@ -244,6 +245,17 @@ fn exec_command(spec: &Spec, p: &Prepared) -> Status {
         // SAFETY: restoring the default disposition.
         unsafe { libc::signal(sig, libc::SIG_DFL) };
     }
+    // Nothing this process inherited reaches the command but its stdio (the status pipe
+    // closes at exec, or reports a failed one).
+    // SAFETY: marks descriptors close-on-exec; no memory is touched.
+    unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            3u32,
+            u32::MAX,
+            libc::CLOSE_RANGE_CLOEXEC,
+        )
+    };
     // SAFETY: chdir to a path we own.
     if unsafe { libc::chdir(p.cwd.as_ptr()) } != 0 {
         let e = std::io::Error::last_os_error();
@@ -271,6 +283,12 @@ fn exec_command(spec: &Spec, p: &Prepared) -> Status {
             };
         }
     }
+    if let Err(reason) = drop_privileges() {
+        return Status::SpawnFailed {
+            reason,
+            os_error: None,
+        };
+    }
     let mut argv: Vec<*const libc::c_char> = p.argv.iter().map(|a| a.as_ptr()).collect();
     argv.push(std::ptr::null());
     let mut envp: Vec<*const libc::c_char> = p.envp.iter().map(|a| a.as_ptr()).collect();
@@ -282,6 +300,57 @@ fn exec_command(spec: &Spec, p: &Prepared) -> Status {
         reason: super::spawn_reason(&spec.program, &e),
         os_error: e.raw_os_error(),
     }
+}
+
+/// The capabilities a command keeps: those of a container runtime's default set that act
+/// on files and processes the command can already see (Docker's defaults without
+/// NET_RAW, SETPCAP and SETFCAP). Everything that could undo the sandbox (SYS_ADMIN:
+/// mount, umount, remount; DAC_READ_SEARCH: open_by_handle_at; SYS_PTRACE; SYS_MODULE; …)
+/// is gone from the bounding set, so not even a root command gets it back at exec.
+const KEPT_CAPS: &[u32] = &[
+    0,  // CHOWN
+    1,  // DAC_OVERRIDE
+    3,  // FOWNER
+    4,  // FSETID
+    5,  // KILL
+    6,  // SETGID
+    7,  // SETUID
+    10, // NET_BIND_SERVICE
+    18, // SYS_CHROOT
+    27, // MKNOD
+    29, // AUDIT_WRITE
+];
+
+/// Drop every other capability from the bounding set, clear the ambient set, and set
+/// no_new_privs: from exec on, the command has at most `KEPT_CAPS`.
+fn drop_privileges() -> Step<()> {
+    for cap in 0..64u32 {
+        if KEPT_CAPS.contains(&cap) {
+            continue;
+        }
+        // SAFETY: plain prctl; EINVAL past the kernel's last capability ends the loop.
+        if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) } != 0 {
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EINVAL) {
+                break;
+            }
+            return Err(format!("dropping capability {cap}: {e}"));
+        }
+    }
+    // SAFETY: plain prctls.
+    unsafe {
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL,
+            0,
+            0,
+            0,
+        );
+        if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+            return Err(format!("no_new_privs: {}", std::io::Error::last_os_error()));
+        }
+    }
+    Ok(())
 }
 
 fn mount(
@@ -483,10 +552,21 @@ fn assemble(spec: &Spec, report: &mut Reporter) -> Step<()> {
         )
         .map_err(|e| format!("attaching the run's file system at {}: {e}", at.display()))?;
     }
-    // The workspace first: the FUSE server starts answering once told it is mounted.
+    let (uid, gid) = spec.userns.unwrap_or((0, 0));
+    // A private, empty home first: the workspace may be inside it (the supervisor refuses
+    // a workspace at the home itself).
+    let home = under(root, &spec.home);
+    make_dir(&home, 0o700)?;
+    mount(
+        "tmpfs",
+        &home,
+        Some("tmpfs"),
+        libc::MS_NOSUID | libc::MS_NODEV,
+        Some(&format!("mode=0700,uid={uid},gid={gid}")),
+    )?;
+    // Then the workspace: the FUSE server starts answering once told it is mounted.
     let ws = under(root, &spec.workspace_path);
     make_dir(&ws, 0o755)?;
-    let (uid, gid) = spec.userns.unwrap_or((0, 0));
     let fuse_opts = |fd: i32| {
         format!(
             "fd={fd},rootmode=40000,user_id={uid},group_id={gid},allow_other,default_permissions"
@@ -522,7 +602,7 @@ fn assemble(spec: &Spec, report: &mut Reporter) -> Step<()> {
             close(*fd);
             report.send(&Status::Mounted);
             let mut opts = format!(
-                "lowerdir={},upperdir={},workdir={},index=on",
+                "lowerdir={},upperdir={},workdir={},index=on,redirect_dir=off,metacopy=off",
                 escape(lower),
                 escape(upper),
                 escape(work)
@@ -535,8 +615,7 @@ fn assemble(spec: &Spec, report: &mut Reporter) -> Step<()> {
         WorkspaceFs::Bind { dir, readonly } => bind(dir, &ws, !readonly)?,
     }
     // The private home is made below, and what is bound inside it after it.
-    let home_private = !spec.workspace_path.starts_with(&spec.home);
-    let outside_home = |p: &&PathBuf| !(home_private && p.starts_with(&spec.home));
+    let outside_home = |p: &&PathBuf| !p.starts_with(&spec.home);
     binds(root, spec.ro.iter().filter(outside_home), false)?;
     binds(root, spec.rw.iter().filter(outside_home), true)?;
     for m in ETC_MASKED {
@@ -552,6 +631,13 @@ fn assemble(spec: &Spec, report: &mut Reporter) -> Step<()> {
         libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
         None,
     )?;
+    // The kernel's knobs are the host's: read-only.
+    for knob in ["sys", "sysrq-trigger", "irq", "bus", "fs"] {
+        let p = proc_dir.join(knob);
+        if std::fs::symlink_metadata(&p).is_ok() {
+            bind(&p, &p, false)?;
+        }
+    }
     for (dir, mode) in [("tmp", "1777"), ("run", "0755")] {
         let d = root.join(dir);
         make_dir(&d, 0o755)?;
@@ -563,22 +649,10 @@ fn assemble(spec: &Spec, report: &mut Reporter) -> Step<()> {
             Some(&format!("mode={mode}")),
         )?;
     }
-    // A private, empty home, unless the workspace itself is there.
-    let home = under(root, &spec.home);
-    if home_private {
-        make_dir(&home, 0o700)?;
-        mount(
-            "tmpfs",
-            &home,
-            Some("tmpfs"),
-            libc::MS_NOSUID | libc::MS_NODEV,
-            Some(&format!("mode=0700,uid={uid},gid={gid}")),
-        )?;
-        // Toolchains under the home go on top of the fresh home.
-        let inside_home = |p: &&PathBuf| p.starts_with(&spec.home);
-        binds(root, spec.ro.iter().filter(inside_home), false)?;
-        binds(root, spec.rw.iter().filter(inside_home), true)?;
-    }
+    // Toolchains under the home go on top of the fresh home.
+    let inside_home = |p: &&PathBuf| p.starts_with(&spec.home);
+    binds(root, spec.ro.iter().filter(inside_home), false)?;
+    binds(root, spec.rw.iter().filter(inside_home), true)?;
     for hidden in &spec.hide {
         mask(&under(root, hidden))?;
     }

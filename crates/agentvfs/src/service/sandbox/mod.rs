@@ -420,7 +420,7 @@ struct Layout {
 }
 
 impl Launch<'_> {
-    fn layout(&self) -> Layout {
+    fn layout(&self) -> Result<Layout> {
         let mut ro: Vec<PathBuf> = SYSTEM_DIRS
             .iter()
             .map(PathBuf::from)
@@ -461,7 +461,26 @@ impl Launch<'_> {
         env.push(("HOME".into(), home.display().to_string()));
         env.push(("PWD".into(), cwd.display().to_string()));
         env.push(("TMPDIR".into(), "/tmp".into()));
-        Layout { ro, rw, home, env }
+        // The workspace must be the fork: not the home, not inside a bound host path, and
+        // holding none (a bind would cover the workspace or land in it).
+        let clash = ro
+            .iter()
+            .chain(&rw)
+            .find(|b| ws.starts_with(b) || b.starts_with(ws));
+        if let Some(b) = clash {
+            return Err(Error::invalid(format!(
+                "sandbox workspace_path `{}` overlaps the bound host path `{}`",
+                ws.display(),
+                b.display()
+            )));
+        }
+        if ws == home {
+            return Err(Error::invalid(format!(
+                "sandbox workspace_path `{}` is the command's home, which the sandbox makes itself; use a directory inside it",
+                ws.display()
+            )));
+        }
+        Ok(Layout { ro, rw, home, env })
     }
 }
 
@@ -483,7 +502,7 @@ pub fn run(
     layer: Option<&Layer>,
     mounter: &dyn Mounter,
 ) -> Result<(RunResult, SandboxReport)> {
-    let Layout { ro, rw, home, env } = launch.layout();
+    let Layout { ro, rw, home, env } = launch.layout()?;
     let root = dir.path().join("root");
     std::fs::create_dir(&root).map_err(|e| Error::io("creating", &root, e))?;
     let (status_r, status_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
