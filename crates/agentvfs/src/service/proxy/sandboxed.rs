@@ -1,0 +1,283 @@
+//! A proxied command in its sandbox: choosing the mode, running it there, and taking what
+//! it wrote into the fork (see `service::sandbox`).
+
+use std::path::Path;
+use std::sync::Arc;
+
+use super::super::mount::MountFs;
+use super::super::policy::{CommandRequest, PolicyEngine};
+use super::super::runner;
+use super::super::sandbox::{self, Mode, RunDir, SandboxReport, Served};
+use super::{EXEC_OP, ExecOptions, ProxyRuntime};
+use crate::error::{Error, Result};
+use crate::model::path::VPath;
+use crate::service::confine::Confinement;
+
+impl ProxyRuntime<'_> {
+    /// The mode a command runs in, and why it gets no namespace if it does not.
+    pub(super) fn plan(&self, asked: Mode) -> Result<(Mode, Option<String>)> {
+        let why_not = sandbox::unavailable_reason().or_else(|| {
+            self.runtime_dir
+                .is_none()
+                .then(|| "no runtime directory was given".to_string())
+        });
+        // The overlay's lower layer, and a fuse run's workspace, are FUSE mounts made inside
+        // the sandbox: that needs a FUSE device this process may open, and root (the kernel
+        // refuses a device opened outside a user namespace for a mount inside it).
+        const NOT_ROOT: &str = "FUSE mounts inside a user namespace need the device opened \
+                                there; as a user who is not root, use --mode copy";
+        let fuse = self
+            .mounter
+            .available()
+            .and_then(|_| self.mounter.open_device().map(drop))
+            .and_then(|_| {
+                if rustix::process::geteuid().is_root() {
+                    Ok(())
+                } else {
+                    Err(Error::SandboxUnavailable {
+                        reason: NOT_ROOT.into(),
+                    })
+                }
+            });
+        match (asked, why_not) {
+            (Mode::Auto, None) if fuse.is_ok() => Ok((Mode::Overlay, None)),
+            (Mode::Auto, None) => Ok((Mode::Copy, None)),
+            (Mode::Auto, Some(why)) => Ok((Mode::Fuse, Some(why))),
+            (Mode::Fuse, Some(why)) => Ok((Mode::Fuse, Some(why))),
+            // A fuse run without root gets the mount it always had, on the host; without a
+            // FUSE device it may open, none at all.
+            (Mode::Fuse, None) => match fuse {
+                Ok(()) => Ok((Mode::Fuse, None)),
+                Err(Error::SandboxUnavailable { reason }) => Ok((Mode::Fuse, Some(reason))),
+                Err(e) => Err(Error::SandboxUnavailable {
+                    reason: format!("a fuse run needs FUSE: {e}"),
+                }),
+            },
+            (Mode::Overlay | Mode::Copy, Some(reason)) => Err(Error::SandboxUnavailable { reason }),
+            (Mode::Overlay, None) => match fuse {
+                Ok(()) => Ok((Mode::Overlay, None)),
+                Err(e @ Error::SandboxUnavailable { .. }) => Err(e),
+                Err(e) => Err(Error::SandboxUnavailable {
+                    reason: format!("the overlay's lower layer needs FUSE: {e}"),
+                }),
+            },
+            (Mode::Copy, None) => Ok((Mode::Copy, None)),
+        }
+    }
+
+    /// Run in a sandbox of `mode`.
+    pub(super) fn run_sandboxed(&self, mode: Mode, run: &Sandboxed<'_>) -> SandboxedRun {
+        let mut exec_id = None;
+        let mut own_change = None;
+        let mut report = None;
+        let result = (|| {
+            let runtime = self
+                .runtime_dir
+                .as_deref()
+                .expect("planned with a runtime dir");
+            let dir = RunDir::create(runtime)?;
+            let config = &sandbox_config(self.policy, run.opts)?;
+            let (program, args) = program_and_args(run.req);
+            let launch = sandbox::Launch {
+                config,
+                hide: self.hide.clone(),
+                program,
+                args,
+                env: self.child_env(run.opts, Path::new(&config.workspace_path)),
+                cwd: run.cwd,
+                timeout: run.opts.timeout,
+                cap: run.opts.output_cap,
+                confinement: run.confinement,
+            };
+            let secrets = self.policy.secret_paths().clone();
+            let start = |secrets| sandbox::ingest::Start {
+                before: run.before,
+                secrets,
+                userxattr: !rustix::process::geteuid().is_root(),
+            };
+            match mode {
+                Mode::Overlay if !run.readonly => {
+                    let lower =
+                        MountFs::at_root(self.ws.clone(), run.before)?.with_hidden(secrets.clone());
+                    let layer = self.quota_layer()?;
+                    let ran = sandbox::run(
+                        &dir,
+                        &launch,
+                        Served::Overlay(Arc::new(lower)),
+                        layer.as_ref(),
+                        self.mounter,
+                    );
+                    // A sandbox that was never set up ran nothing; a command that ran (or
+                    // could not start: an entry with no changes, as in every mode) is
+                    // ingested.
+                    if let Err(e) = &ran
+                        && !matches!(e, Error::SpawnFailed { .. } | Error::MountFailed { .. })
+                    {
+                        return ran.map(|(result, _)| result);
+                    }
+                    let ingested = sandbox::ingest::ingest(
+                        self.ws,
+                        &sandbox::upper_dir(&dir, layer.as_ref()),
+                        start(&secrets),
+                        EXEC_OP,
+                        run.text,
+                    );
+                    took_in(ran, ingested, &mut exec_id, &mut own_change, &mut report)
+                }
+                // Read-only: the fork's state as the command started, with no layer above.
+                Mode::Overlay => {
+                    let view = MountFs::at_root(self.ws.clone(), run.before)?.with_hidden(secrets);
+                    let (result, r) = sandbox::run(
+                        &dir,
+                        &launch,
+                        Served::Fuse(Arc::new(view)),
+                        None,
+                        self.mounter,
+                    )?;
+                    report = Some(r);
+                    Ok(result)
+                }
+                Mode::Copy => {
+                    let copy = dir.path().join("copy");
+                    std::fs::create_dir(&copy).map_err(|e| Error::io("creating", &copy, e))?;
+                    let left_out = super::super::transfer::materialize(
+                        self.ws,
+                        run.before,
+                        &copy,
+                        &|view, path, node| secrets.refuses(view, path, Some(node)).unwrap_or(true),
+                    )?;
+                    let served = Served::Bind {
+                        dir: copy.clone(),
+                        readonly: run.readonly,
+                    };
+                    let made = sandbox::ingest::CopyMade::stamp(&copy, left_out)?;
+                    let ran = sandbox::run(&dir, &launch, served, None, self.mounter);
+                    let ran_at_all = !matches!(
+                        &ran,
+                        Err(e) if !matches!(e, Error::SpawnFailed { .. } | Error::MountFailed { .. })
+                    );
+                    if run.readonly || !ran_at_all {
+                        return ran.map(|(result, r)| {
+                            report = Some(r);
+                            result
+                        });
+                    }
+                    let ingested = sandbox::ingest::ingest_copy(
+                        self.ws,
+                        &copy,
+                        start(&secrets),
+                        &made,
+                        EXEC_OP,
+                        run.text,
+                    );
+                    took_in(ran, ingested, &mut exec_id, &mut own_change, &mut report)
+                }
+                Mode::Fuse | Mode::Auto => {
+                    let session = MountFs::new(self.ws.clone(), None, run.readonly)?
+                        .with_label(EXEC_OP, run.text)?
+                        .with_hidden(secrets);
+                    let finished_as = session.finished_as();
+                    let ran = sandbox::run(
+                        &dir,
+                        &launch,
+                        Served::Fuse(Arc::new(session)),
+                        None,
+                        self.mounter,
+                    );
+                    exec_id = *finished_as.lock().unwrap_or_else(|p| p.into_inner());
+                    let (result, r) = ran?;
+                    report = Some(r);
+                    Ok(result)
+                }
+            }
+        })();
+        SandboxedRun {
+            result,
+            exec_id,
+            own_change,
+            report,
+        }
+    }
+
+    /// A file system for the run's upper layer sized to what the workspace's quota has
+    /// left, so the write that crosses it fails with ENOSPC; `None` without quotas. A file
+    /// copied up counts whole, and directories count against `max_files` here.
+    fn quota_layer(&self) -> Result<Option<sandbox::Layer>> {
+        let quota = self.ws.vault().quota()?;
+        if quota.max_size_mb.is_none() && quota.max_files.is_none() {
+            return Ok(None);
+        }
+        let (files, bytes) = self.ws.totals()?;
+        let room = quota.max_size_mb.map_or(u64::MAX >> 1, |m| {
+            m.saturating_mul(1 << 20).saturating_sub(bytes)
+        });
+        // The layer's own directories (root, upper, work and the overlay's work and index).
+        const LAYER_INODES: u64 = 6;
+        let inodes = quota
+            .max_files
+            .map_or(u64::MAX >> 1, |m| m.saturating_sub(files))
+            .saturating_add(LAYER_INODES);
+        sandbox::Layer::sized(room, inodes).map(Some)
+    }
+}
+
+/// The policy's `[sandbox]` table with the run's own workspace path, checked.
+pub(super) fn sandbox_config(
+    policy: &PolicyEngine,
+    opts: &ExecOptions,
+) -> Result<sandbox::SandboxConfig> {
+    let mut config = policy.sandbox().clone();
+    if let Some(p) = &opts.workspace_path {
+        config.workspace_path = p.clone();
+    }
+    config.validate()?;
+    Ok(config)
+}
+
+/// The end of an ingested run: the entry that records it, its report with what was
+/// refused, and how the command ended.
+fn took_in(
+    ran: Result<(runner::RunResult, SandboxReport)>,
+    ingested: Result<(sandbox::ingest::Ingested, crate::model::LoggedOp)>,
+    exec_id: &mut Option<i64>,
+    own_change: &mut Option<crate::model::LoggedOp>,
+    report: &mut Option<SandboxReport>,
+) -> Result<runner::RunResult> {
+    let (ingested, op) = ingested?;
+    *exec_id = Some(op.id);
+    *own_change = Some(op);
+    let (result, mut r) = ran?;
+    r.refused = ingested.refused;
+    *report = Some(r);
+    Ok(result)
+}
+
+/// What a sandboxed run gives back: the command's end, the op-log entry that records it,
+/// that entry's roots when the run was ingested, and the sandbox's report.
+pub(super) struct SandboxedRun {
+    pub(super) result: Result<runner::RunResult>,
+    pub(super) exec_id: Option<i64>,
+    pub(super) own_change: Option<crate::model::LoggedOp>,
+    pub(super) report: Option<SandboxReport>,
+}
+
+/// One command on its way into a sandbox.
+pub(super) struct Sandboxed<'r> {
+    pub(super) req: &'r CommandRequest,
+    pub(super) cwd: &'r VPath,
+    pub(super) readonly: bool,
+    pub(super) opts: &'r ExecOptions,
+    pub(super) text: &'r str,
+    pub(super) confinement: Confinement,
+    /// The fork's state as the command starts.
+    pub(super) before: crate::model::id::ObjectId,
+}
+
+/// The program and its arguments (`/bin/sh -c TEXT` for shell text).
+pub(super) fn program_and_args(req: &CommandRequest) -> (String, Vec<String>) {
+    match (&req.shell, &req.argv) {
+        (Some(s), _) => ("/bin/sh".to_string(), vec!["-c".to_string(), s.clone()]),
+        (None, Some(a)) => (a[0].clone(), a[1..].to_vec()),
+        _ => unreachable!("validated before the run"),
+    }
+}
