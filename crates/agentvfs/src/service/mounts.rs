@@ -176,9 +176,16 @@ pub fn canonical_dir(dir: &Path) -> Result<PathBuf> {
             dir: dir.to_path_buf(),
             reason: "not a directory".into(),
         }),
-        // A FUSE connection whose daemon died answers ENOTCONN, or ECONNABORTED while the
-        // kernel is still tearing down its io_uring queues.
-        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTCONN | libc::ECONNABORTED)) => {
+        // A FUSE connection whose daemon died answers ENOTCONN, or ECONNABORTED or
+        // ECANCELED while the kernel is still tearing down its io_uring queues (the
+        // errors the ring's own workers take for a gone mount; ECANCELED seen twice in
+        // `killed_daemon_is_cleaned_up_and_double_unmount_is_a_noop`).
+        Err(e)
+            if matches!(
+                e.raw_os_error(),
+                Some(libc::ENOTCONN | libc::ECONNABORTED | libc::ECANCELED)
+            ) =>
+        {
             Ok(std::path::absolute(dir).unwrap_or(dir.to_path_buf()))
         }
         Err(e) => Err(Error::io("opening", dir, e)),
