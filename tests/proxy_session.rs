@@ -101,16 +101,29 @@ fn changes(e: &Value) -> Vec<(String, String)> {
 
 #[test]
 fn commands_in_a_session_report_changes_and_roll_back_one_by_one() {
+    // The default (as root): the session keeps one sandbox namespace, no host mount.
+    one_by_one(&[], "overlay");
+    one_by_one(&["--mode", "fuse"], "fuse");
+}
+
+fn one_by_one(flags: &[&str], mode: &str) {
     let Some(e) = Env::new() else { return };
-    let rec = e.start("task", "s", &[]);
+    let rec = e.start("task", "s", flags);
     assert_eq!(rec["name"], "s");
+    assert_eq!(rec["mode"], mode, "{rec}");
     assert!(rec["alive"].as_bool().unwrap());
-    let mount = rec["dir"].as_str().unwrap().to_string();
-    assert!(Path::new(&mount).join("a.txt").exists(), "{rec}");
+    let mount = rec["dir"].as_str().map(str::to_string);
+    match &mount {
+        Some(dir) => assert!(Path::new(dir).join("a.txt").exists(), "{rec}"),
+        None => assert_eq!(mode, "overlay", "{rec}"),
+    }
 
     let (one, code) = e.run("s", &["--shell", "echo one > one.txt"]);
     assert_eq!(code, 0, "{one}");
     assert_eq!(one["request"]["session"], "s");
+    assert_eq!(one["mode"], mode, "{one}");
+    let kind = if mode == "fuse" { "none" } else { "namespace" };
+    assert_eq!(one["sandbox"]["kind"], kind, "{one}");
     assert_eq!(changes(&one), vec![("added".into(), "/one.txt".into())]);
     let (two, code) = e.run("s", &["--shell", "echo two > two.txt && rm a.txt"]);
     assert_eq!(code, 0, "{two}");
@@ -145,9 +158,25 @@ fn commands_in_a_session_report_changes_and_roll_back_one_by_one() {
     let (stop, code) = e.json(&["session", "stop", "s"]);
     assert_eq!(code, 0, "{stop}");
     assert_eq!(stop["data"]["stopped"], true);
-    assert!(!is_mounted(&mount), "the session's mount is gone");
+    if let Some(mount) = &mount {
+        assert!(!is_mounted(mount), "the session's mount is gone");
+    }
+    assert_eq!(leftover_mounts(&e), Vec::<String>::new());
     let (list, _) = e.json(&["session", "list"]);
     assert_eq!(list["data"].as_array().unwrap().len(), 0);
+}
+
+/// Mounts anywhere on the host under this test's avfs home (a session's kept namespace
+/// must leave none).
+fn leftover_mounts(e: &Env) -> Vec<String> {
+    let home = e.home.path().to_str().unwrap().to_string();
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .filter(|d| d.starts_with(&home))
+        .map(str::to_string)
+        .collect()
 }
 
 fn is_mounted(dir: &str) -> bool {
@@ -212,10 +241,19 @@ fn session_errors_are_typed_and_change_nothing() {
 
 #[test]
 fn a_killed_daemon_is_cleaned_up_by_stop() {
+    killed_daemon(&["--mode", "fuse"]);
+    killed_daemon(&["--mode", "overlay"]);
+}
+
+fn killed_daemon(flags: &[&str]) {
     let Some(e) = Env::new() else { return };
-    let rec = e.start("task", "k", &[]);
+    let rec = e.start("task", "k", flags);
     let pid = rec["pid"].as_i64().unwrap().to_string();
-    let dir = rec["dir"].as_str().unwrap().to_string();
+    let dir = rec["dir"].as_str().map(str::to_string);
+    // A command first, so an overlay session has its namespace and layers.
+    let (v, code) = e.run("k", &["--shell", "echo x > x.txt && sleep 0.1"]);
+    assert_eq!(code, 0, "{v}");
+    let holders = children_of(&pid);
     assert!(
         Command::new("kill")
             .args(["-9", &pid])
@@ -234,7 +272,16 @@ fn a_killed_daemon_is_cleaned_up_by_stop() {
     let (stop, code) = e.json(&["session", "stop", "k"]);
     assert_eq!(code, 0, "{stop}");
     assert_eq!(stop["data"]["stale"], true);
-    assert!(!is_mounted(&dir), "the dead daemon's mount is detached");
+    if let Some(dir) = &dir {
+        assert!(!is_mounted(dir), "the dead daemon's mount is detached");
+    }
+    // The namespace's holder died with the daemon, and its mounts with it.
+    for h in holders {
+        common::wait::until_true(&format!("holder {h} to die"), || {
+            common::wait::process_gone(&h)
+        });
+    }
+    assert_eq!(leftover_mounts(&e), Vec::<String>::new());
     // The name is free again.
     e.start("task", "k", &[]);
 }
@@ -273,6 +320,16 @@ fn a_session_outlives_a_timed_out_command_and_takes_the_client_env() {
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["data"]["stdout"]["text"], "hello/withheld\n", "{v}");
     assert_eq!(out.status.code(), Some(0));
+}
+
+/// The pids of `pid`'s children.
+fn children_of(pid: &str) -> Vec<String> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+        .flat_map(|s| s.split_whitespace().map(str::to_string).collect::<Vec<_>>())
+        .collect()
 }
 
 /// A script the policy cannot see into, trying to write outside the workspace.
@@ -336,9 +393,16 @@ fn landlock_keeps_writes_inside_the_workspace() {
             "{v}"
         );
     }
-    // A session's commands run in its mount on the host (sessions get no sandbox yet):
+    // A sandboxed session's commands cannot reach the host path either.
+    e.start("task", "boxed", &[]);
+    let (v, code) = e.run("boxed", &["--", "sh", "escape.sh"]);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["sandbox"]["kind"], "namespace", "{v}");
+    assert_eq!(v["stdout"]["text"], "blocked\ntmp-ok\ndevnull-ok\n", "{v}");
+    assert!(!outside.exists());
+    // A fuse session's commands run in its mount on the host, with no namespace:
     // unconfined, the script can write to the host; that is what confinement is for.
-    e.start("task", "open", &[]);
+    e.start("task", "open", &["--mode", "fuse"]);
     let (v, code) = e.run("open", &["--", "sh", "escape.sh"]);
     assert_eq!(code, 0, "{v}");
     assert_eq!(v["sandbox"]["kind"], "none", "{v}");
@@ -363,7 +427,7 @@ fn landlock_keeps_writes_inside_the_workspace() {
         "escape.sh",
     ]);
     let per_call = v["data"].clone();
-    e.start("task", "c", &[]);
+    e.start("task", "c", &["--mode", "fuse"]);
     let (in_session, code2) = e.run("c", &["--confine", "--", "sh", "escape.sh"]);
     for (env, code) in [(per_call, code), (in_session, code2)] {
         assert_eq!(code, 0, "{env}");

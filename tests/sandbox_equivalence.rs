@@ -1,6 +1,7 @@
 //! Equivalence is the contract: a corpus of commands and command sequences gives the same
 //! envelopes (exit codes, output, change lists) and the same final vault in every mode
-//! (overlay, fuse, copy). Real binary, real git, python3, pip, tar and cargo, on a seeded
+//! (overlay, fuse, copy, and an overlay session, where each step runs on the layers the
+//! steps before it left in the kept namespace). Real binary, real git, python3, pip, tar and cargo, on a seeded
 //! project imported with its `.git`.
 
 mod common;
@@ -352,23 +353,37 @@ fn manifest(e: &ProxyEnv) -> BTreeMap<String, String> {
 }
 
 /// Run the whole corpus in `mode` on a fresh vault seeded from `seed_dir`.
+/// Stops a session when dropped, so a failing run leaves no daemon behind.
+struct Session<'e>(&'e ProxyEnv);
+
+impl Drop for Session<'_> {
+    fn drop(&mut self) {
+        let _ = self.0.avfs(&["session", "stop", "eq"]);
+    }
+}
+
+/// Run the corpus in `mode`; `session`: every step in one overlay session, so each runs on
+/// the layers the earlier steps left in its kept namespace.
 fn run_corpus(mode: &str, seed_dir: &Path) -> (Vec<(String, Value)>, BTreeMap<String, String>) {
     let e = ProxyEnv::new().expect("FUSE (required)");
     ok(e.avfs(&["import", seed_dir.to_str().unwrap()]));
+    let in_session = mode == "session";
+    let _session = in_session.then(|| {
+        ok(e.avfs(&["session", "start", "w", "--name", "eq", "--mode", "overlay"]));
+        Session(&e)
+    });
+    let runs_as = if in_session { "overlay" } else { mode };
     let mut steps = Vec::new();
     for (name, commands) in CORPUS {
         for (i, script) in commands.iter().enumerate() {
             let exec = |approve: Option<&str>| {
                 let mut c = avfs_command(e.home.path());
-                c.args([
-                    "--json",
-                    "proxy",
-                    "exec",
-                    "--mode",
-                    mode,
-                    "--timeout",
-                    "600s",
-                ]);
+                c.args(["--json", "proxy", "exec", "--timeout", "600s"]);
+                if in_session {
+                    c.args(["--session", "eq"]);
+                } else {
+                    c.args(["--mode", mode]);
+                }
                 if let Some(token) = approve {
                     c.args(["--approve", token]);
                 }
@@ -396,7 +411,7 @@ fn run_corpus(mode: &str, seed_dir: &Path) -> (Vec<(String, Value)>, BTreeMap<St
                 v["ran"], true,
                 "{mode} `{name}` step {i} did not run: {doc}"
             );
-            assert_eq!(v["mode"], mode, "{doc}");
+            assert_eq!(v["mode"], runs_as, "{doc}");
             steps.push((format!("{name} #{i}: {script}"), record(v)));
         }
     }
@@ -413,7 +428,7 @@ fn every_mode_gives_the_same_envelopes_and_the_same_vault() {
     let seed_dir = tempfile::tempdir().unwrap();
     seed(seed_dir.path());
     let (fuse_steps, fuse_state) = run_corpus("fuse", seed_dir.path());
-    for mode in ["overlay", "copy"] {
+    for mode in ["overlay", "copy", "session"] {
         let (steps, state) = run_corpus(mode, seed_dir.path());
         for ((name, want), (_, got)) in fuse_steps.iter().zip(&steps) {
             assert_eq!(got, want, "{mode} differs from fuse at `{name}`");

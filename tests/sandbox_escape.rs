@@ -12,7 +12,10 @@ use std::path::{Path, PathBuf};
 use common::mount::{ProxyEnv, avfs_command, ok};
 use serde_json::Value;
 
-const MODES: [&str; 3] = ["overlay", "fuse", "copy"];
+/// Every mode, and `session`: commands of an overlay session, in its kept namespace.
+const MODES: [&str; 4] = ["overlay", "fuse", "copy", "session"];
+/// The modes of a command run on its own.
+const ALONE: [&str; 3] = ["overlay", "fuse", "copy"];
 
 /// A host directory the sandbox must keep commands away from.
 struct Canary {
@@ -89,8 +92,9 @@ fn env() -> Option<ProxyEnv> {
 }
 
 /// `avfs --json proxy exec --mode MODE ARGS`, with extra environment: the envelope's data.
+/// Mode `session`: in session `esc` (an overlay session, started on first use).
 fn exec(e: &ProxyEnv, mode: &str, args: &[&str], extra: &[(&str, &str)]) -> Value {
-    let mut full = vec!["--json", "proxy", "exec", "--mode", mode];
+    let mut full: Vec<&str> = exec_in(e, mode);
     full.extend_from_slice(args);
     let out = avfs_command(e.home.path())
         .args(&full)
@@ -106,6 +110,21 @@ fn exec(e: &ProxyEnv, mode: &str, args: &[&str], extra: &[(&str, &str)]) -> Valu
     });
     assert_eq!(v["ok"], true, "{full:?}: {v}");
     v["data"].clone()
+}
+
+/// `--json proxy exec` in MODE: `--mode MODE`, or `--session esc` (an overlay session,
+/// started on first use) for `session`.
+fn exec_in<'m>(e: &ProxyEnv, mode: &'m str) -> Vec<&'m str> {
+    if mode != "session" {
+        return vec!["--json", "proxy", "exec", "--mode", mode];
+    }
+    let (v, _) = common::mount::avfs_json(e.home.path(), &["session", "list"]);
+    if v["data"].as_array().is_none_or(|l| l.is_empty()) {
+        ok(e.avfs(&[
+            "session", "start", "w", "--name", "esc", "--mode", "overlay",
+        ]));
+    }
+    vec!["--json", "proxy", "exec", "--session", "esc"]
 }
 
 fn assert_not_leaked(v: &Value, canary: &Canary, what: &str) {
@@ -269,7 +288,7 @@ fn a_planted_runtime_directory_is_refused_and_runs_leave_nothing_behind() {
     // A symlink planted in its place would move every run (and its mounts) elsewhere.
     std::fs::remove_dir(&run).unwrap();
     std::os::unix::fs::symlink(canary.path(), &run).unwrap();
-    for mode in MODES {
+    for mode in ALONE {
         let out = avfs_command(e.home.path())
             .args(["--json", "proxy", "exec", "--mode", mode, "--", "true"])
             .output()
@@ -286,8 +305,11 @@ fn kill_9_of_the_supervisor_ends_the_command_and_leaves_no_mount() {
     let Some(e) = env() else { return };
     for mode in MODES {
         let marker = format!("4242.{}{}", std::process::id(), mode.len());
+        // In a session the client dies, not the daemon that runs the command: the daemon
+        // ends the command when its client hangs up.
         let mut child = avfs_command(e.home.path())
-            .args(["--json", "proxy", "exec", "--mode", mode, "--timeout", "1h"])
+            .args(exec_in(&e, mode))
+            .args(["--timeout", "1h"])
             .args([
                 "--shell",
                 &format!("setsid sleep {marker} & sleep {marker}"),

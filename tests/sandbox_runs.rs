@@ -57,6 +57,44 @@ fn an_overlay_write_past_the_quota_fails_at_that_write() {
 }
 
 #[test]
+fn a_quota_with_one_limit_leaves_the_other_unbounded() {
+    // Regression: "no limit" was passed to tmpfs as a number past what it takes, so any
+    // quota with only one of its limits set made every overlay run `sandbox_failed`.
+    let Some(e) = env() else { return };
+    for (flag, value, script, want) in [
+        (
+            "--max-size-mb",
+            "1",
+            "head -c 2000000 /dev/zero > big || echo size-stop; touch a b c",
+            "size-stop\n",
+        ),
+        (
+            "--max-files",
+            "3",
+            "head -c 3000000 /dev/zero > big && touch f1 f2 f3 f4 2>/dev/null || echo files-stop",
+            "files-stop\n",
+        ),
+    ] {
+        ok(e.avfs(&[
+            "quota",
+            "set",
+            "--max-size-mb",
+            "none",
+            "--max-files",
+            "none",
+        ]));
+        ok(e.avfs(&["quota", "set", flag, value]));
+        let (v, code) = exec(&e, &["--mode", "overlay", "--shell", script]);
+        assert_eq!(code, 0, "{flag}: {v}");
+        assert_eq!(v["data"]["stdout"]["text"], want, "{flag}: {v}");
+        ok(e.avfs(&["rm", "-r", "/big"]));
+        for f in ["a", "b", "c"] {
+            let _ = e.avfs(&["rm", f]);
+        }
+    }
+}
+
+#[test]
 fn concurrent_commands_in_one_fork_report_and_roll_back_only_their_own() {
     let Some(e) = env() else { return };
     ok(e.avfs(&["write", "keep.txt", "keep"]));
@@ -132,15 +170,20 @@ fn modes_that_cannot_be_had_are_typed_errors_and_change_nothing() {
             "{args:?}: {v}"
         );
     }
-    // A session's commands run in its mount: an explicit overlay there is refused.
-    ok(e.avfs(&["session", "start", "w", "--name", "s"]));
-    let (v, code) = exec(
-        &e,
-        &["--session", "s", "--mode", "overlay", "--", "touch", "x"],
-    );
-    ok(e.avfs(&["session", "stop", "s"]));
-    assert_eq!(code, 1, "{v}");
-    assert_eq!(v["error"]["kind"], "sandbox_unavailable", "{v}");
+    // An overlay session's commands run in its namespace: an explicit fuse run there is
+    // refused (it needs the mount a fuse session keeps), and so is an overlay run in a
+    // fuse session.
+    for (session, asks) in [("overlay", "fuse"), ("fuse", "overlay")] {
+        ok(e.avfs(&["session", "start", "w", "--name", "s", "--mode", session]));
+        let (v, code) = exec(&e, &["--session", "s", "--mode", asks, "--", "touch", "x"]);
+        ok(e.avfs(&["session", "stop", "s"]));
+        assert_ne!(code, 0, "{session} session, --mode {asks}: {v}");
+        let kind = v["error"]["kind"].as_str().unwrap();
+        assert!(
+            ["invalid_argument", "sandbox_unavailable"].contains(&kind),
+            "{session} session, --mode {asks}: {v}"
+        );
+    }
     assert_eq!(
         ok(e.avfs(&["op", "log"])),
         before,

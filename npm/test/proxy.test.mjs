@@ -176,6 +176,9 @@ async function sessionChecks(c, started) {
   assert.equal(started.vault, "task-1");
   assert.equal(started.workspace, "task-1");
   assert.ok(started.pid > 0);
+  // As root the default is an overlay session: one kept namespace, no host mount.
+  if (process.getuid() === 0) assert.equal(started.mode, "overlay");
+  if (started.mode !== "fuse") assert.equal(started.dir ?? null, null);
 
   const listed = await avfs.sessionList();
   assert.deepEqual(listed.map((s) => [s.name, s.alive]), [["s1", true]]);

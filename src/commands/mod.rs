@@ -166,7 +166,8 @@ pub enum Command {
     Proxy(ProxyCmd),
     /// Restore the state before a proxied command (default: the last one).
     Rollback(proxy::RollbackArgs),
-    /// Keep a fork mounted so consecutive `proxy exec --session NAME` calls skip the mount.
+    /// Keep a sandbox (or a mount) for a fork, so consecutive `proxy exec --session NAME`
+    /// calls skip setting one up.
     #[command(subcommand)]
     Session(session::SessionCmd),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
@@ -245,8 +246,14 @@ impl Launcher for SelfLauncher {
                     cmd.arg("--readonly");
                 }
             }
-            DaemonJob::Session { fork, name, policy } => {
+            DaemonJob::Session {
+                fork,
+                name,
+                policy,
+                mode,
+            } => {
                 cmd.args(["session", "start", fork, "--name", name, "--foreground"]);
+                cmd.args(["--mode", mode.name()]);
                 if let Some(p) = policy {
                     cmd.arg("--policy").arg(p);
                 }

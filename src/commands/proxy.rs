@@ -193,7 +193,7 @@ pub fn cmd_rollback(ctx: &Ctx, a: RollbackArgs) -> Result<Reply> {
 }
 
 /// `--mode`: the library's own `sandbox::Mode`, with its spellings listed in help.
-fn mode() -> impl clap::builder::TypedValueParser<Value = Mode> {
+pub(super) fn mode() -> impl clap::builder::TypedValueParser<Value = Mode> {
     clap::builder::PossibleValuesParser::new(Mode::NAMES)
         .map(|s| s.parse::<Mode>().expect("one of Mode::NAMES"))
 }

@@ -1,10 +1,12 @@
-//! `avfs session start|stop|list`: a daemon keeping one fork mounted for proxied commands.
+//! `avfs session start|stop|list`: a daemon keeping one sandbox (or mount) of a fork for
+//! proxied commands.
 
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
 
 use agentvfs::Result;
+use agentvfs::service::sandbox::Mode;
 use agentvfs::service::session::{self, SessionRecord};
 
 use super::{Ctx, SelfLauncher};
@@ -12,12 +14,14 @@ use crate::output::{Reply, table, time};
 
 #[derive(Subcommand)]
 pub enum SessionCmd {
-    /// Mount a fork in a background daemon; run commands in it with
+    /// Start a background daemon for a fork that keeps one sandbox namespace (or, with
+    /// `--mode fuse`, a mount) for its commands; run them with
     /// `avfs proxy exec --session NAME -- CMD`.
     #[command(after_help = "Example:\n  avfs session start task-1\n  \
         avfs proxy exec --session task-1 -- cargo test\n  avfs session stop task-1")]
     Start(StartArgs),
-    /// Stop a session: its daemon unmounts and exits (also cleans up after a killed one).
+    /// Stop a session: its daemon ends its namespace or mount and exits (also cleans up after
+    /// a killed one).
     Stop(StopArgs),
     /// List sessions with their fork, daemon pid and state.
     List,
@@ -25,7 +29,7 @@ pub enum SessionCmd {
 
 #[derive(Args)]
 pub struct StartArgs {
-    /// The vault or fork to keep mounted.
+    /// The vault or fork whose commands the session runs.
     pub fork: String,
     /// The session's name (default: FORK).
     #[arg(long)]
@@ -36,6 +40,13 @@ pub struct StartArgs {
     /// Serve in this process until stopped (default: a background daemon).
     #[arg(long)]
     pub foreground: bool,
+    /// How the session's commands run: `overlay` keeps one sandbox namespace for the whole
+    /// session and gives each command an overlay of the fork in it; `copy` runs each command
+    /// in a namespace of its own on a copy of the fork; `fuse` runs them in the fork's mount
+    /// on the host, without a namespace. `auto`: `overlay` where it can be made, else `copy`,
+    /// else `fuse`, as for `avfs proxy exec`.
+    #[arg(long, default_value = "auto", value_parser = super::proxy::mode())]
+    pub mode: Mode,
 }
 
 #[derive(Args)]
@@ -57,17 +68,18 @@ fn cmd_start(ctx: &Ctx, a: StartArgs) -> Result<Reply> {
         name: a.name,
         policy: a.policy,
         foreground: a.foreground,
+        mode: a.mode,
     };
     let Some(rec) = session::start(&ctx.service, &SelfLauncher, super::mounter(), &req)? else {
         return Ok(Reply::new(&(), ""));
     };
+    let place = match &rec.dir {
+        Some(dir) => format!("at {}", dir.display()),
+        None => format!("in {} mode", rec.mode.name()),
+    };
     let human = format!(
-        "session {} serves {} at {} (pid {}); run commands with `avfs proxy exec --session {} -- CMD`",
-        rec.name,
-        rec.vault,
-        rec.dir.display(),
-        rec.pid,
-        rec.name
+        "session {} serves {} {place} (pid {}); run commands with `avfs proxy exec --session {} -- CMD`",
+        rec.name, rec.vault, rec.pid, rec.name
     );
     Ok(Reply::new(&rec, human))
 }

@@ -51,6 +51,21 @@ impl ProxyEnv {
     }
 }
 
+impl Drop for ProxyEnv {
+    /// Stop every session started in this home, so no daemon outlives the test.
+    fn drop(&mut self) {
+        let out = avfs_in(self.home.path(), &["--json", "session", "list"]);
+        let Ok(v) = serde_json::from_slice::<Value>(&out.stdout) else {
+            return;
+        };
+        for s in v["data"].as_array().into_iter().flatten() {
+            if let Some(name) = s["name"].as_str() {
+                let _ = avfs_in(self.home.path(), &["session", "stop", name]);
+            }
+        }
+    }
+}
+
 /// Run one of the project's scripts with the binary under test (`AVFS_BIN`), FUSE
 /// required; returns its stdout after checking it succeeded (None: skipped without FUSE).
 pub fn run_script(interpreter: &str, script: &str, args: &[&str]) -> Option<String> {

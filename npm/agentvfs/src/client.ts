@@ -146,6 +146,9 @@ export interface SessionStartOptions extends CallOptions {
   name?: string;
   /** A TOML policy file for every command in the session. */
   policy?: string;
+  /** How its commands run: `overlay` keeps one sandbox namespace for them all, `copy` gives
+   * each a namespace on a copy, `fuse` mounts the fork on the host (no namespace). */
+  mode?: "auto" | "overlay" | "fuse" | "copy";
 }
 
 /** How to run one command through the proxy. Give exactly one of `argv` and `shell`. */
@@ -176,7 +179,7 @@ export interface ProxyExecOptions extends CallOptions {
   fork?: string;
   /** @deprecated The earlier name of `fork`. */
   task?: string;
-  /** Run in this session's mount (`sessionStart`) instead of mounting for this call. */
+  /** Run in this session (`sessionStart`) instead of setting up a sandbox for this call. */
   session?: string;
   /** Landlock: the command may write only inside the workspace and a private TMPDIR. */
   confine?: boolean;
@@ -456,7 +459,13 @@ export class Avfs {
 
   /** `session start FORK [--name S] [--policy F]`: keep a fork mounted in a daemon. */
   sessionStart(fork: string, options: SessionStartOptions = {}): Promise<SessionRecord> {
-    const args = [...opt("--name", options.name), ...opt("--policy", options.policy), "--", fork];
+    const args = [
+      ...opt("--name", options.name),
+      ...opt("--policy", options.policy),
+      ...opt("--mode", options.mode),
+      "--",
+      fork,
+    ];
     return this.data(["session", "start"], args, options);
   }
 

@@ -441,8 +441,11 @@ export interface SessionRecord {
   /** The vault file. */
   path: string;
   workspace: string;
-  /** Where the fork is mounted. */
-  dir: string;
+  /** How its commands run: one kept sandbox namespace (`overlay`), a namespace each on a
+   * copy (`copy`), or the fork's mount on the host (`fuse`). */
+  mode: "overlay" | "fuse" | "copy";
+  /** Where the fork is mounted on the host (`fuse` sessions only). */
+  dir?: string | null;
   socket: string;
   pid: number;
   /** Nanoseconds since the Unix epoch. */

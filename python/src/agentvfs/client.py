@@ -333,9 +333,18 @@ class Client:
         return self._one(Envelope, *args)
 
     def session_start(
-        self, fork: str, *, name: str | None = None, policy: StrPath | None = None
+        self,
+        fork: str,
+        *,
+        name: str | None = None,
+        policy: StrPath | None = None,
+        mode: str | None = None,
     ) -> SessionRecord:
-        """Keep `fork` mounted in a background daemon for `proxy_exec(..., session=NAME)`."""
+        """Start a background daemon for `fork` that runs `proxy_exec(..., session=NAME)`.
+
+        `mode` is "overlay" (one sandbox namespace kept for every command), "copy", "fuse"
+        (the fork mounted on the host, no namespace) or "auto" (the default).
+        """
         return self._one(
             SessionRecord,
             "session",
@@ -343,6 +352,7 @@ class Client:
             fork,
             *_opt("--name", name),
             *_opt("--policy", policy),
+            *_opt("--mode", mode),
         )
 
     def session_stop(self, name: str) -> StopReport:

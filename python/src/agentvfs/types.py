@@ -319,12 +319,13 @@ class SessionRecord:
     vault: str
     path: str
     workspace: str
-    dir: str
+    mode: Mode
     socket: str
     pid: int
     since: int
     alive: bool = False
     policy: str | None = None
+    dir: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

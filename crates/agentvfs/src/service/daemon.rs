@@ -25,6 +25,7 @@ pub enum DaemonJob<'a> {
         fork: &'a str,
         name: &'a str,
         policy: Option<&'a Path>,
+        mode: super::sandbox::Mode,
     },
 }
 

@@ -165,11 +165,30 @@ fn our_children() -> Vec<i32> {
         .collect()
 }
 
+/// Children this process keeps on purpose across runs (a session's namespace holder):
+/// never taken for a run's leftovers.
+static KEPT: Mutex<Vec<i32>> = Mutex::new(Vec::new());
+
+/// Keep child `pid` out of every run's leftovers until [`unkeep`].
+pub fn keep(pid: u32) {
+    KEPT.lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push(pid as i32);
+}
+
+pub fn unkeep(pid: u32) {
+    KEPT.lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .retain(|k| *k != pid as i32);
+}
+
 /// Kill every descendant we inherited, and reap them.
 fn kill_stragglers() -> usize {
     let mut killed = 0;
     for _ in 0..50 {
-        let kids = our_children();
+        let mut kids = our_children();
+        let kept = KEPT.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        kids.retain(|k| !kept.contains(k));
         if kids.is_empty() {
             break;
         }
@@ -195,6 +214,34 @@ fn reap_all() {
 /// process", which is only exact while no other run is in flight. Hosts that want parallel
 /// commands run several processes.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// The process group of the run in flight in this process, if any.
+static RUNNING: Mutex<Option<i32>> = Mutex::new(None);
+
+/// Marks the run in flight until dropped.
+struct Running;
+
+impl Running {
+    fn set(pgid: i32) -> Running {
+        *RUNNING.lock().unwrap_or_else(|p| p.into_inner()) = Some(pgid);
+        Running
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        *RUNNING.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+}
+
+/// Kill the run in flight in this process (its process group; descendants that left it
+/// are killed as the run ends), for a caller that went away. Its result is as for a
+/// command killed by a signal.
+pub fn cancel() {
+    if let Some(pgid) = *RUNNING.lock().unwrap_or_else(|p| p.into_inner()) {
+        signal_group(pgid, rustix::process::Signal::KILL);
+    }
+}
 
 /// Why `program` did not start, in words a person can act on. ENOENT for a file that
 /// exists means its `#!` interpreter is missing.
@@ -235,11 +282,9 @@ fn fuse_server_fds() -> Vec<i32> {
     .collect()
 }
 
-/// Run the command to completion or timeout.
-pub fn run(spec: &RunSpec<'_>) -> Result<RunResult> {
-    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    // Orphaned descendants (setsid, double fork) are reparented to us, so we can find them.
-    let _ = rustix::process::set_child_subreaper(Some(rustix::process::getpid()));
+/// The command `spec` describes, ready to spawn: its descriptors, working directory,
+/// environment and confinement set up in the child, stdout and stderr piped.
+pub fn command(spec: &RunSpec<'_>) -> Result<Command> {
     let mut cmd = Command::new(spec.program);
     // The working directory is entered in the child only after it has dropped the
     // descriptors that serve FUSE mounts (see `fuse_server_fds`), not by `current_dir`,
@@ -289,6 +334,15 @@ pub fn run(spec: &RunSpec<'_>) -> Result<RunResult> {
             cmd.pre_exec(move || c.apply_in_child());
         }
     }
+    Ok(cmd)
+}
+
+/// Run the command to completion or timeout.
+pub fn run(spec: &RunSpec<'_>) -> Result<RunResult> {
+    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    // Orphaned descendants (setsid, double fork) are reparented to us, so we can find them.
+    let _ = rustix::process::set_child_subreaper(Some(rustix::process::getpid()));
+    let mut cmd = command(spec)?;
     let start = Instant::now();
     let mut child = cmd.spawn().map_err(|e| Error::SpawnFailed {
         program: spec.program.to_string(),
@@ -296,6 +350,7 @@ pub fn run(spec: &RunSpec<'_>) -> Result<RunResult> {
         os_error: e.raw_os_error(),
     })?;
     let pgid = child.id() as i32;
+    let _running = Running::set(pgid);
     let (out, out_h) = drain(child.stdout.take().expect("piped stdout"), spec.cap);
     let (err, err_h) = drain(child.stderr.take().expect("piped stderr"), spec.cap);
     let mut timed_out = false;

@@ -1,11 +1,14 @@
-//! Sessions: a daemon that keeps one fork mounted and runs proxied commands in it, so
-//! consecutive commands pay only policy + checkpoint + run + summary, not a mount each.
+//! Sessions: a daemon that runs one fork's proxied commands, so consecutive commands pay
+//! only policy + checkpoint + run + ingest + summary, not a sandbox (or a mount) each.
 //!
-//! The daemon listens on a Unix socket under `$AVFS_HOME/sessions/`; each connection
-//! carries one JSON request line and gets one JSON response line. Each command's changes
-//! are recorded as their own op-log entry, so `avfs rollback` works as without a session.
-//! If anything else changed the fork between commands (a rollback, a restore, a write
-//! from the CLI), the daemon remounts before the next command so no cached view is stale.
+//! An overlay session keeps one sandbox namespace for all its commands (see
+//! `sandbox::kept`); a fuse session keeps the fork mounted on the host and runs commands
+//! there; a copy session runs each command on a copy of its own. The daemon listens on a
+//! Unix socket under `$AVFS_HOME/sessions/`; each connection carries one JSON request line
+//! and gets one JSON response line. Each command's changes are recorded as their own
+//! op-log entry, so `avfs rollback` works as without a session. If anything else changed
+//! the fork between commands (a rollback, a restore, a write from the CLI), the daemon
+//! rebuilds its namespace, or remounts, before the next command so no view is stale.
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -21,8 +24,10 @@ use super::mount::MountFs;
 use super::mounter::{Mounter, ServedMount};
 use super::mounts;
 use super::policy::{CommandRequest, PolicyEngine};
-use super::proxy::{EXEC_OP, Envelope, ExecOptions, LiveMount, ProxyRuntime};
+use super::proxy::{EXEC_OP, Envelope, ExecOptions, LiveMount, ProxyRuntime, SandboxSession};
 use super::registry::Registry;
+use super::sandbox::Mode;
+use super::sandbox::kept::Kept;
 use crate::error::{Error, Result};
 use crate::model::Workspace;
 
@@ -34,8 +39,12 @@ pub struct SessionRecord {
     /// The vault file.
     pub path: PathBuf,
     pub workspace: String,
-    /// Where the fork is mounted.
-    pub dir: PathBuf,
+    /// How its commands run: `overlay` (each in the session's kept namespace, on an
+    /// overlay of the fork), `copy` (each in a namespace of its own, on a copy of the
+    /// fork) or `fuse` (in the fork's mount on the host, no namespace).
+    pub mode: Mode,
+    /// Where the fork is mounted on the host (`fuse` sessions only).
+    pub dir: Option<PathBuf>,
     pub socket: PathBuf,
     /// The policy file the session decides with (none: the built-in policy).
     pub policy: Option<PathBuf>,
@@ -127,6 +136,7 @@ pub fn new_record(
     path: &Path,
     workspace: &str,
     policy: Option<PathBuf>,
+    mode: Mode,
 ) -> Result<SessionRecord> {
     check_name(name)?;
     reg.private_dir(DIR)?;
@@ -135,7 +145,8 @@ pub fn new_record(
         vault: vault.to_string(),
         path: path.to_path_buf(),
         workspace: workspace.to_string(),
-        dir: file(reg, name, "mnt"),
+        mode,
+        dir: (mode == Mode::Fuse).then(|| file(reg, name, "mnt")),
         socket: file(reg, name, "sock"),
         policy,
         pid: std::process::id(),
@@ -306,10 +317,12 @@ pub fn stop(reg: &Registry, name: &str) -> Result<StopReport> {
 
 /// Remove what a session leaves behind (also after its daemon was killed).
 fn cleanup(reg: &Registry, rec: &SessionRecord) {
-    if mounts::kernel_has(&rec.dir) {
-        let _ = mounts::detach(&rec.dir);
+    if let Some(dir) = &rec.dir {
+        if mounts::kernel_has(dir) {
+            let _ = mounts::detach(dir);
+        }
+        let _ = std::fs::remove_dir(dir);
     }
-    let _ = std::fs::remove_dir(&rec.dir);
     let _ = std::fs::remove_file(&rec.socket);
     let _ = std::fs::remove_file(record_path(reg, &rec.name));
 }
@@ -365,11 +378,17 @@ pub fn serve(
     mounter: &dyn Mounter,
 ) -> Result<()> {
     rec.pid = std::process::id();
-    std::fs::create_dir_all(&rec.dir).map_err(|e| Error::io("creating", &rec.dir, e))?;
+    if let Some(dir) = &rec.dir {
+        std::fs::create_dir_all(dir).map_err(|e| Error::io("creating", dir, e))?;
+    }
     let _ = std::fs::remove_file(&rec.socket);
     let listener =
         UnixListener::bind(&rec.socket).map_err(|e| Error::io("listening on", &rec.socket, e))?;
-    let mut live = Some(Live::start(&ws, &policy, &rec.dir, mounter)?);
+    let mut live = match &rec.dir {
+        Some(dir) => Some(Live::start(&ws, &policy, dir, mounter)?),
+        None => None,
+    };
+    let kept = std::sync::Mutex::new(Kept::new(reg.private_dir("run")?));
     save(reg, &rec)?;
 
     // A signal or a vanished mount wakes the accept loop with a Stop of its own.
@@ -411,15 +430,24 @@ pub fn serve(
                 options,
                 policy: policy_file,
             }) => {
+                // A client that goes away (killed, or given up) ends its command.
+                let _watch = HangupWatch::start(&stream);
                 let req = CommandRequest {
                     argv,
                     shell,
                     cwd: options.cwd.clone(),
                 };
+                let place = Place {
+                    reg,
+                    ws: &ws,
+                    mounter,
+                    rec: &rec,
+                    kept: &kept,
+                };
                 let answer = match policy_file.as_deref().map(PolicyEngine::from_file) {
                     Some(Err(e)) => Err(e),
-                    Some(Ok(own)) => run_one(&ws, &own, mounter, &mut live, &rec, req, &options),
-                    None => run_one(&ws, &policy, mounter, &mut live, &rec, req, &options),
+                    Some(Ok(own)) => place.run_one(&own, &mut live, req, &options),
+                    None => place.run_one(&policy, &mut live, req, &options),
                 };
                 // Audit and checkpoint rows must be visible to the client's next command.
                 let _ = ws.vault().flush_batch();
@@ -440,61 +468,135 @@ pub fn serve(
             break;
         }
     }
-    if let Some(l) = live.take() {
-        result = l.stop(&rec.dir);
+    if let (Some(l), Some(dir)) = (live.take(), &rec.dir) {
+        result = l.stop(dir);
     }
+    let ended = kept.lock().unwrap_or_else(|p| p.into_inner()).end();
+    result = result.and(ended);
     let _ = std::fs::remove_file(&rec.socket);
-    let _ = std::fs::remove_dir(&rec.dir);
+    if let Some(dir) = &rec.dir {
+        let _ = std::fs::remove_dir(dir);
+    }
     let _ = std::fs::remove_file(record_path(reg, &rec.name));
     result
 }
 
-fn run_one(
-    ws: &Workspace,
-    policy: &PolicyEngine,
-    mounter: &dyn Mounter,
-    live: &mut Option<Live>,
-    rec: &SessionRecord,
-    req: CommandRequest,
-    options: &ExecOptions,
-) -> Result<Envelope> {
-    let runtime = ProxyRuntime {
-        ws,
-        policy,
-        vault_name: rec.vault.clone(),
-        mounter,
-        runtime_dir: None,
-        hide: Vec::new(),
-    };
-    // Someone else changed the fork (rollback, restore, a CLI write): remount so neither
-    // our caches nor the kernel's serve the old state. A mount that went away (unmounted
-    // from outside) is remade too, and so is one hiding other secrets than this command's
-    // policy names (the kernel may cache what it has looked up).
-    let head = ws.last_op_id()?;
-    let secrets = policy.secret_paths();
-    if live
-        .as_ref()
-        .is_some_and(|l| l.seen != head || l.bg.is_finished() || l.hidden != *secrets)
-        && let Some(l) = live.take()
-    {
-        let gone = l.bg.is_finished();
-        let stopped = l.stop(&rec.dir);
-        if !gone {
-            stopped?;
+/// Watches a client's connection while its command runs, and kills the command if the
+/// client hangs up.
+struct HangupWatch {
+    done: Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl HangupWatch {
+    fn start(stream: &UnixStream) -> HangupWatch {
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let thread = stream.try_clone().ok().map(|s| {
+            let done = done.clone();
+            std::thread::spawn(move || {
+                use std::os::fd::AsRawFd;
+                while !done.load(Ordering::Relaxed) {
+                    let mut fd = libc::pollfd {
+                        fd: s.as_raw_fd(),
+                        events: libc::POLLRDHUP,
+                        revents: 0,
+                    };
+                    // SAFETY: poll on one descriptor we own, for up to 100 ms.
+                    let n = unsafe { libc::poll(&mut fd, 1, 100) };
+                    let gone = libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR;
+                    if n > 0 && fd.revents & gone != 0 {
+                        if !done.load(Ordering::Relaxed) {
+                            super::runner::cancel();
+                        }
+                        return;
+                    }
+                }
+            })
+        });
+        HangupWatch { done, thread }
+    }
+}
+
+impl Drop for HangupWatch {
+    fn drop(&mut self) {
+        self.done.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
         }
     }
-    if live.is_none() {
-        *live = Some(Live::start(ws, policy, &rec.dir, mounter)?);
+}
+
+/// Where a session's commands run.
+struct Place<'p> {
+    reg: &'p Registry,
+    ws: &'p Workspace,
+    mounter: &'p dyn Mounter,
+    rec: &'p SessionRecord,
+    kept: &'p std::sync::Mutex<Kept>,
+}
+
+impl Place<'_> {
+    fn run_one(
+        &self,
+        policy: &PolicyEngine,
+        live: &mut Option<Live>,
+        req: CommandRequest,
+        options: &ExecOptions,
+    ) -> Result<Envelope> {
+        let (ws, rec, mounter) = (self.ws, self.rec, self.mounter);
+        let mut runtime = ProxyRuntime {
+            ws,
+            policy,
+            vault_name: rec.vault.clone(),
+            mounter,
+            runtime_dir: None,
+            hide: Vec::new(),
+            session: None,
+        };
+        let Some(dir) = &rec.dir else {
+            // A sandboxed session: the kept namespace follows the fork by itself.
+            runtime.runtime_dir = Some(self.reg.private_dir("run")?);
+            runtime.hide = vec![
+                self.reg.home().to_path_buf(),
+                ws.vault().path().to_path_buf(),
+            ];
+            runtime.session = Some(SandboxSession {
+                name: &rec.name,
+                mode: rec.mode,
+                kept: self.kept,
+            });
+            return runtime.exec_in(req, options, None);
+        };
+        // Someone else changed the fork (rollback, restore, a CLI write): remount so
+        // neither our caches nor the kernel's serve the old state. A mount that went away
+        // (unmounted from outside) is remade too, and so is one hiding other secrets than
+        // this command's policy names (the kernel may cache what it has looked up).
+        let head = ws.last_op_id()?;
+        let secrets = policy.secret_paths();
+        if live
+            .as_ref()
+            .is_some_and(|l| l.seen != head || l.bg.is_finished() || l.hidden != *secrets)
+            && let Some(l) = live.take()
+        {
+            let gone = l.bg.is_finished();
+            let stopped = l.stop(dir);
+            if !gone {
+                stopped?;
+            }
+        }
+        if live.is_none() {
+            *live = Some(Live::start(ws, policy, dir, mounter)?);
+        }
+        let l = live.as_mut().expect("mounted above");
+        let mount = LiveMount {
+            dir,
+            session: &l.session,
+            name: &rec.name,
+        };
+        let envelope = runtime.exec_in(req, options, Some(&mount));
+        l.seen = ws.last_op_id()?;
+        envelope
     }
-    let l = live.as_mut().expect("mounted above");
-    let mount = LiveMount {
-        dir: &rec.dir,
-        session: &l.session,
-        name: &rec.name,
-    };
-    let envelope = runtime.exec_in(req, options, Some(&mount));
-    l.seen = ws.last_op_id()?;
-    envelope
 }
 
 fn error_response(e: &Error) -> Response {
@@ -509,7 +611,7 @@ fn error_response(e: &Error) -> Response {
 /// What `session start` is asked.
 #[derive(Debug, Clone)]
 pub struct StartRequest {
-    /// The vault or fork to keep mounted.
+    /// The vault or fork whose commands the session runs.
     pub fork: String,
     /// The session's name (default: `fork`).
     pub name: Option<String>,
@@ -517,6 +619,9 @@ pub struct StartRequest {
     pub policy: Option<PathBuf>,
     /// Serve in this process until stopped, instead of in a daemon.
     pub foreground: bool,
+    /// How its commands run (`auto`: `overlay` where the sandbox can be made, else as a
+    /// proxied command's `auto` picks).
+    pub mode: Mode,
 }
 
 /// Start a session. The name, fork and policy are checked here so a bad one fails at once,
@@ -530,7 +635,6 @@ pub fn start(
     req: &StartRequest,
 ) -> Result<Option<SessionRecord>> {
     use super::daemon::{self, Daemon, DaemonJob};
-    mounter.available()?;
     let reg = service.registry();
     let name = req.name.clone().unwrap_or_else(|| req.fork.clone());
     check_name(&name)?;
@@ -540,6 +644,21 @@ pub fn start(
         None => None,
     };
     let (target, ws) = service.open(Some(&req.fork))?;
+    // The mode every command gets unless it asks for another; checked now, not in the
+    // daemon.
+    let (mode, _) = ProxyRuntime {
+        ws: &ws,
+        policy: &policy,
+        vault_name: req.fork.clone(),
+        mounter,
+        runtime_dir: Some(reg.private_dir("run")?),
+        hide: Vec::new(),
+        session: None,
+    }
+    .plan(req.mode)?;
+    if mode == Mode::Fuse {
+        mounter.available()?;
+    }
     if let Some(rec) = load(reg, &name)
         && mounts::pid_alive(rec.pid)
     {
@@ -554,6 +673,7 @@ pub fn start(
         &target.path,
         &target.workspace,
         policy_path.clone(),
+        mode,
     )?;
     if req.foreground {
         serve(reg, ws, policy, rec, mounter)?;
@@ -568,6 +688,7 @@ pub fn start(
         fork: &req.fork,
         name: &name,
         policy: policy_path.as_deref(),
+        mode,
     };
     // Ready once the daemon recorded itself and answers on its socket.
     let started = daemon::start(launcher, &job, &log_path(reg, &name)?, |pid| {
@@ -594,6 +715,7 @@ mod start_tests {
             name: name.map(str::to_string),
             policy: None,
             foreground: false,
+            mode: Mode::Auto,
         }
     }
 

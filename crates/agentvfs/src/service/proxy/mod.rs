@@ -237,6 +237,14 @@ pub struct LiveMount<'m> {
     pub name: &'m str,
 }
 
+/// A session whose commands run in a sandbox (overlay or copy): its name, the mode a
+/// command gets unless it asks for another, and the namespace it keeps for overlay runs.
+pub struct SandboxSession<'m> {
+    pub name: &'m str,
+    pub mode: Mode,
+    pub kept: &'m std::sync::Mutex<crate::service::sandbox::kept::Kept>,
+}
+
 pub struct ProxyRuntime<'a> {
     pub ws: &'a Workspace,
     pub policy: &'a PolicyEngine,
@@ -249,6 +257,8 @@ pub struct ProxyRuntime<'a> {
     /// Host paths a sandboxed command must not see even inside a bound directory (the avfs
     /// home, the vault file).
     pub hide: Vec<PathBuf>,
+    /// The sandboxed session the command runs in, if any.
+    pub session: Option<SandboxSession<'a>>,
 }
 
 impl ProxyRuntime<'_> {
@@ -317,7 +327,10 @@ impl ProxyRuntime<'_> {
             selected: self.vault_name.clone(),
             workspace: self.ws.name().to_string(),
             access: if readonly { "readonly" } else { "readwrite" }.into(),
-            session: live.map(|l| l.name.to_string()),
+            session: live
+                .map(|l| l.name)
+                .or(self.session.as_ref().map(|s| s.name))
+                .map(str::to_string),
         };
         sandbox_config(self.policy, opts)?;
         let (mode, none_reason) = match live {
@@ -330,7 +343,23 @@ impl ProxyRuntime<'_> {
                 }
                 (Mode::Fuse, Some(reason.to_string()))
             }
-            None => self.plan(opts.mode)?,
+            None => match &self.session {
+                Some(s) => {
+                    let asked = match opts.mode {
+                        Mode::Auto => s.mode,
+                        m => m,
+                    };
+                    if asked == Mode::Fuse {
+                        return Err(Error::invalid(format!(
+                            "session {} runs its commands in {} mode; --mode fuse needs a session started with --mode fuse",
+                            s.name,
+                            s.mode.name()
+                        )));
+                    }
+                    self.plan(asked)?
+                }
+                None => self.plan(opts.mode)?,
+            },
         };
         let policy_confinement = self.policy.confinement(&decision);
         let confinement = Confinement {

@@ -15,7 +15,7 @@ use crate::service::confine::Confinement;
 
 impl ProxyRuntime<'_> {
     /// The mode a command runs in, and why it gets no namespace if it does not.
-    pub(super) fn plan(&self, asked: Mode) -> Result<(Mode, Option<String>)> {
+    pub(crate) fn plan(&self, asked: Mode) -> Result<(Mode, Option<String>)> {
         let why_not = sandbox::unavailable_reason().or_else(|| {
             self.runtime_dir
                 .is_none()
@@ -96,6 +96,50 @@ impl ProxyRuntime<'_> {
                 userxattr: !rustix::process::geteuid().is_root(),
             };
             match mode {
+                Mode::Overlay if self.session.is_some() => {
+                    let session = self.session.as_ref().expect("matched");
+                    let mut kept = session.kept.lock().unwrap_or_else(|p| p.into_inner());
+                    let quota = if run.readonly {
+                        None
+                    } else {
+                        self.quota_layer()?
+                    };
+                    let ran = kept.run(
+                        &dir,
+                        &launch,
+                        run.before,
+                        run.readonly,
+                        || {
+                            Ok(MountFs::at_root(self.ws.clone(), run.before)?
+                                .with_hidden(secrets.clone()))
+                        },
+                        &secrets,
+                        quota,
+                        self.mounter,
+                    );
+                    let upper = kept.upper();
+                    let ingest_it = upper.is_some()
+                        && !matches!(&ran, Err(e) if !matches!(e, Error::SpawnFailed { .. } | Error::MountFailed { .. }));
+                    let Some(upper) = upper.filter(|_| ingest_it) else {
+                        kept.took(None);
+                        return ran.map(|(result, r)| {
+                            report = Some(r);
+                            result
+                        });
+                    };
+                    let ingested = sandbox::ingest::ingest(
+                        self.ws,
+                        &upper,
+                        start(&secrets),
+                        EXEC_OP,
+                        run.text,
+                    );
+                    kept.took(match &ingested {
+                        Ok((i, op)) if i.refused.is_empty() => Some(op),
+                        _ => None,
+                    });
+                    took_in(ran, ingested, &mut exec_id, &mut own_change, &mut report)
+                }
                 Mode::Overlay if !run.readonly => {
                     let lower =
                         MountFs::at_root(self.ws.clone(), run.before)?.with_hidden(secrets.clone());
@@ -208,15 +252,11 @@ impl ProxyRuntime<'_> {
             return Ok(None);
         }
         let (files, bytes) = self.ws.totals()?;
-        let room = quota.max_size_mb.map_or(u64::MAX >> 1, |m| {
-            m.saturating_mul(1 << 20).saturating_sub(bytes)
-        });
-        // The layer's own directories (root, upper, work and the overlay's work and index).
-        const LAYER_INODES: u64 = 6;
-        let inodes = quota
-            .max_files
-            .map_or(u64::MAX >> 1, |m| m.saturating_sub(files))
-            .saturating_add(LAYER_INODES);
+        // Whole pages, rounded down: a tmpfs rounds its size up to one.
+        let room = quota
+            .max_size_mb
+            .map(|m| m.saturating_mul(1 << 20).saturating_sub(bytes) & !4095);
+        let inodes = quota.max_files.map(|m| m.saturating_sub(files));
         sandbox::Layer::sized(room, inodes).map(Some)
     }
 }

@@ -29,7 +29,7 @@ fn overlay_prefix(userxattr: bool) -> &'static str {
 }
 
 /// The value of extended attribute `name` of `path` (not following a symlink).
-fn get_xattr(path: &Path, name: &str) -> Option<Vec<u8>> {
+pub(super) fn get_xattr(path: &Path, name: &str) -> Option<Vec<u8>> {
     let mut buf = vec![0u8; 256];
     loop {
         match rustix::fs::lgetxattr(path, name, &mut buf) {
@@ -43,7 +43,7 @@ fn get_xattr(path: &Path, name: &str) -> Option<Vec<u8>> {
     }
 }
 
-fn xattr_names(path: &Path) -> Vec<String> {
+pub(super) fn xattr_names(path: &Path) -> Vec<String> {
     let mut buf = vec![0u8; 1024];
     loop {
         match rustix::fs::llistxattr(path, &mut buf) {

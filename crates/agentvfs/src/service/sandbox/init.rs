@@ -29,9 +29,9 @@ pub const NOT_STARTED: i32 = 127;
 /// whole process group, and only the command should act on them.
 const PASSED_ON: [libc::c_int; 4] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGQUIT];
 
-type Step<T> = std::result::Result<T, String>;
+pub(super) type Step<T> = std::result::Result<T, String>;
 
-fn os(what: &str, path: &Path) -> String {
+pub(super) fn os(what: &str, path: &Path) -> String {
     format!(
         "{what} {}: {}",
         path.display(),
@@ -43,10 +43,10 @@ fn cstr(p: &OsStr) -> Step<CString> {
     CString::new(p.as_bytes()).map_err(|_| format!("{} holds a NUL byte", p.to_string_lossy()))
 }
 
-struct Reporter(std::fs::File);
+pub(super) struct Reporter(std::fs::File);
 
 impl Reporter {
-    fn send(&mut self, status: &Status) {
+    pub(super) fn send(&mut self, status: &Status) {
         if let Ok(mut line) = serde_json::to_vec(status) {
             line.push(b'\n');
             let _ = self.0.write_all(&line);
@@ -73,7 +73,14 @@ pub fn main(spec_path: &Path) -> i32 {
         // SAFETY: setting a disposition; no handler code runs.
         unsafe { libc::signal(sig, libc::SIG_IGN) };
     }
-    match enter_namespaces(&spec) {
+    if matches!(spec.workspace, WorkspaceFs::Staged { .. }) {
+        return super::join::hold(&spec, report);
+    }
+    let entered = match &spec.workspace {
+        WorkspaceFs::Joined(join) => super::join::enter(&spec, join),
+        _ => enter_namespaces(&spec, libc::CLONE_NEWPID),
+    };
+    match entered {
         Ok(()) => {}
         Err(reason) => {
             report.send(&Status::SetupFailed { reason });
@@ -99,7 +106,7 @@ pub fn main(spec_path: &Path) -> i32 {
 }
 
 /// Exit when the parent does (the supervisor, for the init; the init, for the reaper).
-fn die_with_parent() {
+pub(super) fn die_with_parent() {
     // SAFETY: plain prctl.
     unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) };
 }
@@ -123,9 +130,10 @@ fn wait_exit_code(pid: libc::pid_t) -> i32 {
     }
 }
 
-fn enter_namespaces(spec: &Spec) -> Step<()> {
-    let mut flags =
-        libc::CLONE_NEWNS | libc::CLONE_NEWPID | libc::CLONE_NEWUTS | libc::CLONE_NEWIPC;
+/// Enter a new mount namespace and those in `more`, with a user namespace when not root
+/// and a network namespace (loopback only) when offline.
+pub(super) fn enter_namespaces(spec: &Spec, more: libc::c_int) -> Step<()> {
+    let mut flags = libc::CLONE_NEWNS | more;
     if spec.userns.is_some() {
         flags |= libc::CLONE_NEWUSER;
     }
@@ -158,7 +166,11 @@ fn enter_namespaces(spec: &Spec) -> Step<()> {
 
 /// Pid 1 of the new namespace: assemble the root, start the command, reap until it ends.
 fn reaper_main(spec: &Spec, report: &mut Reporter) -> i32 {
-    if let Err(reason) = assemble(spec, report) {
+    let ready = match &spec.workspace {
+        WorkspaceFs::Joined(join) => super::join::workspace(spec, join),
+        _ => assemble(spec, report),
+    };
+    if let Err(reason) = ready {
         report.send(&Status::SetupFailed { reason });
         return SETUP_FAILED;
     }
@@ -353,7 +365,7 @@ fn drop_privileges() -> Step<()> {
     Ok(())
 }
 
-fn mount(
+pub(super) fn mount(
     source: &str,
     target: &Path,
     fstype: Option<&str>,
@@ -384,7 +396,7 @@ fn mount(
 }
 
 /// Bind `src` at `dst`, read-only unless `writable`, recursively; nosuid and nodev.
-fn bind(src: &Path, dst: &Path, writable: bool) -> Step<()> {
+pub(super) fn bind(src: &Path, dst: &Path, writable: bool) -> Step<()> {
     let s = src.to_string_lossy();
     mount(&s, dst, None, libc::MS_BIND | libc::MS_REC, None)?;
     let mut flags = libc::MS_BIND | libc::MS_REMOUNT | libc::MS_NOSUID | libc::MS_NODEV;
@@ -479,7 +491,7 @@ fn mount_point(src: &Path, dst: &Path) -> Step<bool> {
     Ok(true)
 }
 
-fn make_dir(path: &Path, mode: u32) -> Step<()> {
+pub(super) fn make_dir(path: &Path, mode: u32) -> Step<()> {
     use std::os::unix::fs::DirBuilderExt;
     std::fs::DirBuilder::new()
         .recursive(true)
@@ -522,7 +534,7 @@ fn mask(path: &Path) -> Step<()> {
     }
 }
 
-fn assemble(spec: &Spec, report: &mut Reporter) -> Step<()> {
+pub(super) fn assemble(spec: &Spec, report: &mut Reporter) -> Step<()> {
     let root = &spec.root;
     // Nothing mounted here propagates back to the host.
     mount(
@@ -539,18 +551,10 @@ fn assemble(spec: &Spec, report: &mut Reporter) -> Step<()> {
         libc::MS_NOSUID | libc::MS_NODEV,
         Some("mode=0755,size=1m"),
     )?;
-    if let Some((fd, at)) = &spec.layer {
+    let staged = matches!(spec.workspace, WorkspaceFs::Staged { .. });
+    if let Some((fd, at)) = spec.layer.as_ref().filter(|_| !staged) {
         make_dir(at, 0o700)?;
-        // SAFETY: the descriptor was handed to us open, for this mount alone.
-        let layer = unsafe { OwnedFd::from_raw_fd(*fd) };
-        rustix::mount::move_mount(
-            &layer,
-            "",
-            rustix::fs::CWD,
-            at,
-            rustix::mount::MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH,
-        )
-        .map_err(|e| format!("attaching the run's file system at {}: {e}", at.display()))?;
+        attach(*fd, at)?;
     }
     let (uid, gid) = spec.userns.unwrap_or((0, 0));
     // A private, empty home first: the workspace may be inside it (the supervisor refuses
@@ -611,8 +615,43 @@ fn assemble(spec: &Spec, report: &mut Reporter) -> Step<()> {
                 opts.push_str(",userxattr");
             }
             mount("avfs", &ws, Some("overlay"), fuse_flags, Some(&opts))?;
+            if let Some((_, at)) = &spec.layer {
+                narrow_layer(at, spec.layer_inodes)?;
+            }
         }
         WorkspaceFs::Bind { dir, readonly } => bind(dir, &ws, !readonly)?,
+        WorkspaceFs::Staged { fd, uppers } => {
+            let stage = under(root, Path::new(super::join::STAGE));
+            make_dir(&stage, 0o700)?;
+            mount(
+                "avfs-stage",
+                &stage,
+                Some("tmpfs"),
+                libc::MS_NOSUID | libc::MS_NODEV,
+                Some("mode=0700,size=1m"),
+            )?;
+            let lower = stage.join("lower");
+            make_dir(&lower, 0o755)?;
+            mount(
+                "avfs",
+                &lower,
+                Some("fuse.avfs"),
+                fuse_flags | libc::MS_RDONLY,
+                Some(&fuse_opts(*fd)),
+            )?;
+            close(*fd);
+            report.send(&Status::Mounted);
+            let h = stage.join("h");
+            make_dir(&h, 0o700)?;
+            bind(uppers, &h, true)?;
+            make_dir(&stage.join("q"), 0o700)?;
+            let l = stage.join("l");
+            make_dir(&l, 0o755)?;
+            if let Some((fd, _)) = &spec.layer {
+                attach(*fd, &l)?;
+            }
+        }
+        WorkspaceFs::Joined(_) => return Err("a joined command has no root to assemble".into()),
     }
     // The private home is made below, and what is bound inside it after it.
     let outside_home = |p: &&PathBuf| !p.starts_with(&spec.home);
@@ -624,20 +663,7 @@ fn assemble(spec: &Spec, report: &mut Reporter) -> Step<()> {
     devices(root)?;
     let proc_dir = root.join("proc");
     make_dir(&proc_dir, 0o555)?;
-    mount(
-        "proc",
-        &proc_dir,
-        Some("proc"),
-        libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-        None,
-    )?;
-    // The kernel's knobs are the host's: read-only.
-    for knob in ["sys", "sysrq-trigger", "irq", "bus", "fs"] {
-        let p = proc_dir.join(knob);
-        if std::fs::symlink_metadata(&p).is_ok() {
-            bind(&p, &p, false)?;
-        }
-    }
+    proc_at(&proc_dir)?;
     for (dir, mode) in [("tmp", "1777"), ("run", "0755")] {
         let d = root.join(dir);
         make_dir(&d, 0o755)?;
@@ -678,6 +704,59 @@ fn assemble(spec: &Spec, report: &mut Reporter) -> Step<()> {
         libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV,
         None,
     )?;
+    Ok(())
+}
+
+/// Leave the run's file system at `at` room for `inodes` more inodes than it holds now (the
+/// overlay's own are made).
+pub(super) fn narrow_layer(at: &Path, inodes: Option<u64>) -> Step<()> {
+    let Some(room) = inodes else { return Ok(()) };
+    let c = cstr(at.as_os_str())?;
+    // SAFETY: statvfs into a zeroed struct.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return Err(os("reading", at));
+    }
+    let used = st.f_files.saturating_sub(st.f_ffree);
+    mount(
+        "none",
+        at,
+        None,
+        libc::MS_REMOUNT | libc::MS_NOSUID | libc::MS_NODEV,
+        Some(&format!("nr_inodes={}", used.saturating_add(room).max(1))),
+    )
+}
+
+/// Attach the detached mount handed to us on `fd` at `at`.
+pub(super) fn attach(fd: i32, at: &Path) -> Step<()> {
+    // SAFETY: the descriptor was handed to us open, for this mount alone.
+    let layer = unsafe { OwnedFd::from_raw_fd(fd) };
+    rustix::mount::move_mount(
+        &layer,
+        "",
+        rustix::fs::CWD,
+        at,
+        rustix::mount::MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH,
+    )
+    .map_err(|e| format!("attaching the run's file system at {}: {e}", at.display()))
+}
+
+/// A /proc of this pid namespace at `dir`, with the kernel's knobs (the host's) read-only.
+pub(super) fn proc_at(dir: &Path) -> Step<()> {
+    mount(
+        "proc",
+        dir,
+        Some("proc"),
+        libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+        None,
+    )?;
+    for knob in ["sys", "sysrq-trigger", "irq", "bus", "fs"] {
+        let p = dir.join(knob);
+        if std::fs::symlink_metadata(&p).is_ok() {
+            bind(&p, &p, false)?;
+        }
+    }
     Ok(())
 }
 
@@ -754,7 +833,7 @@ fn devices(root: &Path) -> Step<()> {
 }
 
 /// Overlay options separate with `,` and `:`; escape them in paths.
-fn escape(p: &Path) -> String {
+pub(super) fn escape(p: &Path) -> String {
     let s = p.to_string_lossy();
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
@@ -766,7 +845,7 @@ fn escape(p: &Path) -> String {
     out
 }
 
-fn close(fd: i32) {
+pub(super) fn close(fd: i32) {
     // SAFETY: the descriptor was passed to us to mount and is used for nothing else.
     drop(unsafe { OwnedFd::from_raw_fd(fd) });
 }

@@ -10,6 +10,8 @@
 
 pub mod ingest;
 pub mod init;
+mod join;
+pub mod kept;
 mod spec;
 
 use std::io::BufRead;
@@ -21,7 +23,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-pub use spec::{Spec, Status, WorkspaceFs};
+pub use spec::{Join, Spec, Status, WorkspaceFs};
 
 use super::confine::Confinement;
 use super::mount::MountFs;
@@ -64,6 +66,15 @@ pub enum Mode {
 impl Mode {
     /// The spellings `FromStr` takes, as the CLI lists them.
     pub const NAMES: [&'static str; 4] = ["auto", "overlay", "fuse", "copy"];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Auto => "auto",
+            Mode::Overlay => "overlay",
+            Mode::Fuse => "fuse",
+            Mode::Copy => "copy",
+        }
+    }
 }
 
 impl std::str::FromStr for Mode {
@@ -352,12 +363,18 @@ fn remove_stale(runtime: &Path) {
 /// exists only through this descriptor, and in the sandbox it is attached to.
 pub struct Layer {
     fd: OwnedFd,
+    /// The inodes a command may make on it, once the overlay made its own.
+    inodes: Option<u64>,
 }
 
 impl Layer {
-    /// A tmpfs of at most `bytes` bytes and `inodes` inodes (each at least one page or one
-    /// inode: zero would mean unlimited).
-    pub fn sized(bytes: u64, inodes: u64) -> Result<Layer> {
+    /// A tmpfs of at most `bytes` bytes (at least a page) on which a command may make
+    /// `inodes` inodes; `None`: no limit. It starts with room to spare for the overlay's
+    /// own (its work directories, and the files it makes to probe what the file system
+    /// can do), and the sandbox narrows it to `inodes` more than those once the overlay is
+    /// mounted.
+    pub fn sized(bytes: Option<u64>, inodes: Option<u64>) -> Result<Layer> {
+        const SPARE: u64 = 64;
         use rustix::mount::{
             FsMountFlags, FsOpenFlags, MountAttrFlags, fsconfig_create, fsconfig_set_string,
             fsmount, fsopen,
@@ -366,9 +383,13 @@ impl Layer {
             reason: format!("making the run's quota-sized file system ({what}): {e}"),
         };
         let fs = fsopen("tmpfs", FsOpenFlags::FSOPEN_CLOEXEC).map_err(|e| failed("fsopen", e))?;
+        // Zero is how tmpfs spells "no limit"; a number past what it holds is refused.
         for (key, value) in [
-            ("size", bytes.max(4096).to_string()),
-            ("nr_inodes", inodes.max(1).to_string()),
+            ("size", bytes.map_or(0, |b| b.max(4096)).to_string()),
+            (
+                "nr_inodes",
+                inodes.map_or(0, |i| i.saturating_add(SPARE)).to_string(),
+            ),
             ("mode", "0700".to_string()),
         ] {
             fsconfig_set_string(&fs, key, value.as_str()).map_err(|e| failed(key, e))?;
@@ -376,7 +397,7 @@ impl Layer {
         fsconfig_create(&fs).map_err(|e| failed("create", e))?;
         let fd = fsmount(&fs, FsMountFlags::FSMOUNT_CLOEXEC, MountAttrFlags::empty())
             .map_err(|e| failed("fsmount", e))?;
-        Ok(Layer { fd })
+        Ok(Layer { fd, inodes })
     }
 
     /// `rel` inside the layer, as this process reaches it.
@@ -394,6 +415,9 @@ pub enum Served {
     Overlay(Arc<MountFs>),
     /// A host directory bound as it is (read-only, or not).
     Bind { dir: PathBuf, readonly: bool },
+    /// A session's command in the session's kept namespace (see `kept`); a layer given to
+    /// `run` is attached in that namespace at `layer_at`.
+    Joined { join: Join, layer_at: PathBuf },
 }
 
 /// One command to run in a sandbox.
@@ -420,6 +444,16 @@ struct Layout {
 }
 
 impl Launch<'_> {
+    /// What the root assembled for this launch depends on, as text: equal for two launches
+    /// that may share a kept namespace.
+    fn fingerprint(&self) -> Result<String> {
+        let l = self.layout()?;
+        Ok(format!(
+            "{:?}|{:?}|{:?}|{:?}|{}",
+            l.ro, l.rw, l.home, self.hide, self.config.workspace_path
+        ))
+    }
+
     fn layout(&self) -> Result<Layout> {
         let mut ro: Vec<PathBuf> = SYSTEM_DIRS
             .iter()
@@ -508,6 +542,7 @@ pub fn run(
     let (status_r, status_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
         .map_err(|e| Error::io("creating a pipe in", dir.path(), e.into()))?;
     let mut pass = vec![status_w.as_raw_fd()];
+    let mut layer_at = None;
     let (workspace, serve): (WorkspaceFs, Option<(Arc<MountFs>, OwnedFd)>) = match fs {
         Served::Fuse(session) => {
             let dev = mounter.open_device()?;
@@ -560,6 +595,11 @@ pub fn run(
             )
         }
         Served::Bind { dir, readonly } => (WorkspaceFs::Bind { dir, readonly }, None),
+        Served::Joined { join, layer_at: at } => {
+            pass.push(join.holder);
+            layer_at = Some(at);
+            (WorkspaceFs::Joined(join), None)
+        }
     };
     let ws_path = PathBuf::from(&launch.config.workspace_path);
     let cwd = env
@@ -575,7 +615,11 @@ pub fn run(
         root,
         workspace_path: ws_path.clone(),
         workspace,
-        layer: layer.map(|l| (l.fd.as_raw_fd(), dir.path().join("layer"))),
+        layer: layer.map(|l| {
+            let at = layer_at.unwrap_or_else(|| dir.path().join("layer"));
+            (l.fd.as_raw_fd(), at)
+        }),
+        layer_inodes: layer.and_then(|l| l.inodes),
         ro: ro.clone(),
         rw: rw.clone(),
         hide: launch.hide.clone(),
@@ -655,7 +699,7 @@ pub fn run(
                 result.exit_code = None;
                 result.signal = Some(signal);
             }
-            Status::Mounted => {}
+            Status::Mounted | Status::Ready => {}
         }
     }
     ended?;
@@ -668,6 +712,141 @@ pub fn run(
         refused: Vec::new(),
     };
     Ok((result, report))
+}
+
+/// A session's kept namespace, assembled and waiting for its commands (see `kept`).
+pub(crate) struct Holder {
+    child: std::process::Child,
+    /// Names the holder for the commands' `setns`, whatever becomes of its pid.
+    pidfd: OwnedFd,
+    served: Box<dyn ServedMount>,
+}
+
+impl Holder {
+    fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None)) && !self.served.is_finished()
+    }
+
+    /// Kill the holder: its namespace, and every mount in it, goes.
+    fn end(mut self) -> Result<()> {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        runner::unkeep(self.child.id());
+        self.served.unmount().map_err(|e| Error::SandboxFailed {
+            reason: format!("ending the session's file system: {e}"),
+        })
+    }
+}
+
+/// Start a holder for `launch`'s root in `dir`: `lower` is served read-only at the stage's
+/// `lower`, the host directory `uppers` bound at its `h`, and `store` attached at its `l`.
+fn hold(
+    dir: &RunDir,
+    launch: &Launch<'_>,
+    lower: Arc<MountFs>,
+    uppers: &Path,
+    store: &Layer,
+    mounter: &dyn Mounter,
+) -> Result<Holder> {
+    let Layout { ro, rw, home, env } = launch.layout()?;
+    let root = dir.path().join("root");
+    std::fs::create_dir(&root).map_err(|e| Error::io("creating", &root, e))?;
+    let (status_r, status_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+        .map_err(|e| Error::io("creating a pipe in", dir.path(), e.into()))?;
+    let dev = mounter.open_device()?;
+    let ws_path = PathBuf::from(&launch.config.workspace_path);
+    let euid = rustix::process::geteuid();
+    let spec = Spec {
+        root,
+        workspace_path: ws_path.clone(),
+        workspace: WorkspaceFs::Staged {
+            fd: dev.as_raw_fd(),
+            uppers: uppers.to_path_buf(),
+        },
+        layer: Some((store.fd.as_raw_fd(), PathBuf::from(join::STAGE).join("l"))),
+        layer_inodes: None,
+        ro,
+        rw,
+        hide: launch.hide.clone(),
+        home,
+        program: String::new(),
+        args: Vec::new(),
+        env: env.clone(),
+        cwd: ws_path,
+        offline: false,
+        landlock: false,
+        userns: (!euid.is_root()).then(|| (euid.as_raw(), rustix::process::getegid().as_raw())),
+        status_fd: status_w.as_raw_fd(),
+    };
+    let spec_path = dir.path().join("hold.json");
+    let bytes = serde_json::to_vec(&spec).map_err(|e| Error::invalid(e.to_string()))?;
+    std::fs::write(&spec_path, bytes).map_err(|e| Error::io("writing", &spec_path, e))?;
+    let args = vec![init::INIT_ARG.to_string(), spec_path.display().to_string()];
+    let mut cmd = runner::command(&RunSpec {
+        program: "/proc/self/exe",
+        args: &args,
+        cwd: Path::new("/"),
+        env,
+        timeout: Duration::MAX,
+        cap: 0,
+        confine: None,
+        pass_fds: vec![status_w.as_raw_fd(), dev.as_raw_fd(), store.fd.as_raw_fd()],
+        die_with_parent: true,
+    })?;
+    cmd.stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::inherit());
+    let mut child = cmd.spawn().map_err(|e| Error::SandboxFailed {
+        reason: format!("starting the session's namespace: {e}"),
+    })?;
+    // Not a leftover of the runs that follow: they must not kill it.
+    runner::keep(child.id());
+    drop(status_w);
+    let pidfd = rustix::process::Pid::from_raw(child.id() as i32)
+        .ok_or_else(|| Error::invalid("no pid"))
+        .and_then(|p| {
+            rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).map_err(|e| {
+                Error::SandboxFailed {
+                    reason: format!("pidfd_open: {e}"),
+                }
+            })
+        });
+    let (mut dev, mut served, mut ready, mut failed) = (Some(dev), None, false, None);
+    for line in std::io::BufReader::new(std::fs::File::from(status_r)).lines() {
+        let Ok(line) = line else { break };
+        match serde_json::from_str::<Status>(&line) {
+            Ok(Status::Mounted) => {
+                if let Some(dev) = dev.take() {
+                    served = Some(mounter.serve_device(lower.clone(), dev));
+                }
+            }
+            Ok(Status::Ready) => ready = true,
+            Ok(Status::SetupFailed { reason }) => failed = Some(reason),
+            _ => {}
+        }
+    }
+    let fail = |child: &mut std::process::Child, reason: String| {
+        let _ = child.kill();
+        let _ = child.wait();
+        runner::unkeep(child.id());
+        Error::SandboxFailed { reason }
+    };
+    let pidfd = match pidfd {
+        Ok(fd) => fd,
+        Err(e) => return Err(fail(&mut child, e.to_string())),
+    };
+    match (served, ready, failed) {
+        (Some(Ok(served)), true, None) => Ok(Holder {
+            child,
+            pidfd,
+            served,
+        }),
+        (Some(Err(e)), _, _) => Err(fail(&mut child, e.to_string())),
+        (_, _, Some(reason)) => Err(fail(&mut child, reason)),
+        _ => Err(fail(
+            &mut child,
+            "the session's namespace ended before it was ready".into(),
+        )),
+    }
 }
 
 #[cfg(test)]

@@ -21,6 +21,27 @@ pub enum WorkspaceFs {
     },
     /// A host directory (a materialized copy of the fork) bound at the workspace path.
     Bind { dir: PathBuf, readonly: bool },
+    /// A session's kept namespace (the init assembles the root and stays, see `kept`): the
+    /// fork's state served read-only over FUSE on `fd` at `STAGE/lower`, the session's
+    /// host directory for its commands' upper layers `uppers` bound at `STAGE/h`, the
+    /// file system of kept layers (`layer`) at `STAGE/l`, and the workspace path left
+    /// empty for each command to cover.
+    Staged { fd: i32, uppers: PathBuf },
+    /// A command of a session: it joins the kept namespace and covers the workspace path
+    /// with its own overlay there.
+    Joined(Join),
+}
+
+/// Where a session's command finds its namespace and its overlay. Paths are inside the
+/// kept namespace.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Join {
+    /// A pidfd of the process that keeps the namespace.
+    pub holder: i32,
+    /// The overlay's lower layers, top first (the last is the fork's state over FUSE).
+    pub lowers: Vec<PathBuf>,
+    /// The upper and work directories; none: the workspace is read-only.
+    pub upper: Option<(PathBuf, PathBuf)>,
 }
 
 /// Everything the init process needs; paths are host paths unless named otherwise.
@@ -36,6 +57,10 @@ pub struct Spec {
     /// workspace is made (the overlay's upper layer or the copy live on it).
     #[serde(default)]
     pub layer: Option<(i32, PathBuf)>,
+    /// Once the workspace is mounted, the layer keeps room for only this many more inodes
+    /// (the quota's `max_files` left).
+    #[serde(default)]
+    pub layer_inodes: Option<u64>,
     /// Host paths bound at the same path, read-only.
     pub ro: Vec<PathBuf>,
     /// Host paths bound at the same path, writable.
@@ -71,6 +96,8 @@ pub enum Status {
         reason: String,
         os_error: Option<i32>,
     },
+    /// A kept namespace is assembled and held (sessions).
+    Ready,
     /// The command ended by this signal (the init reports it, since a namespace's init
     /// process cannot die of a signal it sends itself).
     Signaled { signal: i32 },
