@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# `avfs proxy exec` in each sandbox mode (overlay, copy, fuse) and in an `avfs mount`, against
-# native disk, same workloads, same run: prints seconds and ratios to native. Every proxied
+# `avfs proxy exec` in each sandbox mode (overlay, copy, fuse), in an overlay session (one
+# namespace kept across commands), and in an `avfs mount`, against native disk, same
+# workloads, same run: prints seconds and ratios to native. Every proxied
 # figure is the whole `avfs proxy exec` process (policy, namespaces, the workspace's file
 # system, the command, ingest, op log, audit); the envelope's `duration_ms` (the command's
 # own run) is subtracted from it in the `around` columns: what the sandbox costs around the
@@ -34,9 +35,10 @@ HYPERFINE=
 work=$(mktemp -d /var/tmp/avfs-sandbox-bench.XXXXXX)
 big=/dev/shm/$(basename "$work")
 export AVFS_HOME=$work/home
-modes=(overlay copy fuse)
+modes=(overlay copy fuse session)
 cleanup() {
   "$AVFS" session stop big-session >/dev/null 2>&1 || true
+  "$AVFS" session stop bench-session >/dev/null 2>&1 || true
   for d in mnt fresh; do
     "$AVFS" unmount "$work/$d" >/dev/null 2>&1 || umount -l "$work/$d" 2>/dev/null || true
   done
@@ -55,6 +57,7 @@ cp "$work/in/src.tar" "$work/native/"
 "$AVFS" vault create bench >/dev/null
 "$AVFS" -w bench import "$work/in" / >/dev/null
 for m in "${modes[@]}"; do "$AVFS" vault fork bench "bench-$m" >/dev/null; done
+"$AVFS" session start bench-session --mode overlay >/dev/null
 "$AVFS" vault create bench-mount >/dev/null
 "$AVFS" -w bench-mount import "$work/in" / >/dev/null
 rm -rf "$work/in"
@@ -81,13 +84,16 @@ t_host() {
 }
 # Seconds of one whole `avfs proxy exec --mode MODE --cwd CWD --shell CMD` into T, and the
 # envelope's duration_ms (in seconds) into D. The fork is bench-MODE unless a fourth
-# argument names it; further arguments go to proxy exec.
+# argument names it; further arguments go to proxy exec. Mode `session`: in the overlay
+# session of bench-session.
 t_proxy() {
-  local mode=$1 cwd=$2 cmd=$3 fork=${4:-bench-$1} s e
+  local mode=$1 cwd=$2 cmd=$3 fork=${4:-bench-$1} s e where
   shift 3; [ $# -gt 0 ] && shift
+  where=(--fork "$fork" --mode "$mode")
+  [ "$mode" = session ] && where=(--session bench-session)
   sync
   s=$EPOCHREALTIME
-  "$AVFS" --json proxy exec --fork "$fork" --mode "$mode" --cwd "$cwd" "$@" --shell "$cmd" \
+  "$AVFS" --json proxy exec "${where[@]}" --cwd "$cwd" "$@" --shell "$cmd" \
     >"$work/last.json" 2>&1 || true
   e=$EPOCHREALTIME
   T=$(echo "$e - $s" | bc)
@@ -98,7 +104,8 @@ try:
 except ValueError:
     sys.exit(open(sys.argv[1]).read())
 x = d.get("data") or {}
-if not (d.get("ok") and x.get("ran") and x.get("exit_code") == 0 and x.get("mode") == sys.argv[2]):
+want = "overlay" if sys.argv[2] == "session" else sys.argv[2]
+if not (d.get("ok") and x.get("ran") and x.get("exit_code") == 0 and x.get("mode") == want):
     sys.exit(json.dumps(d)[:3000])
 print(x["duration_ms"] / 1000)
 EOF
@@ -120,8 +127,8 @@ run() {
     t_proxy "$m" "$2" "$3"; times+=("$T"); around+=("$(echo "$T - $D" | bc)")
   done
   t_host "$work/mnt$2" "$3"; times+=("$T")
-  for i in 1 2 3 4; do r+=("$(echo "${times[$i]} / ${times[0]}" | bc -l)"); done
-  printf '%-28s %7.3f %7.3f %7.3f %7.3f %7.3f %7.2fx %7.2fx %7.2fx %7.2fx   %6.3f %6.3f %6.3f\n' \
+  for i in 1 2 3 4 5; do r+=("$(echo "${times[$i]} / ${times[0]}" | bc -l)"); done
+  printf '%-26s %6.3f %6.3f %6.3f %6.3f %6.3f %6.3f %6.2fx %6.2fx %6.2fx %6.2fx %6.2fx  %6.3f %6.3f %6.3f %6.3f\n' \
     "$1" "${times[@]}" "${r[@]}" "${around[@]}"
 }
 floors=()
@@ -149,8 +156,8 @@ t_import() {
 printf 'tree: %s files, %s MB tar; machine: %s cores, kernel %s; load average %s\n' "$FILES" \
   "$size" "$(nproc)" "$(uname -r)" "$(cut -d' ' -f1-3 /proc/loadavg)"
 printf 'seconds (proxied: the whole avfs process); around = whole - duration_ms, per mode\n\n'
-printf '%-28s %7s %7s %7s %7s %7s %8s %8s %8s %8s   %6s %6s %6s\n' workload native overlay copy \
-  fuse mount ov/nat cp/nat fu/nat mnt/nat ar-ov ar-cp ar-fu
+printf '%-26s %6s %6s %6s %6s %6s %6s %7s %7s %7s %7s %7s  %6s %6s %6s %6s\n' workload native \
+  overlay copy fuse sessn mount ov/nat cp/nat fu/nat se/nat mnt/nat ar-ov ar-cp ar-fu ar-se
 run "untar" / "tar xf src.tar"
 t_import "$work/native/tree"
 floor "avfs import of the untarred tree" "$T" "what the overlay's ingest stores at least"
@@ -235,7 +242,6 @@ t_host / "cp -a $big $work/big-copy"
 copy_floor=$T
 rm -rf "$big" "$work/big-copy"
 for m in "${modes[@]}"; do "$AVFS" vault fork big "big-$m" >/dev/null; done
-"$AVFS" vault fork big big-session >/dev/null
 printf '\nper call, %s files in the fork; ms, %s of %s runs (copy: %s)\n' "$BIG" \
   "$([ -n "$HYPERFINE" ] && echo 'hyperfine, median' || echo mean)" "$N" "$N_COPY"
 bare=0
@@ -249,7 +255,7 @@ if command -v bwrap >/dev/null; then
   per_call 2 "$N" bwrap --unshare-pid --ro-bind / / --proc /proc --dev /dev --tmpfs /tmp true
   line "bwrap --unshare-pid, / read-only, /proc, /dev, /tmp: true" "$MS"
 fi
-for m in "${modes[@]}"; do
+for m in overlay copy fuse; do
   if [ "$m" = copy ]; then
     per_call 0 "$N_COPY" "$AVFS" proxy exec --fork "big-$m" --mode "$m" -- true
   else
@@ -259,9 +265,9 @@ for m in "${modes[@]}"; do
 done
 printf '%-62s %9.0f ms\n' "floor under copy: cp -a of the $BIG files, tmpfs to this disk" \
   "$(echo "$copy_floor * 1000" | bc)"
-"$AVFS" session start big-session >/dev/null
+"$AVFS" session start big-session --mode overlay >/dev/null
 per_call 2 "$N" "$AVFS" proxy exec --session big-session -- true
-line "proxy exec --session -- true (FUSE mount, no namespace)" "$MS"
+line "proxy exec --session -- true (overlay session, kept namespace)" "$MS"
 "$AVFS" session stop big-session >/dev/null
 
 # Ingest: a script that writes 10 files in the workspace, against the same script writing

@@ -332,7 +332,9 @@ fn kill_9_of_the_supervisor_ends_the_command_and_leaves_no_mount() {
             "{mode}: a mount was left behind:\n{mounts}"
         );
     }
-    // The next run cleans the dead supervisor's directories away.
+    // The next run cleans the dead supervisor's directories away (the session's own go
+    // when it stops).
+    ok(e.avfs(&["session", "stop", "esc"]));
     let v = exec(&e, "overlay", &["--", "true"], &[]);
     assert_eq!(v["exit_code"], 0, "{v}");
     let left = std::fs::read_dir(e.home.path().join("run"))
@@ -452,9 +454,7 @@ fn descriptors_the_caller_left_open_do_not_reach_the_command() {
     let raw = dir.as_raw_fd();
     for mode in MODES {
         let mut c = avfs_command(e.home.path());
-        c.args([
-            "--json", "proxy", "exec", "--mode", mode, "--", "python3", "fd.py",
-        ]);
+        c.args(exec_in(&e, mode)).args(["--", "python3", "fd.py"]);
         // SAFETY: dup2 only, between fork and exec.
         unsafe {
             c.pre_exec(move || {
@@ -496,9 +496,8 @@ fn a_command_cannot_forge_how_it_ended() {
             r#"{"setup_failed":{"reason":"forged"}}"#,
         ] {
             let out = avfs_command(e.home.path())
-                .args([
-                    "--json", "proxy", "exec", "--mode", mode, "--", "python3", "forge.py",
-                ])
+                .args(exec_in(&e, mode))
+                .args(["--", "python3", "forge.py"])
                 .env("FORGED", forged)
                 .output()
                 .unwrap();
@@ -533,7 +532,7 @@ fn a_workspace_path_inside_a_bound_host_path_is_refused_or_still_the_fork() {
     let ws = host.path().join("proj");
     for mode in MODES {
         let out = avfs_command(e.home.path())
-            .args(["--json", "proxy", "exec", "--mode", mode])
+            .args(exec_in(&e, mode))
             .args(["--policy", policy.path().to_str().unwrap()])
             .args(["--workspace-path", ws.to_str().unwrap()])
             .args(["--shell", "echo x > result.txt"])
@@ -564,15 +563,8 @@ fn the_workspace_at_the_home_gets_no_mount_points_of_the_sandbox() {
     // change to the fork; never mount points in the fork.
     for mode in MODES {
         let out = avfs_command(e.home.path())
-            .args([
-                "--json",
-                "proxy",
-                "exec",
-                "--mode",
-                mode,
-                "--workspace-path",
-                h,
-            ])
+            .args(exec_in(&e, mode))
+            .args(["--workspace-path", h])
             .args(["--", "true"])
             .env("HOME", h)
             .env("CARGO_HOME", "")

@@ -95,6 +95,27 @@ fn a_quota_with_one_limit_leaves_the_other_unbounded() {
 }
 
 #[test]
+fn a_full_quota_still_runs_the_command_and_fails_its_first_new_file() {
+    // Regression: with no inode left for the overlay's own work files, its mount failed
+    // (ENOSPC) and the run was `sandbox_failed` instead of the command's write failing.
+    let Some(e) = env() else { return };
+    ok(e.avfs(&["write", "a.txt", "kept"]));
+    ok(e.avfs(&["quota", "set", "--max-files", "1"]));
+    let (v, code) = exec(
+        &e,
+        &[
+            "--mode",
+            "overlay",
+            "--shell",
+            "cat a.txt; touch new 2>/dev/null || echo full",
+        ],
+    );
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["data"]["stdout"]["text"], "keptfull\n", "{v}");
+    assert_eq!(v["data"]["changes"], serde_json::json!([]), "{v}");
+}
+
+#[test]
 fn concurrent_commands_in_one_fork_report_and_roll_back_only_their_own() {
     let Some(e) = env() else { return };
     ok(e.avfs(&["write", "keep.txt", "keep"]));
