@@ -282,6 +282,12 @@ fn killed_daemon(flags: &[&str]) {
         });
     }
     assert_eq!(leftover_mounts(&e), Vec::<String>::new());
+    // Stopping it removed what the dead daemon left in the runtime directory.
+    let run = e.home.path().join("run");
+    let left: Vec<_> = std::fs::read_dir(&run)
+        .map(|d| d.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "left in {}: {left:?}", run.display());
     // The name is free again.
     e.start("task", "k", &[]);
 }

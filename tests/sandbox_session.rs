@@ -283,3 +283,140 @@ fn stopping_the_session_leaves_no_mount_no_process_and_no_directory() {
     assert_eq!(left, 0, "the session's directories stayed");
     assert_eq!(ok(e.avfs(&["cat", "/y.txt"])), "y\n");
 }
+
+#[test]
+fn the_stage_cannot_be_the_workspace_path() {
+    // Regression: `--workspace-path /.avfs` covered the stage with the overlay, then the
+    // stage's detach took the overlay away and left the layers (and the host directory
+    // of upper layers) writable in the command's view.
+    let Some(e) = env() else { return };
+    for path in ["/.avfs", "/.avfs/h"] {
+        let (v, code) = avfs_json(
+            e.home.path(),
+            &[
+                "proxy",
+                "exec",
+                "--session",
+                "s",
+                "--workspace-path",
+                path,
+                "--",
+                "ls",
+                "/.avfs",
+            ],
+        );
+        assert_ne!(code, 0, "{path}: {v}");
+        assert_eq!(v["error"]["kind"], "invalid_argument", "{path}: {v}");
+    }
+    // Nor does a command see it (a script, so the policy does not refuse the paths).
+    ok(e.avfs(&[
+        "write",
+        "/look.sh",
+        "ls -A /.avfs; ls -A /proc/1/root/.avfs\n",
+    ]));
+    let d = run(&e, &["--", "sh", "look.sh"]);
+    assert_eq!(stdout(&d), "", "{d}");
+}
+
+#[test]
+fn a_private_key_written_by_one_command_is_hidden_from_the_next() {
+    // Regression: the lower layer hides files holding a private key, but a kept layer
+    // showed the key a command had written to the commands after it.
+    let Some(e) = env() else { return };
+    sh(
+        &e,
+        "printf -- '-----BEGIN RSA PRIVATE KEY-----\\nMIIB\\n-----END RSA PRIVATE KEY-----\\n' > server.pem",
+    );
+    let d = run(&e, &["--shell", "cat server.pem"]);
+    assert_ne!(d["exit_code"], 0, "{d}");
+    assert!(!d.to_string().contains("MIIB"), "{d}");
+    // As a command run on its own sees it.
+    let (alone, _) = avfs_json(
+        e.home.path(),
+        &[
+            "proxy",
+            "exec",
+            "--mode",
+            "overlay",
+            "--",
+            "cat",
+            "server.pem",
+        ],
+    );
+    assert_ne!(alone["data"]["exit_code"], 0, "{alone}");
+}
+
+#[test]
+fn scratch_space_and_ipc_start_empty_for_every_command() {
+    let Some(e) = env() else { return };
+    // Scripts, so the policy does not refuse the absolute paths.
+    ok(e.avfs(&[
+        "write",
+        "/put.sh",
+        "echo x > /tmp/left; echo y > /run/left; echo z > /dev/shm/left; echo h > ~/cache\n\
+         ipcmk -M 4096 >/dev/null\n",
+    ]));
+    ok(e.avfs(&[
+        "write",
+        "/look.sh",
+        "for f in /tmp/left /run/left /dev/shm/left; do test -e $f && echo kept $f; done\n\
+         ipcs -m | grep -c 4096\ncat ~/cache\n",
+    ]));
+    let d = run(&e, &["--", "sh", "put.sh"]);
+    assert_eq!(d["exit_code"], 0, "{d}");
+    let d = run(&e, &["--", "sh", "look.sh"]);
+    // No shared memory segment left; the home is the session's (a cache for as long as
+    // its namespace lasts).
+    assert_eq!(stdout(&d), "0\nh\n", "{d}");
+}
+
+#[test]
+fn a_kept_layer_shows_the_times_the_fork_has() {
+    // Regression: directories the command only added to, and atimes, showed the upper
+    // layer's times in later commands, not the fork's.
+    let Some(e) = env() else { return };
+    sh(&e, "mkdir -p deep && echo a > deep/a && echo b > xa");
+    sh(
+        &e,
+        "sleep 0.05; echo z > deep/newfile; touch -a -d 2010-01-01 xa",
+    );
+    let probe = "stat -c '%n %y %x' deep deep/newfile xa";
+    let kept = stdout(&sh(&e, probe));
+    let (alone, _) = avfs_json(
+        e.home.path(),
+        &["proxy", "exec", "--mode", "overlay", "--shell", probe],
+    );
+    assert_eq!(kept, alone["data"]["stdout"]["text"].as_str().unwrap());
+}
+
+#[test]
+fn a_client_gone_before_its_command_started_gets_it_cancelled() {
+    // Regression: a client killed while its request waited behind another one's command
+    // still had its command run to the end.
+    let Some(e) = env() else { return };
+    let mut first = common::mount::avfs_command(e.home.path())
+        .args(["proxy", "exec", "--session", "s", "--shell", "sleep 2"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let mut second = common::mount::avfs_command(e.home.path())
+        .args([
+            "proxy",
+            "exec",
+            "--session",
+            "s",
+            "--shell",
+            "sleep 1; echo late > late.txt",
+        ])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    second.kill().unwrap();
+    second.wait().unwrap();
+    first.wait().unwrap();
+    // The second command was never let run to its end.
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    assert_eq!(stdout(&sh(&e, "ls")), "");
+}

@@ -223,7 +223,11 @@ struct Running;
 
 impl Running {
     fn set(pgid: i32) -> Running {
-        *RUNNING.lock().unwrap_or_else(|p| p.into_inner()) = Some(pgid);
+        let mut running = RUNNING.lock().unwrap_or_else(|p| p.into_inner());
+        *running = Some(pgid);
+        if CANCELLED.load(std::sync::atomic::Ordering::SeqCst) {
+            signal_group(pgid, rustix::process::Signal::KILL);
+        }
         Running
     }
 }
@@ -234,11 +238,16 @@ impl Drop for Running {
     }
 }
 
-/// Kill the run in flight in this process (its process group; descendants that left it
-/// are killed as the run ends), for a caller that went away. Its result is as for a
-/// command killed by a signal.
-pub fn cancel() {
-    if let Some(pgid) = *RUNNING.lock().unwrap_or_else(|p| p.into_inner()) {
+/// Set while the caller the runs are for has gone away.
+static CANCELLED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// The caller of this process's runs went away (`true`: kill the run in flight, and any
+/// run that starts, as soon as it starts; their results are as for a command killed by a
+/// signal), or a new caller came (`false`).
+pub fn cancelled(gone: bool) {
+    let running = RUNNING.lock().unwrap_or_else(|p| p.into_inner());
+    CANCELLED.store(gone, std::sync::atomic::Ordering::SeqCst);
+    if gone && let Some(pgid) = *running {
         signal_group(pgid, rustix::process::Signal::KILL);
     }
 }

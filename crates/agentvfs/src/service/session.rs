@@ -325,6 +325,8 @@ fn cleanup(reg: &Registry, rec: &SessionRecord) {
     }
     let _ = std::fs::remove_file(&rec.socket);
     let _ = std::fs::remove_file(record_path(reg, &rec.name));
+    // A killed daemon's kept namespace and runs left their private directories.
+    super::sandbox::remove_stale(&reg.home().join("run"));
 }
 
 /// The daemon's mount, remade when the fork changed behind its back.
@@ -481,48 +483,74 @@ pub fn serve(
     result
 }
 
-/// Watches a client's connection while its command runs, and kills the command if the
-/// client hangs up.
+/// Watches a client's connection while its request is served, and cancels the request's
+/// command if the client hangs up: one running now is killed, one not started yet is
+/// killed as it starts (see `runner::cancel`).
 struct HangupWatch {
-    done: Arc<std::sync::atomic::AtomicBool>,
+    /// Written to (by dropping it) to wake the watcher when the request is done.
+    wake: Option<std::os::fd::OwnedFd>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl HangupWatch {
     fn start(stream: &UnixStream) -> HangupWatch {
-        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        super::runner::cancelled(false);
+        let Ok((wake_r, wake_w)) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC) else {
+            return HangupWatch {
+                wake: None,
+                thread: None,
+            };
+        };
         let thread = stream.try_clone().ok().map(|s| {
-            let done = done.clone();
             std::thread::spawn(move || {
                 use std::os::fd::AsRawFd;
-                while !done.load(Ordering::Relaxed) {
-                    let mut fd = libc::pollfd {
+                let gone = libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR;
+                let mut fds = [
+                    libc::pollfd {
                         fd: s.as_raw_fd(),
                         events: libc::POLLRDHUP,
                         revents: 0,
-                    };
-                    // SAFETY: poll on one descriptor we own, for up to 100 ms.
-                    let n = unsafe { libc::poll(&mut fd, 1, 100) };
-                    let gone = libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR;
-                    if n > 0 && fd.revents & gone != 0 {
-                        if !done.load(Ordering::Relaxed) {
-                            super::runner::cancel();
-                        }
+                    },
+                    libc::pollfd {
+                        fd: wake_r.as_raw_fd(),
+                        events: libc::POLLIN,
+                        revents: 0,
+                    },
+                ];
+                loop {
+                    // SAFETY: poll on two descriptors this thread owns, without timeout.
+                    let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
+                    if n < 0
+                        && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted
+                    {
+                        continue;
+                    }
+                    // Woken (the request is done, its answer not sent yet), or poll failed.
+                    if n < 0 || fds[1].revents != 0 {
+                        return;
+                    }
+                    if fds[0].revents & gone != 0 {
+                        super::runner::cancelled(true);
                         return;
                     }
                 }
             })
         });
-        HangupWatch { done, thread }
+        HangupWatch {
+            wake: Some(wake_w),
+            thread,
+        }
     }
 }
 
 impl Drop for HangupWatch {
     fn drop(&mut self) {
-        self.done.store(true, Ordering::Relaxed);
+        // Closing the write end wakes the watcher (POLLHUP on the read end).
+        drop(self.wake.take());
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
+        super::runner::cancelled(false);
     }
 }
 

@@ -121,7 +121,7 @@ impl ProxyRuntime<'_> {
                     let ingest_it = upper.is_some()
                         && !matches!(&ran, Err(e) if !matches!(e, Error::SpawnFailed { .. } | Error::MountFailed { .. }));
                     let Some(upper) = upper.filter(|_| ingest_it) else {
-                        kept.took(None);
+                        kept.took(self.ws, None, &secrets);
                         return ran.map(|(result, r)| {
                             report = Some(r);
                             result
@@ -134,10 +134,11 @@ impl ProxyRuntime<'_> {
                         EXEC_OP,
                         run.text,
                     );
-                    kept.took(match &ingested {
+                    let taken = match &ingested {
                         Ok((i, op)) if i.refused.is_empty() => Some(op),
                         _ => None,
-                    });
+                    };
+                    kept.took(self.ws, taken, &secrets);
                     took_in(ran, ingested, &mut exec_id, &mut own_change, &mut report)
                 }
                 Mode::Overlay if !run.readonly => {

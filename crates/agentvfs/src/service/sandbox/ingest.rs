@@ -198,6 +198,12 @@ fn ingest_walk(
     kind: &str,
     description: &str,
 ) -> Result<(Ingested, LoggedOp)> {
+    // The layer itself, never what a symlink put in its place points at.
+    if !fs::symlink_metadata(upper).is_ok_and(|m| m.is_dir()) {
+        return Err(Error::SandboxFailed {
+            reason: format!("{} is not the run's layer directory", upper.display()),
+        });
+    }
     let upper_names = count_linked(upper)?;
     let (counts, id) = ws.edit_logged(kind, &[], |e| {
         e.describe(description.to_string());
@@ -517,7 +523,7 @@ fn count_linked(upper: &Path) -> Result<HashMap<u64, u64>> {
 }
 
 /// The byte ranges of `file` that hold data (SEEK_DATA / SEEK_HOLE).
-fn data_ranges(file: &fs::File, len: u64) -> std::io::Result<Vec<(u64, u64)>> {
+pub(super) fn data_ranges(file: &fs::File, len: u64) -> std::io::Result<Vec<(u64, u64)>> {
     use rustix::fs::{SeekFrom, seek};
     let mut out = Vec::new();
     let mut at = 0u64;

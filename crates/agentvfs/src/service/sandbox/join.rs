@@ -51,7 +51,8 @@ pub(super) fn enter(spec: &Spec, join: &Join) -> Step<()> {
         ));
     }
     close(join.holder);
-    enter_namespaces(spec, libc::CLONE_NEWPID)?;
+    // IPC objects are the command's own, as its /tmp, /run and /dev/shm are (`workspace`).
+    enter_namespaces(spec, libc::CLONE_NEWPID | libc::CLONE_NEWIPC)?;
     // The run's quota-sized file system, in the command's own mount namespace.
     if let Some((fd, at)) = &spec.layer {
         super::init::make_dir(at, 0o700)?;
@@ -105,5 +106,21 @@ pub(super) fn workspace(spec: &Spec, join: &Join) -> Step<()> {
             return Err(super::init::os("detaching", gone));
         }
     }
-    proc_at(proc_dir)
+    proc_at(proc_dir)?;
+    // Scratch space starts empty for every command, as for a command run on its own (the
+    // home is the session's: a cache that lasts as long as its namespace).
+    for (dir, opts) in [
+        ("/tmp", "mode=1777"),
+        ("/run", "mode=0755"),
+        ("/dev/shm", "mode=1777,size=64k"),
+    ] {
+        mount(
+            "tmpfs",
+            Path::new(dir),
+            Some("tmpfs"),
+            libc::MS_NOSUID | libc::MS_NODEV,
+            Some(opts),
+        )?;
+    }
+    Ok(())
 }

@@ -28,8 +28,10 @@ use std::sync::Arc;
 
 use super::{Holder, Join, Launch, Layer, RunDir, SandboxReport, Served, join, runner};
 use crate::error::{Error, Result};
-use crate::model::LoggedOp;
 use crate::model::id::ObjectId;
+use crate::model::node::Attrs;
+use crate::model::path::VPath;
+use crate::model::{LoggedOp, Workspace};
 use crate::service::mount::MountFs;
 use crate::service::mounter::Mounter;
 use crate::service::secrets::SecretPaths;
@@ -142,7 +144,8 @@ impl Kept {
         lowers.push(stage.join("lower"));
         let n = h.next.to_string();
         h.next += 1;
-        let layer_at = stage.join("q").join(&n);
+        // A quota-sized layer goes at the same place in every command's own namespace.
+        let layer_at = stage.join("q");
         let mut upper = None;
         let mut quota = if readonly { None } else { quota };
         if !readonly {
@@ -198,8 +201,9 @@ impl Kept {
     /// The command that just ran was taken into the fork as `op`, all of it; `None`: it
     /// was not, or not all of it (a refused path, an ingest that failed). Its layer is
     /// kept below the next commands only if the fork is now exactly what the workspace
-    /// shows with it: nothing else changed the fork meanwhile.
-    pub fn took(&mut self, op: Option<&LoggedOp>) {
+    /// shows with it: nothing else changed the fork meanwhile, and every entry of the
+    /// layer is in the fork as the layer has it, none of them hidden by `secrets`.
+    pub fn took(&mut self, ws: &Workspace, op: Option<&LoggedOp>, secrets: &SecretPaths) {
         let Some(p) = self.pending.take() else {
             return;
         };
@@ -210,7 +214,8 @@ impl Kept {
                     Ok(())
                 } else {
                     let copy = h.store.path(&p.n);
-                    match copy_layer(&p.upper, &copy) {
+                    match ws.read_root(op.after, |view| copy_layer(&p.upper, &copy, view, secrets))
+                    {
                         Ok(()) => {
                             h.layers.push(Path::new(join::STAGE).join("l").join(&p.n));
                             h.shows = op.after;
@@ -223,7 +228,7 @@ impl Kept {
                     }
                 }
             }
-            _ => Err(std::io::Error::other("not taken in whole")),
+            _ => Err(not_kept("not taken in whole")),
         };
         if let Some(host) = &p.host {
             let _ = std::fs::remove_dir_all(host);
@@ -259,106 +264,191 @@ impl Drop for Kept {
     }
 }
 
-/// Copy the upper layer `from` to `to` as the overlay reads it: directories with their
-/// opaque marks, whiteouts, files with their hard links within the layer, symlinks,
-/// modes, owners, times and extended attributes (the overlay's own included).
+/// Copy the upper layer `from` to `to` as the overlay reads it (directories with their
+/// opaque marks, whiteouts, files with their holes and their hard links within the layer,
+/// symlinks, extended attributes, the overlay's own included), with each entry's mode,
+/// owner and times as the fork (`view`, its state once the layer was taken in) has them.
 ///
-/// Refused: a layer with a file that has more links than names in it. That is a hard
-/// link of a lower layer the command wrote through: the overlay's index (in its work
-/// directory, which a kept layer does not have) shows the file's other names, in the
-/// layers below, with the new content; as a lower layer, this one would not.
-fn copy_layer(from: &Path, to: &Path) -> std::io::Result<()> {
-    let mut links = Links::default();
-    copy_entry(from, to, &mut links)?;
-    match links.names.iter().find(|(_, (nlink, names))| nlink > names) {
-        Some(_) => Err(std::io::Error::other(
-            "a hard link of a lower layer was written through",
-        )),
+/// Refused, so the layer is not kept: an entry the fork does not have as the layer shows
+/// it; an entry the policy's secrets hide (`secrets`: by name, or by content, as a
+/// private key), which the lower layer would not show; and a file that has more links
+/// than names in the layer. That is a hard link of a lower layer the command wrote
+/// through: the overlay's index (in its work directory, which a kept layer does not have)
+/// shows the file's other names, in the layers below, with the new content; as a lower
+/// layer, this one would not.
+fn copy_layer(
+    from: &Path,
+    to: &Path,
+    view: &crate::model::View<'_>,
+    secrets: &SecretPaths,
+) -> Result<()> {
+    let mut c = Copy {
+        view,
+        secrets,
+        links: Default::default(),
+        names: Default::default(),
+        dirs: Vec::new(),
+    };
+    c.entry(from, to, &VPath::root())?;
+    // Children moved their directories' times: put the fork's back, deepest first.
+    for (dir, attrs) in c.dirs.drain(..).rev() {
+        set_times(&dir, &attrs)?;
+    }
+    match c.names.values().find(|(nlink, names)| nlink > names) {
+        Some(_) => Err(not_kept("a hard link of a lower layer was written through")),
         None => Ok(()),
     }
 }
 
-/// The files with several links met in a layer: by inode, the first copy made, and the
-/// link count against the names seen.
-#[derive(Default)]
-struct Links {
-    first: std::collections::HashMap<u64, PathBuf>,
-    names: std::collections::HashMap<u64, (u64, u64)>,
+fn not_kept(why: &str) -> Error {
+    Error::SandboxFailed {
+        reason: format!("the layer is not kept: {why}"),
+    }
 }
 
-fn copy_entry(from: &Path, to: &Path, links: &mut Links) -> std::io::Result<()> {
-    use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
-    let meta = std::fs::symlink_metadata(from)?;
-    let ft = meta.file_type();
-    if ft.is_dir() {
-        std::fs::create_dir(to)?;
-        let mut entries: Vec<_> = std::fs::read_dir(from)?.collect::<std::io::Result<_>>()?;
-        entries.sort_by_key(|e| e.file_name());
-        for e in entries {
-            copy_entry(&e.path(), &to.join(e.file_name()), links)?;
+struct Copy<'v, 'w> {
+    view: &'v crate::model::View<'w>,
+    secrets: &'v SecretPaths,
+    /// Files with several links: by inode, the first copy made.
+    links: std::collections::HashMap<u64, PathBuf>,
+    /// And their link count against the names met.
+    names: std::collections::HashMap<u64, (u64, u64)>,
+    dirs: Vec<(PathBuf, Attrs)>,
+}
+
+impl Copy<'_, '_> {
+    fn entry(&mut self, from: &Path, to: &Path, at: &VPath) -> Result<()> {
+        use std::os::unix::fs::{FileTypeExt, MetadataExt};
+        let io = |e: std::io::Error| Error::io("keeping the layer", to, e);
+        let meta = std::fs::symlink_metadata(from).map_err(io)?;
+        let ft = meta.file_type();
+        let whiteout = ft.is_char_device() && meta.rdev() == 0;
+        let node = if at.is_root() || whiteout {
+            None
+        } else {
+            let Some((node, _)) = self.view.lookup(at)? else {
+                return Err(not_kept(&format!("{} is not in the fork", at.display())));
+            };
+            if self.secrets.refuses(self.view, at, Some(&node))? {
+                return Err(not_kept(&format!("{} is hidden", at.display())));
+            }
+            Some(node)
+        };
+        if ft.is_dir() {
+            std::fs::create_dir(to).map_err(io)?;
+            let mut entries: Vec<_> = std::fs::read_dir(from)
+                .map_err(io)?
+                .collect::<std::io::Result<_>>()
+                .map_err(io)?;
+            entries.sort_by_key(|e| e.file_name());
+            for e in entries {
+                let name = e.file_name();
+                let Some(name) = name.to_str() else {
+                    return Err(not_kept("a name that is not UTF-8"));
+                };
+                self.entry(&e.path(), &to.join(name), &at.join(name))?;
+            }
+        } else if ft.is_file() {
+            if meta.nlink() > 1 {
+                self.names.entry(meta.ino()).or_insert((meta.nlink(), 0)).1 += 1;
+                if let Some(first) = self.links.get(&meta.ino()) {
+                    return std::fs::hard_link(first, to).map_err(io);
+                }
+            }
+            copy_sparse(from, to, meta.len()).map_err(io)?;
+            if meta.nlink() > 1 {
+                self.links.insert(meta.ino(), to.to_path_buf());
+            }
+        } else if ft.is_symlink() {
+            std::os::unix::fs::symlink(std::fs::read_link(from).map_err(io)?, to).map_err(io)?;
+        } else {
+            // Whiteouts (0/0 character devices), and the fifos and devices a command made.
+            let kind = if ft.is_char_device() {
+                rustix::fs::FileType::CharacterDevice
+            } else if ft.is_block_device() {
+                rustix::fs::FileType::BlockDevice
+            } else if ft.is_fifo() {
+                rustix::fs::FileType::Fifo
+            } else {
+                return Err(not_kept(&format!("{} is a socket", at.display())));
+            };
+            rustix::fs::mknodat(
+                rustix::fs::CWD,
+                to,
+                kind,
+                rustix::fs::Mode::from_raw_mode(meta.mode() & 0o7777),
+                meta.rdev(),
+            )
+            .map_err(|e| io(e.into()))?;
         }
-    } else if ft.is_file() {
-        if meta.nlink() > 1 {
-            links.names.entry(meta.ino()).or_insert((meta.nlink(), 0)).1 += 1;
-            if let Some(first) = links.first.get(&meta.ino()) {
-                return std::fs::hard_link(first, to);
+        for name in super::ingest::xattr_names(from) {
+            if let Some(value) = super::ingest::get_xattr(from, &name) {
+                rustix::fs::lsetxattr(to, name.as_str(), &value, rustix::fs::XattrFlags::empty())
+                    .map_err(|e| io(e.into()))?;
             }
         }
-        std::fs::copy(from, to)?;
-        if meta.nlink() > 1 {
-            links.first.insert(meta.ino(), to.to_path_buf());
-        }
-    } else if ft.is_symlink() {
-        std::os::unix::fs::symlink(std::fs::read_link(from)?, to)?;
-    } else {
-        // Whiteouts (0/0 character devices), and the fifos and devices a command made.
-        let kind = if ft.is_char_device() {
-            rustix::fs::FileType::CharacterDevice
-        } else if ft.is_block_device() {
-            rustix::fs::FileType::BlockDevice
-        } else if ft.is_fifo() {
-            rustix::fs::FileType::Fifo
-        } else {
-            return Err(std::io::Error::other(format!(
-                "{}: a file type a layer does not keep",
-                from.display()
-            )));
+        let attrs = match &node {
+            Some(n) => n.attrs.clone(),
+            None => crate::service::transfer::host_attrs(&meta),
         };
-        rustix::fs::mknodat(
+        rustix::fs::chownat(
             rustix::fs::CWD,
             to,
-            kind,
-            rustix::fs::Mode::from_raw_mode(meta.mode() & 0o7777),
-            meta.rdev(),
-        )?;
-    }
-    for name in super::ingest::xattr_names(from) {
-        if let Some(value) = super::ingest::get_xattr(from, &name) {
-            rustix::fs::lsetxattr(to, name.as_str(), &value, rustix::fs::XattrFlags::empty())?;
+            Some(rustix::process::Uid::from_raw(attrs.uid)),
+            Some(rustix::process::Gid::from_raw(attrs.gid)),
+            rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+        )
+        .map_err(|e| io(e.into()))?;
+        if !ft.is_symlink() {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(to, std::fs::Permissions::from_mode(attrs.mode & 0o7777))
+                .map_err(io)?;
+        }
+        if ft.is_dir() {
+            self.dirs.push((to.to_path_buf(), attrs));
+            Ok(())
+        } else {
+            set_times(to, &attrs)
         }
     }
-    rustix::fs::chownat(
-        rustix::fs::CWD,
-        to,
-        Some(rustix::process::Uid::from_raw(meta.uid())),
-        Some(rustix::process::Gid::from_raw(meta.gid())),
-        rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
-    )?;
-    if !ft.is_symlink() {
-        std::fs::set_permissions(to, std::fs::Permissions::from_mode(meta.mode() & 0o7777))?;
+}
+
+/// Copy the data of the regular file `from` (`len` bytes) to the new file `to`, leaving
+/// its holes as holes.
+fn copy_sparse(from: &Path, to: &Path, len: u64) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let src = std::fs::File::open(from)?;
+    let dst = std::fs::File::create_new(to)?;
+    dst.set_len(len)?;
+    let mut buf = vec![0u8; 1 << 16];
+    for (start, end) in super::ingest::data_ranges(&src, len)? {
+        let mut at = start;
+        while at < end {
+            let want = buf.len().min((end - at) as usize);
+            let n = src.read_at(&mut buf[..want], at)?;
+            if n == 0 {
+                break;
+            }
+            dst.write_all_at(&buf[..n], at)?;
+            at += n as u64;
+        }
     }
-    let ts = |s: i64, ns: i64| rustix::fs::Timespec {
-        tv_sec: s,
-        tv_nsec: ns as _,
+    Ok(())
+}
+
+fn set_times(path: &Path, attrs: &Attrs) -> Result<()> {
+    let ts = |ns: i64| rustix::fs::Timespec {
+        tv_sec: ns.div_euclid(1_000_000_000),
+        tv_nsec: ns.rem_euclid(1_000_000_000) as _,
     };
     rustix::fs::utimensat(
         rustix::fs::CWD,
-        to,
+        path,
         &rustix::fs::Timestamps {
-            last_access: ts(meta.atime(), meta.atime_nsec()),
-            last_modification: ts(meta.mtime(), meta.mtime_nsec()),
+            last_access: ts(attrs.atime),
+            last_modification: ts(attrs.mtime),
         },
         rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
-    )?;
-    Ok(())
+    )
+    .map_err(|e| Error::io("keeping the layer", path, e.into()))
 }

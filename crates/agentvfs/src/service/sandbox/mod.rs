@@ -184,7 +184,7 @@ impl SandboxConfig {
                 self.workspace_path
             )));
         }
-        let reserved = ["/proc", "/dev", "/tmp", "/run"]
+        let reserved = ["/proc", "/dev", "/tmp", "/run", join::STAGE]
             .iter()
             .chain(SYSTEM_DIRS)
             .find(|d| p.starts_with(d));
@@ -336,7 +336,7 @@ impl Drop for RunDir {
 }
 
 /// Remove run directories whose supervisor is gone.
-fn remove_stale(runtime: &Path) {
+pub(crate) fn remove_stale(runtime: &Path) {
     let Ok(entries) = std::fs::read_dir(runtime) else {
         return;
     };
@@ -349,9 +349,8 @@ fn remove_stale(runtime: &Path) {
         else {
             continue;
         };
-        let alive = rustix::process::Pid::from_raw(pid)
-            .is_some_and(|p| rustix::process::test_kill_process(p).is_ok());
-        if !alive {
+        // A zombie is gone too (a killed daemon nobody reaped yet).
+        if !super::mounts::pid_alive(pid as u32) {
             let _ = std::fs::remove_dir_all(e.path());
         }
     }
@@ -885,6 +884,8 @@ mod tests {
         for bad in [
             "workspace",
             "/",
+            "/.avfs",
+            "/.avfs/l",
             "/usr/src/x",
             "/proc",
             "/a/../b",
