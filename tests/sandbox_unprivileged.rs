@@ -71,4 +71,38 @@ fn a_user_who_is_not_root_gets_a_run_in_auto_mode_and_a_namespace_or_a_reason_in
             );
         }
     }
+    // A session: `auto` picks what this user can have (copy, here) and its commands run
+    // sandboxed; a kept overlay namespace needs root.
+    let started = avfs_as_nobody(&home, &["--json", "session", "start", "w", "--name", "u"]);
+    assert_eq!(started["ok"], true, "{started}");
+    let mode = started["data"]["mode"].as_str().unwrap().to_string();
+    let v = avfs_as_nobody(
+        &home,
+        &[
+            "--json",
+            "proxy",
+            "exec",
+            "--session",
+            "u",
+            "--shell",
+            "echo s > s.txt",
+        ],
+    );
+    let stopped = avfs_as_nobody(&home, &["--json", "session", "stop", "u"]);
+    assert_eq!(stopped["ok"], true, "{stopped}");
+    assert_eq!(v["ok"], true, "{v}");
+    assert_eq!(v["data"]["exit_code"], 0, "{v}");
+    assert_eq!(v["data"]["mode"], mode, "{v}");
+    let kind = if mode == "fuse" { "none" } else { "namespace" };
+    assert_eq!(v["data"]["sandbox"]["kind"], kind, "{v}");
+    let overlay = avfs_as_nobody(
+        &home,
+        &[
+            "--json", "session", "start", "w", "--name", "o", "--mode", "overlay",
+        ],
+    );
+    if overlay["ok"] == true {
+        avfs_as_nobody(&home, &["--json", "session", "stop", "o"]);
+    }
+    assert_eq!(overlay["error"]["kind"], "sandbox_unavailable", "{overlay}");
 }
