@@ -701,7 +701,7 @@ fn set_link_times(path: &Path, attrs: &Attrs) -> Result<()> {
 
 /// Set a path's access and modification times (ns since the epoch), not following a
 /// symlink.
-fn set_times_ns(path: &Path, atime: i64, mtime: i64) -> Result<()> {
+pub(crate) fn set_times_ns(path: &Path, atime: i64, mtime: i64) -> Result<()> {
     let ts = |ns: i64| rustix::fs::Timespec {
         tv_sec: ns.div_euclid(1_000_000_000),
         tv_nsec: ns.rem_euclid(1_000_000_000) as _,

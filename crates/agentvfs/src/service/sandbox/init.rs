@@ -561,13 +561,7 @@ pub(super) fn assemble(spec: &Spec, report: &mut Reporter) -> Step<()> {
     // a workspace at the home itself).
     let home = under(root, &spec.home);
     make_dir(&home, 0o700)?;
-    mount(
-        "tmpfs",
-        &home,
-        Some("tmpfs"),
-        libc::MS_NOSUID | libc::MS_NODEV,
-        Some(&format!("mode=0700,uid={uid},gid={gid}")),
-    )?;
+    scratch(&home, &format!("mode=0700,uid={uid},gid={gid}"))?;
     // Then the workspace: the FUSE server starts answering once told it is mounted.
     let ws = under(root, &spec.workspace_path);
     make_dir(&ws, 0o755)?;
@@ -596,15 +590,7 @@ pub(super) fn assemble(spec: &Spec, report: &mut Reporter) -> Step<()> {
             upper,
             work,
         } => {
-            mount(
-                "avfs",
-                lower,
-                Some("fuse.avfs"),
-                fuse_flags | libc::MS_RDONLY,
-                Some(&fuse_opts(*fd)),
-            )?;
-            close(*fd);
-            report.send(&Status::Mounted);
+            read_only_fuse(lower, &fuse_opts(*fd), *fd, report)?;
             let mut opts = format!(
                 "lowerdir={},upperdir={},workdir={},index=on,redirect_dir=off,metacopy=off",
                 escape(lower),
@@ -623,24 +609,10 @@ pub(super) fn assemble(spec: &Spec, report: &mut Reporter) -> Step<()> {
         WorkspaceFs::Staged { fd, uppers } => {
             let stage = under(root, Path::new(super::join::STAGE));
             make_dir(&stage, 0o700)?;
-            mount(
-                "avfs-stage",
-                &stage,
-                Some("tmpfs"),
-                libc::MS_NOSUID | libc::MS_NODEV,
-                Some("mode=0700,size=1m"),
-            )?;
+            scratch(&stage, "mode=0700,size=1m")?;
             let lower = stage.join("lower");
             make_dir(&lower, 0o755)?;
-            mount(
-                "avfs",
-                &lower,
-                Some("fuse.avfs"),
-                fuse_flags | libc::MS_RDONLY,
-                Some(&fuse_opts(*fd)),
-            )?;
-            close(*fd);
-            report.send(&Status::Mounted);
+            read_only_fuse(&lower, &fuse_opts(*fd), *fd, report)?;
             let h = stage.join("h");
             make_dir(&h, 0o700)?;
             bind(uppers, &h, true)?;
@@ -667,13 +639,7 @@ pub(super) fn assemble(spec: &Spec, report: &mut Reporter) -> Step<()> {
     for (dir, mode) in [("tmp", "1777"), ("run", "0755")] {
         let d = root.join(dir);
         make_dir(&d, 0o755)?;
-        mount(
-            "tmpfs",
-            &d,
-            Some("tmpfs"),
-            libc::MS_NOSUID | libc::MS_NODEV,
-            Some(&format!("mode={mode}")),
-        )?;
+        scratch(&d, &format!("mode={mode}"))?;
     }
     // Toolchains under the home go on top of the fresh home.
     let inside_home = |p: &&PathBuf| p.starts_with(&spec.home);
@@ -725,6 +691,32 @@ pub(super) fn narrow_layer(at: &Path, inodes: Option<u64>) -> Step<()> {
         None,
         libc::MS_REMOUNT | libc::MS_NOSUID | libc::MS_NODEV,
         Some(&format!("nr_inodes={}", used.saturating_add(room).max(1))),
+    )
+}
+
+/// The fork's state over FUSE on `fd` at `dst`, read-only (an overlay's lower layer); the
+/// supervisor is told it may start answering.
+fn read_only_fuse(dst: &Path, opts: &str, fd: i32, report: &mut Reporter) -> Step<()> {
+    mount(
+        "avfs",
+        dst,
+        Some("fuse.avfs"),
+        libc::MS_NOSUID | libc::MS_NODEV | libc::MS_RDONLY,
+        Some(opts),
+    )?;
+    close(fd);
+    report.send(&Status::Mounted);
+    Ok(())
+}
+
+/// A fresh tmpfs at `dst` (no setuid, no devices) with tmpfs options `opts`.
+pub(super) fn scratch(dst: &Path, opts: &str) -> Step<()> {
+    mount(
+        "tmpfs",
+        dst,
+        Some("tmpfs"),
+        libc::MS_NOSUID | libc::MS_NODEV,
+        Some(opts),
     )
 }
 
@@ -813,13 +805,7 @@ fn devices(root: &Path) -> Step<()> {
     }
     let shm = dev.join("shm");
     make_dir(&shm, 0o1777)?;
-    mount(
-        "tmpfs",
-        &shm,
-        Some("tmpfs"),
-        libc::MS_NOSUID | libc::MS_NODEV,
-        Some("mode=1777"),
-    )?;
+    scratch(&shm, "mode=1777")?;
     for (name, target) in [
         ("fd", "/proc/self/fd"),
         ("stdin", "/proc/self/fd/0"),

@@ -112,15 +112,9 @@ pub(super) fn workspace(spec: &Spec, join: &Join) -> Step<()> {
     for (dir, opts) in [
         ("/tmp", "mode=1777"),
         ("/run", "mode=0755"),
-        ("/dev/shm", "mode=1777,size=64k"),
+        ("/dev/shm", "mode=1777"),
     ] {
-        mount(
-            "tmpfs",
-            Path::new(dir),
-            Some("tmpfs"),
-            libc::MS_NOSUID | libc::MS_NODEV,
-            Some(opts),
-        )?;
+        super::init::scratch(Path::new(dir), opts)?;
     }
     Ok(())
 }

@@ -437,18 +437,5 @@ fn copy_sparse(from: &Path, to: &Path, len: u64) -> std::io::Result<()> {
 }
 
 fn set_times(path: &Path, attrs: &Attrs) -> Result<()> {
-    let ts = |ns: i64| rustix::fs::Timespec {
-        tv_sec: ns.div_euclid(1_000_000_000),
-        tv_nsec: ns.rem_euclid(1_000_000_000) as _,
-    };
-    rustix::fs::utimensat(
-        rustix::fs::CWD,
-        path,
-        &rustix::fs::Timestamps {
-            last_access: ts(attrs.atime),
-            last_modification: ts(attrs.mtime),
-        },
-        rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
-    )
-    .map_err(|e| Error::io("keeping the layer", path, e.into()))
+    crate::service::transfer::set_times_ns(path, attrs.atime, attrs.mtime)
 }
