@@ -226,12 +226,16 @@ test("proxyExec modes: each runs in its own sandbox and says so; an impossible o
     assert.equal(env.stdout.text, "/src/app\n");
     assert.deepEqual(changeSet(env.changes), [{ path: `/${mode}.txt`, status: "added", type: "file" }]);
   }
+  // A session runs its commands in its own mode; a fuse run needs a fuse session.
   const name = `s${process.pid}`;
-  await avfs.sessionStart("proj", { name });
+  const started = await avfs.sessionStart("proj", { name });
   try {
+    const inSession = await avfs.proxyExec({ argv: ["true"], session: name, mode: "auto" });
+    assert.equal(inSession.mode, started.mode === "copy" ? "copy" : "overlay");
+    assert.equal(inSession.sandbox.kind, "namespace");
     await assert.rejects(
-      avfs.proxyExec({ argv: ["true"], session: name, mode: "overlay" }),
-      (e) => e.kind === "sandbox_unavailable",
+      avfs.proxyExec({ argv: ["true"], session: name, mode: "fuse" }),
+      (e) => e.kind === "invalid_argument",
     );
   } finally {
     await avfs.sessionStop(name);
