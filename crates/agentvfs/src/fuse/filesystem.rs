@@ -14,9 +14,7 @@ use fuser::{
     ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
-use super::{
-    Backend, TTL, XattrFit, fopen_bits, lookup_entry, ring, uring_wanted, wire, xattr_fit,
-};
+use super::{Backend, XattrFit, fopen_bits, lookup_entry, ring, uring_wanted, wire, xattr_fit};
 use crate::service::mount::{Attr, AttrKind, SetAttr, SetTime, Writer};
 
 pub(super) struct Fs {
@@ -137,12 +135,12 @@ impl Filesystem for Fs {
 
     fn lookup(&self, _req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEntry) {
         let r = name(n).and_then(|n| lookup_entry(&*self.session, parent.0, n).map_err(e));
-        entry_reply(reply, r)
+        entry_reply(reply, r, self.session.cache_ttl())
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         match self.session.getattr(ino.0) {
-            Ok(a) => reply.attr(&TTL, &attr(&a)),
+            Ok(a) => reply.attr(&self.session.cache_ttl(), &attr(&a)),
             Err(err) => reply.error(e(err)),
         }
     }
@@ -177,7 +175,7 @@ impl Filesystem for Fs {
             keep_setid: req.uid() == 0,
         };
         match self.session.setattr(ino.0, s) {
-            Ok(a) => reply.attr(&TTL, &attr(&a)),
+            Ok(a) => reply.attr(&self.session.cache_ttl(), &attr(&a)),
             Err(err) => reply.error(e(err)),
         }
     }
@@ -205,7 +203,7 @@ impl Filesystem for Fs {
                 .mknod(parent.0, n, mode & !umask, rdev, req.uid(), req.gid())
                 .map_err(e)
         });
-        entry_reply(reply, r)
+        entry_reply(reply, r, self.session.cache_ttl())
     }
 
     fn mkdir(
@@ -222,7 +220,7 @@ impl Filesystem for Fs {
                 .mkdir(parent.0, n, mode & !umask, req.uid(), req.gid())
                 .map_err(e)
         });
-        entry_reply(reply, r)
+        entry_reply(reply, r, self.session.cache_ttl())
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
@@ -241,7 +239,7 @@ impl Filesystem for Fs {
         reply: ReplyEntry,
     ) {
         let r = name(newname).and_then(|n| self.session.link(ino.0, newparent.0, n).map_err(e));
-        entry_reply(reply, r)
+        entry_reply(reply, r, self.session.cache_ttl())
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
@@ -265,7 +263,7 @@ impl Filesystem for Fs {
                 .symlink(parent.0, n, t, req.uid(), req.gid())
                 .map_err(e)
         });
-        entry_reply(reply, r)
+        entry_reply(reply, r, self.session.cache_ttl())
     }
 
     fn rename(
@@ -516,7 +514,7 @@ impl Filesystem for Fs {
         });
         match r {
             Ok((a, fh)) => reply.created(
-                &TTL,
+                &self.session.cache_ttl(),
                 &attr(&a),
                 Generation(0),
                 FileHandle(fh),
@@ -543,9 +541,9 @@ impl Filesystem for Fs {
     }
 }
 
-fn entry_reply(reply: ReplyEntry, r: Result<Attr, Errno>) {
+fn entry_reply(reply: ReplyEntry, r: Result<Attr, Errno>, ttl: std::time::Duration) {
     match r {
-        Ok(a) => reply.entry(&TTL, &attr(&a), Generation(0)),
+        Ok(a) => reply.entry(&ttl, &attr(&a), Generation(0)),
         Err(err) => reply.error(err),
     }
 }

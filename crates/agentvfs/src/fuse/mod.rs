@@ -22,12 +22,20 @@ pub use self::mount::{FuseMounter, Mounted, Transport, serve, serve_backend, spa
 /// per file (git re-stats every file it just wrote).
 const TTL: Duration = Duration::from_secs(30);
 
+/// What a view of one immutable root may be cached for: what is under a root id never
+/// changes, so as long as the mount lives (a year stands for "no expiry").
+const IMMUTABLE_TTL: Duration = Duration::from_secs(365 * 24 * 3600);
+
 /// What the adapter serves: the file system operations of both transports, errors as errno
 /// values. `MountFs` is the one `avfs mount` serves. `examples/fuse_floor.rs` serves an
 /// in-memory one that does no other work, through this same adapter, to measure what FUSE
 /// itself costs with the same options, caching and transport.
 pub trait Backend: Send + Sync + 'static {
     fn readonly(&self) -> bool;
+    /// How long the kernel may keep entries, absent names and attributes.
+    fn cache_ttl(&self) -> Duration {
+        TTL
+    }
     /// Whether the kernel may cache writes (see `MountFs::writeback_safe`).
     fn writeback_safe(&self) -> bool;
     /// The kernel agreed to cache writes.
@@ -112,6 +120,10 @@ macro_rules! session_calls {
 }
 
 impl Backend for MountFs {
+    fn cache_ttl(&self) -> Duration {
+        if self.immutable() { IMMUTABLE_TTL } else { TTL }
+    }
+
     session_calls! {
         readonly() -> bool;
         writeback_safe() -> bool;

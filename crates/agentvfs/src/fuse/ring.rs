@@ -17,7 +17,7 @@ use std::time::Duration;
 use io_uring::{IoUring, cqueue, opcode, squeue, types};
 
 use super::wire::{self, InHeader, OpIn, Out, Payload, fattr, op};
-use super::{Backend, TTL, XattrFit, fopen_bits, lookup_entry, xattr_fit};
+use super::{Backend, XattrFit, fopen_bits, lookup_entry, xattr_fit};
 use crate::service::mount::{Attr, AttrKind, FsStats, SetAttr, SetTime, Writer};
 
 const CMD_REGISTER: u32 = 1;
@@ -265,7 +265,7 @@ fn answer(s: &dyn Backend, slot: &mut Slot) -> u64 {
     let mut out = Out::new(&mut slot.payload);
     let error = match reply {
         Ok(r) => {
-            encode(&mut out, r);
+            encode(&mut out, r, s.cache_ttl().as_secs());
             0
         }
         Err(e) => -e,
@@ -280,8 +280,7 @@ fn answer(s: &dyn Backend, slot: &mut Slot) -> u64 {
     commit_id
 }
 
-fn encode(out: &mut Out, r: Reply) {
-    let ttl = TTL.as_secs();
+fn encode(out: &mut Out, r: Reply, ttl: u64) {
     match r {
         Reply::Empty => {}
         Reply::Entry(a) => out.entry(&a, ttl),

@@ -181,6 +181,11 @@ impl MountFs {
         Ok(fs)
     }
 
+    /// A read-only view of one immutable root (`at_root`): what it shows never changes.
+    pub fn immutable(&self) -> bool {
+        self.root.is_some()
+    }
+
     /// Record the session as an op-log entry of this kind and description.
     pub fn with_label(mut self, kind: &str, description: &str) -> crate::Result<Self> {
         self.label = (kind.to_string(), description.to_string());
