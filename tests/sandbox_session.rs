@@ -420,3 +420,36 @@ fn a_client_gone_before_its_command_started_gets_it_cancelled() {
     std::thread::sleep(std::time::Duration::from_millis(1500));
     assert_eq!(stdout(&sh(&e, "ls")), "");
 }
+
+#[test]
+fn killing_the_daemon_mid_command_leaves_the_fork_as_it_was() {
+    let Some(e) = env() else { return };
+    sh(&e, "echo base > base.txt");
+    let before = fork_state(&e);
+    let (list, _) = avfs_json(e.home.path(), &["session", "list"]);
+    let pid = list["data"][0]["pid"].as_i64().unwrap().to_string();
+    let marker = format!("7{}", std::process::id());
+    let mut client = common::mount::avfs_command(e.home.path())
+        .args(["proxy", "exec", "--session", "s", "--shell"])
+        .arg(format!(
+            "for i in 1 2 3 4 5; do echo $i > part$i.txt; done; echo changed > base.txt; sleep {marker}"
+        ))
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    common::wait::until_true("the command to be writing", || {
+        !common::wait::processes_running(&marker).is_empty()
+    });
+    let killed = std::process::Command::new("kill")
+        .args(["-9", &pid])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    client.wait().unwrap();
+    common::wait::until_true("the command to end with the daemon", || {
+        common::wait::processes_running(&marker).is_empty()
+    });
+    // Nothing of the command reached the fork: it is taken in whole or not at all.
+    assert_eq!(fork_state(&e), before);
+    ok(e.avfs(&["session", "stop", "s"]));
+}
