@@ -102,6 +102,7 @@ fn cmd_list(ctx: &Ctx) -> Result<Reply> {
     let mut rows = vec![vec![
         "NAME".into(),
         "VAULT".into(),
+        "MODE".into(),
         "PID".into(),
         "SINCE".into(),
         "STATE".into(),
@@ -110,6 +111,7 @@ fn cmd_list(ctx: &Ctx) -> Result<Reply> {
         rows.push(vec![
             s.name.clone(),
             s.vault.clone(),
+            s.mode.name().into(),
             s.pid.to_string(),
             time(s.since),
             if s.alive { "running" } else { "stale" }.into(),
