@@ -453,3 +453,93 @@ fn killing_the_daemon_mid_command_leaves_the_fork_as_it_was() {
     assert_eq!(fork_state(&e), before);
     ok(e.avfs(&["session", "stop", "s"]));
 }
+
+/// The session's socket, for clients that speak to it by hand.
+fn socket(e: &ProxyEnv) -> std::path::PathBuf {
+    let (list, _) = avfs_json(e.home.path(), &["session", "list"]);
+    list["data"][0]["socket"].as_str().unwrap().into()
+}
+
+/// One exec request line, as `avfs proxy exec --session` sends it.
+fn request(shell: &str) -> Vec<u8> {
+    use agentvfs::service::proxy::{CheckpointMode, ExecOptions};
+    let options = ExecOptions {
+        checkpoint: CheckpointMode::Never,
+        ..ExecOptions::default()
+    };
+    let req = agentvfs::service::session::Request::Exec {
+        argv: None,
+        shell: Some(shell.into()),
+        options: Box::new(options),
+        policy: None,
+    };
+    let mut line = serde_json::to_vec(&req).unwrap();
+    line.push(b'\n');
+    line
+}
+
+#[test]
+fn a_client_that_shuts_down_its_writing_side_still_gets_its_command_run() {
+    // Regression: the daemon took a half-closed connection for a client gone, and killed
+    // its command.
+    use std::io::{BufRead, Write};
+    let Some(e) = env() else { return };
+    let mut s = std::os::unix::net::UnixStream::connect(socket(&e)).unwrap();
+    s.write_all(&request("sleep 0.2; echo done > half.txt; echo ran"))
+        .unwrap();
+    s.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut answer = String::new();
+    std::io::BufReader::new(&s).read_line(&mut answer).unwrap();
+    let v: Value = serde_json::from_str(&answer).unwrap();
+    let d = &v["envelope"];
+    assert_eq!(d["exit_code"], 0, "{v}");
+    assert_eq!(stdout(d), "ran\n", "{v}");
+    assert_eq!(changes(d), ["added /half.txt"], "{v}");
+}
+
+#[test]
+fn a_stalled_client_does_not_hold_the_session() {
+    // Regression: a client that never finished its request line blocked every other
+    // client of the session, and `session stop`, for good.
+    use std::io::Write;
+    let Some(e) = env() else { return };
+    let mut stalled = std::os::unix::net::UnixStream::connect(socket(&e)).unwrap();
+    stalled.write_all(b"{\"op\":\"exec\"").unwrap();
+    let home = e.home.path().to_path_buf();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(avfs_json(
+            &home,
+            &["proxy", "exec", "--session", "s", "--shell", "echo served"],
+        ));
+    });
+    // A guard against hanging the test run, not a measure of speed.
+    let (v, code) = rx
+        .recv_timeout(std::time::Duration::from_secs(120))
+        .expect("the session served nobody else while one client stalled");
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["data"]["stdout"]["text"], "served\n", "{v}");
+    drop(stalled);
+    ok(e.avfs(&["session", "stop", "s"]));
+}
+
+#[test]
+fn dev_starts_fresh_for_every_command() {
+    // Regression: /dev was the session's, writable, and shared by its commands: one could
+    // leave files there or point /dev/stdout elsewhere for the next.
+    let Some(e) = env() else { return };
+    ok(e.avfs(&[
+        "write",
+        "/spoil.sh",
+        "echo x > /dev/left\nrm /dev/stdout && ln -s null /dev/stdout\n",
+    ]));
+    ok(e.avfs(&[
+        "write",
+        "/look.sh",
+        "test -e /dev/left && echo kept\nreadlink /dev/stdout\necho via >/dev/stdout\n",
+    ]));
+    let d = run(&e, &["--", "sh", "spoil.sh"]);
+    assert_eq!(d["exit_code"], 0, "{d}");
+    let d = run(&e, &["--", "sh", "look.sh"]);
+    assert_eq!(stdout(&d), "/proc/self/fd/1\nvia\n", "{d}");
+}

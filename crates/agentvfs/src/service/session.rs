@@ -10,7 +10,7 @@
 //! the fork between commands (a rollback, a restore, a write from the CLI), the daemon
 //! rebuilds its namespace, or remounts, before the next command so no view is stale.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -88,6 +88,13 @@ pub enum Response {
         exit_code: i32,
     },
 }
+
+/// How long the daemon waits on a client for its request line, and for each part of its
+/// answer to be taken, before it drops the client.
+const REQUEST_WAIT: Duration = Duration::from_secs(10);
+
+/// The longest request line the daemon reads (a shell text can be long, not endless).
+const MAX_REQUEST: u64 = 16 << 20;
 
 /// The directory of session records, sockets, mount points and logs, under `$AVFS_HOME`.
 const DIR: &str = "sessions";
@@ -413,9 +420,13 @@ pub fn serve(
     let mut result = Ok(());
     for stream in listener.incoming() {
         let Ok(stream) = stream else { continue };
-        let mut reader = BufReader::new(&stream);
+        // One client at a time is served: one that never finishes its request line must
+        // not hold the session (or its stop) forever, nor fill memory with it.
+        let _ = stream.set_read_timeout(Some(REQUEST_WAIT));
+        let _ = stream.set_write_timeout(Some(REQUEST_WAIT));
+        let mut reader = BufReader::new(&stream).take(MAX_REQUEST);
         let mut line = String::new();
-        if reader.read_line(&mut line).is_err() {
+        if reader.read_line(&mut line).is_err() || !line.ends_with('\n') {
             continue;
         }
         let (response, done) = match serde_json::from_str::<Request>(&line) {
@@ -504,11 +515,13 @@ impl HangupWatch {
         let thread = stream.try_clone().ok().map(|s| {
             std::thread::spawn(move || {
                 use std::os::fd::AsRawFd;
-                let gone = libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR;
+                // Hung up means closed: a client that only shut down its writing side
+                // (it has sent its request) still waits for the answer.
+                let gone = libc::POLLHUP | libc::POLLERR;
                 let mut fds = [
                     libc::pollfd {
                         fd: s.as_raw_fd(),
-                        events: libc::POLLRDHUP,
+                        events: 0,
                         revents: 0,
                     },
                     libc::pollfd {

@@ -767,27 +767,48 @@ fn binds<'p>(root: &Path, paths: impl Iterator<Item = &'p PathBuf>, writable: bo
 fn devices(root: &Path) -> Step<()> {
     let dev = root.join("dev");
     make_dir(&dev, 0o755)?;
-    mount(
-        "tmpfs",
-        &dev,
-        Some("tmpfs"),
-        libc::MS_NOSUID | libc::MS_NOEXEC,
-        Some("mode=0755,size=64k"),
-    )?;
+    dev_at(&dev)
+}
+
+/// A fresh, private /dev at `dev`: a small tmpfs with the harmless device nodes, a devpts
+/// of its own, an empty /dev/shm and the fd links. The nodes are bind mounts of those
+/// under the /dev seen now: the host's, or in a session's command the holder's, which the
+/// new tmpfs then covers, so nothing one command leaves in /dev reaches the next.
+pub(super) fn dev_at(dev: &Path) -> Step<()> {
+    use rustix::mount::{MoveMountFlags, OpenTreeFlags, move_mount, open_tree};
+    // Take each node before the tmpfs covers it.
+    let mut nodes = Vec::new();
     for name in ["null", "zero", "full", "random", "urandom", "tty"] {
         let src = Path::new("/dev").join(name);
         if std::fs::symlink_metadata(&src).is_err() {
             continue;
         }
+        let node = open_tree(
+            rustix::fs::CWD,
+            &src,
+            OpenTreeFlags::OPEN_TREE_CLONE | OpenTreeFlags::OPEN_TREE_CLOEXEC,
+        )
+        .map_err(|e| format!("{}: {e}", src.display()))?;
+        nodes.push((name, node));
+    }
+    mount(
+        "tmpfs",
+        dev,
+        Some("tmpfs"),
+        libc::MS_NOSUID | libc::MS_NOEXEC,
+        Some("mode=0755,size=64k"),
+    )?;
+    for (name, node) in nodes {
         let dst = dev.join(name);
         std::fs::File::create(&dst).map_err(|e| format!("{}: {e}", dst.display()))?;
-        mount(
-            &src.to_string_lossy(),
+        move_mount(
+            &node,
+            "",
+            rustix::fs::CWD,
             &dst,
-            None,
-            libc::MS_BIND | libc::MS_NOSUID | libc::MS_NOEXEC,
-            None,
-        )?;
+            MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH,
+        )
+        .map_err(|e| format!("{}: {e}", dst.display()))?;
     }
     let pts = dev.join("pts");
     make_dir(&pts, 0o755)?;

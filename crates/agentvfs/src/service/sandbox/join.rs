@@ -109,12 +109,10 @@ pub(super) fn workspace(spec: &Spec, join: &Join) -> Step<()> {
     proc_at(proc_dir)?;
     // Scratch space starts empty for every command, as for a command run on its own (the
     // home is the session's: a cache that lasts as long as its namespace).
-    for (dir, opts) in [
-        ("/tmp", "mode=1777"),
-        ("/run", "mode=0755"),
-        ("/dev/shm", "mode=1777"),
-    ] {
+    for (dir, opts) in [("/tmp", "mode=1777"), ("/run", "mode=0755")] {
         super::init::scratch(Path::new(dir), opts)?;
     }
-    Ok(())
+    // So does /dev (with its /dev/shm): a command cannot leave files or replaced links
+    // there for the next one.
+    super::init::dev_at(Path::new("/dev"))
 }
