@@ -372,7 +372,8 @@ impl Drop for Session<'_> {
 }
 
 /// Run the corpus in `mode`; `session`: every step in one overlay session, so each runs on
-/// the layers the earlier steps left in its kept namespace.
+/// the layers the earlier steps left in its kept namespace; `overlay` has the default
+/// lower layer (a materialized tree), `overlay-fuse` a FUSE view of the root.
 fn run_corpus(mode: &str, seed_dir: &Path) -> (Vec<(String, Value)>, BTreeMap<String, String>) {
     let e = ProxyEnv::new().expect("FUSE (required)");
     ok(e.avfs(&["import", seed_dir.to_str().unwrap()]));
@@ -381,7 +382,12 @@ fn run_corpus(mode: &str, seed_dir: &Path) -> (Vec<(String, Value)>, BTreeMap<St
         ok(e.avfs(&["session", "start", "w", "--name", "eq", "--mode", "overlay"]));
         Session(&e)
     });
-    let runs_as = if in_session { "overlay" } else { mode };
+    let (runs_as, lower) = match mode {
+        "session" => ("overlay", "fuse"),
+        "overlay-fuse" => ("overlay", "fuse"),
+        "overlay" => ("overlay", "tree"),
+        m => (m, ""),
+    };
     let mut steps = Vec::new();
     for (name, commands) in CORPUS {
         for (i, script) in commands.iter().enumerate() {
@@ -391,7 +397,10 @@ fn run_corpus(mode: &str, seed_dir: &Path) -> (Vec<(String, Value)>, BTreeMap<St
                 if in_session {
                     c.args(["--session", "eq"]);
                 } else {
-                    c.args(["--mode", mode]);
+                    c.args(["--mode", runs_as]);
+                    if !lower.is_empty() {
+                        c.args(["--lower", lower]);
+                    }
                 }
                 if let Some(token) = approve {
                     c.args(["--approve", token]);
@@ -421,6 +430,10 @@ fn run_corpus(mode: &str, seed_dir: &Path) -> (Vec<(String, Value)>, BTreeMap<St
                 "{mode} `{name}` step {i} did not run: {doc}"
             );
             assert_eq!(v["mode"], runs_as, "{doc}");
+            if lower == "tree" {
+                let had = v["sandbox"]["lower"].as_str().unwrap_or_default();
+                assert!(had.starts_with("tree"), "{doc}");
+            }
             steps.push((format!("{name} #{i}: {script}"), record(v)));
         }
     }
@@ -437,7 +450,7 @@ fn every_mode_gives_the_same_envelopes_and_the_same_vault() {
     let seed_dir = tempfile::tempdir().unwrap();
     seed(seed_dir.path());
     let (fuse_steps, fuse_state) = run_corpus("fuse", seed_dir.path());
-    for mode in ["overlay", "copy", "session"] {
+    for mode in ["overlay", "overlay-fuse", "copy", "session"] {
         let (steps, state) = run_corpus(mode, seed_dir.path());
         for ((name, want), (_, got)) in fuse_steps.iter().zip(&steps) {
             assert_eq!(got, want, "{mode} differs from fuse at `{name}`");

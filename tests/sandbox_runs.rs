@@ -289,3 +289,65 @@ fn a_user_who_is_not_root_gets_the_sandbox_through_a_user_namespace() {
         assert_eq!(v["error"]["kind"], "sandbox_unavailable", "{v}");
     }
 }
+
+#[test]
+fn a_fuse_mode_command_runs_alone_and_others_get_workspace_busy() {
+    // A fuse-mode command's change list is the fork's difference across its run, so a
+    // command ingested meanwhile would be listed as its own (issue 16: 4 concurrent
+    // execs each listed 57-80 changes). It runs alone: while it runs, another command
+    // in the fork is refused with a typed error and changes nothing, and the other way
+    // round.
+    let Some(e) = env() else { return };
+    if !common::skip::require_fuse() {
+        return;
+    }
+    let marker = format!("5{}", std::process::id());
+    for (first, second) in [("fuse", "overlay"), ("overlay", "fuse"), ("fuse", "fuse")] {
+        let mut running = avfs_command(e.home.path())
+            .args(["proxy", "exec", "--mode", first, "--checkpoint", "never"])
+            .args([
+                "--shell",
+                &format!("echo mine > {first}.txt; sleep {marker}"),
+            ])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        common::wait::until_true("the first command to run", || !sleeping(&marker).is_empty());
+        let (v, code) = exec(&e, &["--mode", second, "--shell", "echo late > late.txt"]);
+        assert_eq!(code, 4, "{first} then {second}: {v}");
+        assert_eq!(v["error"]["kind"], "workspace_busy", "{v}");
+        assert_eq!(v["error"]["details"]["workspace"], "main", "{v}");
+        for p in sleeping(&marker) {
+            let _ = std::process::Command::new("kill").arg(&p).status();
+        }
+        running.wait().unwrap();
+        let (v, _) = avfs_json_ls(&e);
+        assert!(!v.contains("late.txt"), "{first} then {second}: {v}");
+    }
+    // Commands in other modes run side by side (each on its own layer).
+    let (v, code) = exec(
+        &e,
+        &["--mode", "overlay", "--shell", "echo late > late.txt"],
+    );
+    assert_eq!(code, 0, "{v}");
+}
+
+/// The `sleep MARKER` processes (the proxied commands themselves, not the avfs
+/// processes whose arguments name them).
+fn sleeping(marker: &str) -> Vec<String> {
+    common::wait::processes_running(marker)
+        .into_iter()
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| c == format!("sleep\0{marker}\0").as_bytes())
+        })
+        .collect()
+}
+
+fn avfs_json_ls(e: &ProxyEnv) -> (String, i32) {
+    let out = e.avfs(&["ls", "/"]);
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        out.status.code().unwrap_or(-1),
+    )
+}

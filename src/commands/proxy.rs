@@ -11,7 +11,7 @@ use agentvfs::service::confine::Confinement;
 use agentvfs::service::exec::{self, Place};
 use agentvfs::service::policy::CommandRequest;
 use agentvfs::service::proxy::{CheckpointMode, EXEC_OP, Envelope, ExecOptions};
-use agentvfs::service::sandbox::Mode;
+use agentvfs::service::sandbox::{Lower, Mode};
 
 use super::Ctx;
 use crate::output::Reply;
@@ -72,8 +72,8 @@ pub struct ExecArgs {
     /// How the command's file system is made. overlay: a kernel overlay on the fork's
     /// state, writes on native disk, ingested afterwards (near native speed). fuse: the
     /// fork served over FUSE. copy: the fork copied out and the differences ingested
-    /// (needs no FUSE). auto: overlay where the sandbox can be made, else fuse (without a
-    /// namespace; the envelope's `sandbox` says why). Every mode but a fuse run without a
+    /// (needs no FUSE). auto: overlay where the sandbox can be made (as root), else copy,
+    /// else fuse (without a namespace; the envelope's `sandbox` says why). Every mode but a fuse run without a
     /// namespace runs the command in its own mount and pid namespaces, where only the
     /// workspace, the system directories and the policy's `[sandbox]` paths exist.
     #[arg(long, default_value = "auto", value_parser = mode())]
@@ -83,6 +83,13 @@ pub struct ExecArgs {
     /// host path, so absolute paths in virtualenvs and build caches keep working.
     #[arg(long, value_name = "PATH")]
     pub workspace_path: Option<String>,
+    /// Where an overlay's lower layer (the fork's state as the command starts) comes from,
+    /// instead of the policy's `[sandbox] lower` (built in: tree). tree: written out as a
+    /// native directory, cached by root under $AVFS_HOME/trees and updated from the
+    /// fork's previous tree by what changed. fuse: a read-only FUSE view of the root.
+    /// A session's commands always have the fuse one.
+    #[arg(long, value_parser = lower())]
+    pub lower: Option<Lower>,
     /// Shell text to run with /bin/sh -c (parsed by the policy like a shell would).
     #[arg(long, conflicts_with = "argv")]
     pub shell: Option<String>,
@@ -152,6 +159,7 @@ pub fn cmd_exec(ctx: &Ctx, a: ExecArgs) -> Result<Reply> {
         },
         mode: a.mode,
         workspace_path: a.workspace_path.clone(),
+        lower: a.lower,
     };
     let place = match (&a.session, &a.fork) {
         (Some(name), _) => Place::Session(name.clone()),
@@ -196,6 +204,12 @@ pub fn cmd_rollback(ctx: &Ctx, a: RollbackArgs) -> Result<Reply> {
 pub(super) fn mode() -> impl clap::builder::TypedValueParser<Value = Mode> {
     clap::builder::PossibleValuesParser::new(Mode::NAMES)
         .map(|s| s.parse::<Mode>().expect("one of Mode::NAMES"))
+}
+
+/// `--lower`: the library's own `Lower`, with its spellings listed in help.
+fn lower() -> impl clap::builder::TypedValueParser<Value = Lower> {
+    clap::builder::PossibleValuesParser::new(Lower::NAMES)
+        .map(|s| s.parse::<Lower>().expect("one of Lower::NAMES"))
 }
 
 /// `--checkpoint`: the library's own `CheckpointMode`, with its spellings listed in help.

@@ -146,6 +146,9 @@ pub enum Error {
     /// The sandbox was tried and could not be assembled; the command did not run.
     #[error("the execution sandbox could not be set up: {reason}")]
     SandboxFailed { reason: String },
+    /// Another command running in the fork excludes this one; nothing was changed.
+    #[error("workspace {workspace} is busy: {reason}")]
+    WorkspaceBusy { workspace: String, reason: String },
     #[error("no session `{name}`{}; start one with `avfs session start FORK --name {name}`", suggest(.suggestions))]
     SessionNotFound {
         name: String,
@@ -238,6 +241,7 @@ impl Error {
             Error::ConfinementUnavailable { .. } => "confinement_unavailable",
             Error::SandboxUnavailable { .. } => "sandbox_unavailable",
             Error::SandboxFailed { .. } => "sandbox_failed",
+            Error::WorkspaceBusy { .. } => "workspace_busy",
             Error::SessionNotFound { .. } => "session_not_found",
             Error::SessionFailed { .. } => "session_failed",
             Error::Forwarded { kind, .. } => kind,
@@ -297,6 +301,9 @@ impl Error {
             | Error::SandboxUnavailable { reason }
             | Error::SandboxFailed { reason } => json!({ "reason": reason }),
             Error::SessionFailed { name, reason } => json!({ "name": name, "reason": reason }),
+            Error::WorkspaceBusy { workspace, reason } => {
+                json!({ "workspace": workspace, "reason": reason })
+            }
             Error::SessionNotFound { name, suggestions } => {
                 json!({ "name": name, "suggestions": suggestions })
             }
@@ -355,6 +362,7 @@ impl Error {
             | Error::SandboxUnavailable { .. }
             | Error::SandboxFailed { .. }
             | Error::SessionFailed { .. } => exit::FAILURE,
+            Error::WorkspaceBusy { .. } => exit::CONFLICT,
             Error::Forwarded { exit_code, .. } => *exit_code,
         }
     }

@@ -189,6 +189,9 @@ export interface ProxyExecOptions extends CallOptions {
   mode?: "auto" | "overlay" | "fuse" | "copy";
   /** Where the workspace appears inside the command's sandbox (default `/workspace`). */
   workspacePath?: string;
+  /** Where an overlay's lower layer comes from: `tree` (the fork written out, cached by
+   * root) or `fuse` (a FUSE view of it); default: the policy's `[sandbox] lower`. */
+  lower?: "tree" | "fuse";
 }
 
 /** The process exit code `avfs proxy exec` ends with for an envelope (README, "Exit codes"). */
@@ -451,6 +454,7 @@ export class Avfs {
       ...flag("--offline", o.offline),
       ...opt("--mode", o.mode),
       ...opt("--workspace-path", o.workspacePath),
+      ...opt("--lower", o.lower),
       ...(o.shell !== undefined ? ["--shell", o.shell] : ["--", ...(o.argv as string[])]),
     ];
     const { data } = await this.invoke<Envelope>(["proxy", "exec"], args, o);

@@ -117,6 +117,7 @@ export const ERROR_CLASSES: Readonly<Record<string, new (init: AvfsErrorInit) =>
     io_error: IoError,
     disk_full: IoError,
     revert_conflict: ConflictError,
+    workspace_busy: ConflictError,
     file_too_large: QuotaExceededError,
     secret_refused: InvalidInputError,
     mount_failed: MountError,

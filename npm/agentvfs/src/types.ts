@@ -65,6 +65,7 @@ export type ErrorKind =
   | "confinement_unavailable"
   | "sandbox_unavailable"
   | "sandbox_failed"
+  | "workspace_busy"
   | "session_not_found"
   | "session_failed"
   | "io_error"
@@ -373,6 +374,8 @@ export interface SandboxReport {
   rw: string[];
   /** Paths the command wrote that the policy hides (secrets): not taken into the fork. */
   refused?: string[];
+  /** An overlay's lower layer: `fuse`, or `tree (cached|updated|written)`. */
+  lower?: string | null;
 }
 
 /** What was asked of the proxy. */

@@ -303,6 +303,7 @@ class Client:
         task: str | None = None,
         mode: str | None = None,
         workspace_path: str | None = None,
+        lower: Literal["tree", "fuse"] | None = None,
     ) -> Envelope:
         """Run `argv` (or `shell` text) through the policy-checked proxy.
 
@@ -311,8 +312,9 @@ class Client:
         duration string such as "30s". `fork` runs it in that fork, made from `fork_from`
         on first use (`task=` is the deprecated name of `fork=`). `mode` is "overlay",
         "fuse", "copy" or "auto" (how the command's file system is made; see the envelope's
-        `mode` and `sandbox`), and `workspace_path` where the workspace appears inside the
-        command's sandbox.
+        `mode` and `sandbox`), `workspace_path` where the workspace appears inside the
+        command's sandbox, and `lower` where an overlay's lower layer comes from ("tree":
+        the fork written out and cached by root; "fuse": a FUSE view of it).
         """
         fork = _renamed("task", task, "fork", fork)
         if (argv is None) == (shell is None):
@@ -329,6 +331,7 @@ class Client:
         args += _opt("--fork-from", fork_from) + _opt("--fork", fork)
         args += _flag("--confine", confine) + _flag("--offline", offline)
         args += _opt("--mode", mode) + _opt("--workspace-path", workspace_path)
+        args += _opt("--lower", lower)
         args += ["--shell", shell] if shell is not None else ["--", *argv]  # type: ignore[misc]
         return self._one(Envelope, *args)
 

@@ -164,6 +164,11 @@ class DiskFull(AvfsError):
     """No space left for the vault or an export (exit 9); nothing was changed."""
 
 
+class WorkspaceBusy(ConflictError):
+    """Another command running in the fork excludes this one (a fuse-mode command runs
+    alone): `details.workspace`, `details.reason`; nothing was changed."""
+
+
 class SpawnFailed(AvfsError):
     """A command could not be started (exit 127)."""
 
@@ -207,6 +212,7 @@ ERRORS: dict[str, type[AvfsError]] = {
     "secret_refused": SecretRefused,
     "disk_full": DiskFull,
     "spawn_failed": SpawnFailed,
+    "workspace_busy": WorkspaceBusy,
 }
 
 _BY_EXIT_CODE: dict[int, type[AvfsError]] = {

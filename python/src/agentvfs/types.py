@@ -248,6 +248,8 @@ class SandboxReport:
     workspace_path: str | None = None
     # Paths the command wrote that the policy hides (secrets): not taken into the fork.
     refused: list[str] = field(default_factory=list)
+    # An overlay's lower layer: "fuse", or "tree (cached|updated|written)".
+    lower: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -419,6 +419,18 @@ impl<'a> View<'a> {
             })
     }
 
+    /// The stored directory of this state's hard-linked file bodies, if it has any: equal
+    /// in two states when no hard-linked file's body, attributes or link count differ.
+    pub(crate) fn hard_links(&self) -> Result<Option<Node>> {
+        let dir = inode::inodes_dir();
+        Ok(match self.lookup_raw(&dir)? {
+            Some((node, overlaid)) if !self.children_raw(&dir, &node, overlaid)?.is_empty() => {
+                Some(node)
+            }
+            _ => None,
+        })
+    }
+
     /// Entries of the directory at `path`, sorted by name.
     pub fn list(&self, path: &VPath) -> Result<Vec<Child>> {
         let (node, overlaid) = self.lookup(path)?.ok_or_else(|| Error::PathNotFound {

@@ -60,6 +60,7 @@ pub fn exec(
             registry.home().to_path_buf(),
             ws.vault().path().to_path_buf(),
         ],
+        tree_cache: Some(registry.private_dir("trees")?),
         session: None,
     }
     .exec(req, &opts)

@@ -115,6 +115,19 @@ impl SecretPaths {
 }
 
 impl SecretPaths {
+    /// A short text equal for two sets made from the same patterns (a cache key part).
+    pub fn fingerprint(&self) -> String {
+        let mut h = blake3::Hasher::new();
+        for list in [&self.names, &self.private_keys] {
+            for p in list {
+                h.update(p.as_bytes());
+                h.update(b"\0");
+            }
+            h.update(b"\x01");
+        }
+        h.finalize().to_hex()[..16].to_string()
+    }
+
     /// Whether `path` (whose node is `node`, if the caller has it) is a secret in the state
     /// `view` reads: by name, or a file of a content-checked name that holds a private key.
     pub fn refuses(

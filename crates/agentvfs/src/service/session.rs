@@ -590,13 +590,13 @@ impl Place<'_> {
             policy,
             vault_name: rec.vault.clone(),
             mounter,
-            runtime_dir: None,
+            runtime_dir: Some(self.reg.private_dir("run")?),
             hide: Vec::new(),
+            tree_cache: None,
             session: None,
         };
         let Some(dir) = &rec.dir else {
             // A sandboxed session: the kept namespace follows the fork by itself.
-            runtime.runtime_dir = Some(self.reg.private_dir("run")?);
             runtime.hide = vec![
                 self.reg.home().to_path_buf(),
                 ws.vault().path().to_path_buf(),
@@ -694,9 +694,10 @@ pub fn start(
         mounter,
         runtime_dir: Some(reg.private_dir("run")?),
         hide: Vec::new(),
+        tree_cache: None,
         session: None,
     }
-    .plan(req.mode)?;
+    .plan(req.mode, super::sandbox::Lower::Fuse)?;
     if mode == Mode::Fuse {
         mounter.available()?;
     }

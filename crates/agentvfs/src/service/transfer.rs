@@ -549,6 +549,33 @@ pub(crate) fn materialize(
         .collect()
 }
 
+/// Write the entry at `src` in `view` (and everything below it) at the host path `host`,
+/// which must not exist, as `materialize` does; returns what was left out.
+pub(crate) fn materialize_entry(
+    view: &View<'_>,
+    src: &VPath,
+    host: &Path,
+    skip: &Skip<'_>,
+) -> Result<Vec<VPath>> {
+    let report = write_view(view, src, host, false, skip, &mut |_, _| {})?;
+    Ok(report
+        .skipped
+        .iter()
+        .filter_map(|s| VPath::parse(s.split(": ").next().unwrap_or(s)).ok())
+        .collect())
+}
+
+/// Give the host directory `dir` a node's mode, owner (as root) and times.
+pub(crate) fn set_dir_attrs(dir: &Path, attrs: &Attrs) -> Result<()> {
+    if rustix::process::geteuid().is_root() {
+        std::os::unix::fs::lchown(dir, Some(attrs.uid), Some(attrs.gid))
+            .map_err(|e| Error::io("setting owner of", dir, e))?;
+    }
+    fs::set_permissions(dir, fs::Permissions::from_mode(attrs.mode))
+        .map_err(|e| Error::io("setting mode of", dir, e))?;
+    set_link_times(dir, attrs)
+}
+
 fn write_view(
     view: &View<'_>,
     src: &VPath,
@@ -620,6 +647,15 @@ fn write_view(
             }
             if is_root {
                 let _ = std::os::unix::fs::lchown(&out, Some(node.attrs.uid), Some(node.attrs.gid));
+                // chown(2) clears set-user-ID and set-group-ID on a file, even for root:
+                // give them back.
+                if !node.is_dir()
+                    && !matches!(node.kind, NodeKind::Symlink { .. })
+                    && node.attrs.mode & 0o6000 != 0
+                {
+                    fs::set_permissions(&out, fs::Permissions::from_mode(node.attrs.mode))
+                        .map_err(|e| Error::io("setting mode of", &out, e))?;
+                }
             }
             // Extended attributes go with the file where the host takes them (`user.*`
             // everywhere; others as the host's rules allow), except `security.*`: a file

@@ -187,6 +187,9 @@ impl MountFs {
             (parent, AttrKind::Dir, "..".to_string()),
         ];
         for c in children {
+            if !self.shown(&path.join(&c.name)) {
+                continue;
+            }
             let child_ino = self.ino_of(&path.join(&c.name), &c.node);
             entries.push((child_ino, kind_of(&c.node.kind), c.name));
         }

@@ -171,7 +171,11 @@ impl MountFs {
         if self.is_hidden(&dir, None) {
             return Err(err(rustix::io::Errno::ACCESS));
         }
-        Ok(dir.join(name))
+        let path = dir.join(name);
+        if !self.shown(&path) {
+            return Err(err(rustix::io::Errno::NOENT));
+        }
+        Ok(path)
     }
 
     /// The current node of an inode, with buffered writes applied.

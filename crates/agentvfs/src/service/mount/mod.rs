@@ -80,6 +80,9 @@ pub struct MountFs {
     label: (String, String),
     /// Paths hidden from every process using the mount (secrets during a proxied run).
     hidden: SecretPaths,
+    /// When set, the only paths that exist (a view of just the secrets and the directories
+    /// above them; see `showing_only`).
+    only: Option<std::collections::HashSet<VPath>>,
     /// Whether a file content holds a private key, by content id (ids are immutable, so an
     /// answer never goes stale).
     private_keys: Mutex<HashMap<ObjectId, bool>>,
@@ -168,6 +171,7 @@ impl MountFs {
             changes,
             label: (kind.into(), description.into()),
             hidden: SecretPaths::default(),
+            only: None,
             private_keys: Mutex::new(HashMap::new()),
             linked_secrets: Mutex::new(HashMap::new()),
         })
@@ -201,6 +205,25 @@ impl MountFs {
     pub fn with_hidden(mut self, secrets: SecretPaths) -> Self {
         self.hidden = secrets;
         self
+    }
+
+    /// Show only `paths` and the directories above them; every other name does not exist
+    /// (ENOENT, left out of listings). With `with_hidden`, a view of just the secrets, to
+    /// lay over a tree that leaves them out.
+    pub fn showing_only(mut self, paths: &[VPath]) -> Self {
+        let mut only = std::collections::HashSet::new();
+        for p in paths {
+            only.extend(p.ancestors());
+            only.insert(p.clone());
+        }
+        only.insert(VPath::root());
+        self.only = Some(only);
+        self
+    }
+
+    /// Whether `path` is in the view (see `showing_only`).
+    fn shown(&self, path: &VPath) -> bool {
+        self.only.as_ref().is_none_or(|only| only.contains(path))
     }
 
     pub fn workspace(&self) -> &Workspace {

@@ -425,6 +425,12 @@ impl PolicyEngine {
             if let Some(rw) = spec.rw {
                 sandbox.rw = rw;
             }
+            if let Some(lower) = spec.lower {
+                sandbox.lower = lower;
+            }
+            if let Some(mb) = spec.tree_cache_mb {
+                sandbox.tree_cache_mb = mb;
+            }
         }
         sandbox.validate()?;
         if let Some(b) = base

@@ -53,6 +53,8 @@ pub(super) struct SandboxSpec {
     pub workspace_path: Option<String>,
     pub ro: Option<Vec<String>>,
     pub rw: Option<Vec<String>>,
+    pub lower: Option<crate::service::sandbox::Lower>,
+    pub tree_cache_mb: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]

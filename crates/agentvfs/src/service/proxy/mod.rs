@@ -18,7 +18,7 @@ use super::policy::{Action, CommandRequest, Decision, PolicyEngine};
 mod sandboxed;
 
 use super::runner::{self, Captured, RunSpec};
-use super::sandbox::{Mode, SandboxReport};
+use super::sandbox::{Lower, Mode, SandboxReport};
 use crate::error::{Error, Result};
 use crate::model::diff::{Change, StateRef};
 use crate::model::path::VPath;
@@ -94,6 +94,9 @@ pub struct ExecOptions {
     /// `[sandbox] workspace_path`.
     #[serde(default)]
     pub workspace_path: Option<String>,
+    /// The overlay's lower layer, instead of the policy's `[sandbox] lower`.
+    #[serde(default)]
+    pub lower: Option<Lower>,
 }
 
 fn auto_mode() -> Mode {
@@ -114,6 +117,7 @@ impl Default for ExecOptions {
             confine: Confinement::default(),
             mode: Mode::Auto,
             workspace_path: None,
+            lower: None,
         }
     }
 }
@@ -257,6 +261,9 @@ pub struct ProxyRuntime<'a> {
     /// Host paths a sandboxed command must not see even inside a bound directory (the avfs
     /// home, the vault file).
     pub hide: Vec<PathBuf>,
+    /// Where materialized trees of the fork are cached (`$AVFS_HOME/trees`), for overlays
+    /// whose lower layer is a tree.
+    pub tree_cache: Option<PathBuf>,
     /// The sandboxed session the command runs in, if any.
     pub session: Option<SandboxSession<'a>>,
 }
@@ -265,6 +272,54 @@ impl ProxyRuntime<'_> {
     /// Classify without running.
     pub fn check(&self, req: &CommandRequest) -> Decision {
         self.policy.decide(req)
+    }
+
+    /// Hold the fork's run lock for this command: exclusive for a command that changes
+    /// the live fork (fuse mode: its change list is the fork's difference across its run,
+    /// so it runs alone), shared for the others (each on its own layer). A command that
+    /// cannot have it now is refused with `workspace_busy`, before anything changes.
+    fn running(&self, exclusive: bool) -> Result<Option<std::fs::File>> {
+        use rustix::fs::FlockOperation;
+        // Beside the runtime directory (`$AVFS_HOME/locks`), which runs leave empty.
+        let Some(dir) = self.runtime_dir.as_ref().map(|d| d.with_file_name("locks")) else {
+            return Ok(None);
+        };
+        {
+            use std::os::unix::fs::DirBuilderExt;
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(&dir)
+                .map_err(|e| Error::io("creating", &dir, e))?;
+        }
+        let mut h = blake3::Hasher::new();
+        h.update(self.ws.vault().path().as_os_str().as_encoded_bytes());
+        h.update(b"\0");
+        h.update(self.ws.name().as_bytes());
+        let path = dir.join(format!("fork-{}.lock", &h.finalize().to_hex()[..16]));
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(|e| Error::io("opening", &path, e))?;
+        let op = if exclusive {
+            FlockOperation::NonBlockingLockExclusive
+        } else {
+            FlockOperation::NonBlockingLockShared
+        };
+        match rustix::fs::flock(&file, op) {
+            Ok(()) => Ok(Some(file)),
+            Err(rustix::io::Errno::WOULDBLOCK) => Err(Error::WorkspaceBusy {
+                workspace: self.ws.name().to_string(),
+                reason: if exclusive {
+                    "another command is running in this fork, and a fuse-mode command runs alone (its change list is the fork's difference across its run); run it again when that one ends, or use --mode overlay".into()
+                } else {
+                    "a fuse-mode command is running in this fork and runs alone (its change list is the fork's difference across its run); run this one again when it ends".into()
+                },
+            }),
+            Err(e) => Err(Error::io("locking", &path, e.into())),
+        }
     }
 
     fn approval_key(&self, token: &str) -> String {
@@ -356,9 +411,9 @@ impl ProxyRuntime<'_> {
                             s.mode.name()
                         )));
                     }
-                    self.plan(asked)?
+                    self.plan(asked, Lower::Fuse)?
                 }
-                None => self.plan(opts.mode)?,
+                None => self.plan(opts.mode, opts.lower.unwrap_or(self.policy.sandbox().lower))?,
             },
         };
         let policy_confinement = self.policy.confinement(&decision);
@@ -422,6 +477,9 @@ impl ProxyRuntime<'_> {
         };
         // Refuse before anything changes, not after the checkpoint.
         confinement.check_available().map_err(rearm)?;
+        let _running = self
+            .running(!readonly && mode == Mode::Fuse)
+            .map_err(rearm)?;
         let take_checkpoint = match opts.checkpoint {
             CheckpointMode::Always => true,
             CheckpointMode::Never => false,

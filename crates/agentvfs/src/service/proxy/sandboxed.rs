@@ -7,60 +7,59 @@ use std::sync::Arc;
 use super::super::mount::MountFs;
 use super::super::policy::{CommandRequest, PolicyEngine};
 use super::super::runner;
-use super::super::sandbox::{self, Mode, RunDir, SandboxReport, Served};
+use super::super::sandbox::{self, Lower, Mode, RunDir, SandboxReport, Served};
 use super::{EXEC_OP, ExecOptions, ProxyRuntime};
 use crate::error::{Error, Result};
 use crate::model::path::VPath;
 use crate::service::confine::Confinement;
 
 impl ProxyRuntime<'_> {
-    /// The mode a command runs in, and why it gets no namespace if it does not.
-    pub(crate) fn plan(&self, asked: Mode) -> Result<(Mode, Option<String>)> {
+    /// The mode a command runs in, and why it gets no namespace if it does not. An overlay
+    /// on a `lower` of `fuse` needs FUSE; on a `tree`, only the kernel's overlay.
+    pub(crate) fn plan(&self, asked: Mode, lower: Lower) -> Result<(Mode, Option<String>)> {
         let why_not = sandbox::unavailable_reason().or_else(|| {
             self.runtime_dir
                 .is_none()
                 .then(|| "no runtime directory was given".to_string())
         });
-        // The overlay's lower layer, and a fuse run's workspace, are FUSE mounts made inside
-        // the sandbox: that needs a FUSE device this process may open, and root (the kernel
-        // refuses a device opened outside a user namespace for a mount inside it).
-        const NOT_ROOT: &str = "FUSE mounts inside a user namespace need the device opened \
-                                there; as a user who is not root, use --mode copy";
-        let fuse = self
-            .mounter
-            .available()
-            .and_then(|_| self.mounter.open_device().map(drop))
-            .and_then(|_| {
-                if rustix::process::geteuid().is_root() {
-                    Ok(())
-                } else {
-                    Err(Error::SandboxUnavailable {
-                        reason: NOT_ROOT.into(),
-                    })
-                }
-            });
+        // A fuse run's workspace, and a FUSE lower layer, are FUSE mounts made inside the
+        // sandbox: that needs a FUSE device this process may open, and root (the kernel
+        // refuses a device opened outside a user namespace for a mount inside it). An
+        // overlay is made as root only (the tree's owners are the fork's).
+        const NOT_ROOT: &str = "FUSE and overlay mounts inside a user namespace are not \
+                                made here; as a user who is not root, use --mode copy";
+        let root = rustix::process::geteuid().is_root();
+        let fuse = || {
+            self.mounter
+                .available()
+                .and_then(|_| self.mounter.open_device().map(drop))
+        };
+        let not_root = || Error::SandboxUnavailable {
+            reason: NOT_ROOT.into(),
+        };
+        let needs_fuse = |what: &str, e: Error| Error::SandboxUnavailable {
+            reason: format!("{what} needs FUSE: {e}"),
+        };
+        let overlay = || match (root, lower) {
+            (false, _) => Err(not_root()),
+            (true, Lower::Tree) => Ok(()),
+            (true, Lower::Fuse) => {
+                fuse().map_err(|e| needs_fuse("the overlay's lower layer (--lower fuse)", e))
+            }
+        };
         match (asked, why_not) {
-            (Mode::Auto, None) if fuse.is_ok() => Ok((Mode::Overlay, None)),
+            (Mode::Auto, None) if overlay().is_ok() => Ok((Mode::Overlay, None)),
             (Mode::Auto, None) => Ok((Mode::Copy, None)),
-            (Mode::Auto, Some(why)) => Ok((Mode::Fuse, Some(why))),
-            (Mode::Fuse, Some(why)) => Ok((Mode::Fuse, Some(why))),
+            (Mode::Auto | Mode::Fuse, Some(why)) => Ok((Mode::Fuse, Some(why))),
             // A fuse run without root gets the mount it always had, on the host; without a
             // FUSE device it may open, none at all.
-            (Mode::Fuse, None) => match fuse {
-                Ok(()) => Ok((Mode::Fuse, None)),
-                Err(Error::SandboxUnavailable { reason }) => Ok((Mode::Fuse, Some(reason))),
-                Err(e) => Err(Error::SandboxUnavailable {
-                    reason: format!("a fuse run needs FUSE: {e}"),
-                }),
+            (Mode::Fuse, None) => match fuse() {
+                Ok(()) if root => Ok((Mode::Fuse, None)),
+                Ok(()) => Ok((Mode::Fuse, Some(NOT_ROOT.into()))),
+                Err(e) => Err(needs_fuse("a fuse run", e)),
             },
             (Mode::Overlay | Mode::Copy, Some(reason)) => Err(Error::SandboxUnavailable { reason }),
-            (Mode::Overlay, None) => match fuse {
-                Ok(()) => Ok((Mode::Overlay, None)),
-                Err(e @ Error::SandboxUnavailable { .. }) => Err(e),
-                Err(e) => Err(Error::SandboxUnavailable {
-                    reason: format!("the overlay's lower layer needs FUSE: {e}"),
-                }),
-            },
+            (Mode::Overlay, None) => overlay().map(|()| (Mode::Overlay, None)),
             (Mode::Copy, None) => Ok((Mode::Copy, None)),
         }
     }
@@ -142,16 +141,20 @@ impl ProxyRuntime<'_> {
                     took_in(ran, ingested, &mut exec_id, &mut own_change, &mut report)
                 }
                 Mode::Overlay if !run.readonly => {
-                    let lower =
-                        MountFs::at_root(self.ws.clone(), run.before)?.with_hidden(secrets.clone());
+                    let tree = self.tree(config, run, &secrets)?;
+                    let served = match &tree {
+                        Some(t) => Served::OverlayOn {
+                            tree: t.path().to_path_buf(),
+                            refuser: self.refuser(t, run, &secrets)?,
+                        },
+                        None => Served::Overlay(Arc::new(
+                            MountFs::at_root(self.ws.clone(), run.before)?
+                                .with_hidden(secrets.clone()),
+                        )),
+                    };
                     let layer = self.quota_layer()?;
-                    let ran = sandbox::run(
-                        &dir,
-                        &launch,
-                        Served::Overlay(Arc::new(lower)),
-                        layer.as_ref(),
-                        self.mounter,
-                    );
+                    let ran = sandbox::run(&dir, &launch, served, layer.as_ref(), self.mounter)
+                        .map(|(result, r)| (result, lower_reported(r, tree.as_ref())));
                     // A sandbox that was never set up ran nothing; a command that ran (or
                     // could not start: an entry with no changes, as in every mode) is
                     // ingested.
@@ -171,15 +174,19 @@ impl ProxyRuntime<'_> {
                 }
                 // Read-only: the fork's state as the command started, with no layer above.
                 Mode::Overlay => {
-                    let view = MountFs::at_root(self.ws.clone(), run.before)?.with_hidden(secrets);
-                    let (result, r) = sandbox::run(
-                        &dir,
-                        &launch,
-                        Served::Fuse(Arc::new(view)),
-                        None,
-                        self.mounter,
-                    )?;
-                    report = Some(r);
+                    let tree = self.tree(config, run, &secrets)?;
+                    let served = match &tree {
+                        Some(t) => Served::Bind {
+                            dir: t.path().to_path_buf(),
+                            readonly: true,
+                            refuser: self.refuser(t, run, &secrets)?,
+                        },
+                        None => Served::Fuse(Arc::new(
+                            MountFs::at_root(self.ws.clone(), run.before)?.with_hidden(secrets),
+                        )),
+                    };
+                    let (result, r) = sandbox::run(&dir, &launch, served, None, self.mounter)?;
+                    report = Some(lower_reported(r, tree.as_ref()));
                     Ok(result)
                 }
                 Mode::Copy => {
@@ -194,6 +201,7 @@ impl ProxyRuntime<'_> {
                     let served = Served::Bind {
                         dir: copy.clone(),
                         readonly: run.readonly,
+                        refuser: None,
                     };
                     let made = sandbox::ingest::CopyMade::stamp(&copy, left_out)?;
                     let ran = sandbox::run(&dir, &launch, served, None, self.mounter);
@@ -244,6 +252,56 @@ impl ProxyRuntime<'_> {
         }
     }
 
+    /// The materialized tree of the command's starting state, leased for the run, when the
+    /// overlay's lower layer is a tree (`None`: a FUSE view).
+    fn tree(
+        &self,
+        config: &sandbox::SandboxConfig,
+        run: &Sandboxed<'_>,
+        secrets: &crate::service::secrets::SecretPaths,
+    ) -> Result<Option<sandbox::trees::TreeLease>> {
+        if run.opts.lower.unwrap_or(config.lower) != Lower::Tree {
+            return Ok(None);
+        }
+        let dir = self
+            .tree_cache
+            .as_ref()
+            .ok_or_else(|| Error::SandboxUnavailable {
+                reason: "no tree cache directory was given".into(),
+            })?;
+        let cache = sandbox::trees::TreeCache::open(dir.clone(), config.tree_cache_mb)?;
+        cache.lease(self.ws, run.before, secrets).map(Some)
+    }
+
+    /// What covers the tree's placeholders for secrets: a FUSE view of the same root, which
+    /// lists them unreadable. `None` when the tree holds none, or where FUSE cannot be had
+    /// (the placeholders, empty and mode 000, then stand alone).
+    fn refuser(
+        &self,
+        tree: &sandbox::trees::TreeLease,
+        run: &Sandboxed<'_>,
+        secrets: &crate::service::secrets::SecretPaths,
+    ) -> Result<Option<sandbox::Refuser>> {
+        let fuse = self
+            .mounter
+            .available()
+            .and_then(|()| self.mounter.open_device().map(drop));
+        if tree.refused.is_empty() || fuse.is_err() {
+            return Ok(None);
+        }
+        let paths: Vec<VPath> = tree
+            .refused
+            .iter()
+            .filter_map(|p| VPath::parse(p).ok())
+            .collect();
+        let view = MountFs::at_root(self.ws.clone(), run.before)?
+            .with_hidden(secrets.clone())
+            .showing_only(&paths);
+        Ok(Some(sandbox::Refuser {
+            view: Arc::new(view),
+        }))
+    }
+
     /// A file system for the run's upper layer sized to what the workspace's quota has
     /// left, so the write that crosses it fails with ENOSPC; `None` without quotas. A file
     /// copied up counts whole, and directories count against `max_files` here.
@@ -273,6 +331,15 @@ pub(super) fn sandbox_config(
     }
     config.validate()?;
     Ok(config)
+}
+
+/// `r` saying which lower layer the overlay had.
+fn lower_reported(mut r: SandboxReport, tree: Option<&sandbox::trees::TreeLease>) -> SandboxReport {
+    r.lower = Some(match tree {
+        Some(t) => format!("tree ({})", t.how),
+        None => "fuse".into(),
+    });
+    r
 }
 
 /// The end of an ingested run: the entry that records it, its report with what was

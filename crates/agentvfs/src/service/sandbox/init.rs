@@ -586,14 +586,20 @@ pub(super) fn assemble(spec: &Spec, report: &mut Reporter) -> Step<()> {
         }
         WorkspaceFs::Overlay {
             fd,
+            tree,
             lower,
             upper,
             work,
         } => {
-            read_only_fuse(lower, &fuse_opts(*fd), *fd, report)?;
+            match (fd, tree) {
+                (Some(fd), _) => read_only_fuse(lower, &fuse_opts(*fd), *fd, report)?,
+                // Read-only also keeps reads from changing the cached tree's atimes.
+                (None, Some(tree)) => bind(tree, lower, false)?,
+                (None, None) => return Err("an overlay without a lower layer".into()),
+            }
+            let lowers = refusing(spec, lower, &fuse_opts, report)?;
             let mut opts = format!(
-                "lowerdir={},upperdir={},workdir={},index=on,redirect_dir=off,metacopy=off",
-                escape(lower),
+                "lowerdir={lowers},upperdir={},workdir={},index=on,redirect_dir=off,metacopy=off",
                 escape(upper),
                 escape(work)
             );
@@ -605,7 +611,22 @@ pub(super) fn assemble(spec: &Spec, report: &mut Reporter) -> Step<()> {
                 narrow_layer(at, spec.layer_inodes)?;
             }
         }
-        WorkspaceFs::Bind { dir, readonly } => bind(dir, &ws, !readonly)?,
+        WorkspaceFs::Bind { dir, readonly } => match &spec.refuse {
+            None => bind(dir, &ws, !readonly)?,
+            // A read-only tree whose secrets are covered: an overlay without an upper.
+            Some(r) => {
+                bind(dir, &r.tree_at, false)?;
+                let lowers = refusing(spec, &r.tree_at, &fuse_opts, report)?;
+                let opts = format!("lowerdir={lowers},redirect_dir=off,metacopy=off");
+                mount(
+                    "avfs",
+                    &ws,
+                    Some("overlay"),
+                    fuse_flags | libc::MS_RDONLY,
+                    Some(&opts),
+                )?;
+            }
+        },
         WorkspaceFs::Staged { fd, uppers } => {
             let stage = under(root, Path::new(super::join::STAGE));
             make_dir(&stage, 0o700)?;
@@ -707,6 +728,25 @@ fn read_only_fuse(dst: &Path, opts: &str, fd: i32, report: &mut Reporter) -> Ste
     close(fd);
     report.send(&Status::Mounted);
     Ok(())
+}
+
+/// The overlay's `lowerdir` for `lower`: with secrets to cover (`spec.refuse`), the
+/// fork's FUSE view that shows only them (and the directories above them) goes on top,
+/// so a secret is listed and cannot be opened, and every other name falls through to
+/// `lower`.
+fn refusing(
+    spec: &Spec,
+    lower: &Path,
+    fuse_opts: &dyn Fn(i32) -> String,
+    report: &mut Reporter,
+) -> Step<String> {
+    match &spec.refuse {
+        None => Ok(escape(lower)),
+        Some(r) => {
+            read_only_fuse(&r.at, &fuse_opts(r.fd), r.fd, report)?;
+            Ok(format!("{}:{}", escape(&r.at), escape(lower)))
+        }
+    }
 }
 
 /// A fresh tmpfs at `dst` (no setuid, no devices) with tmpfs options `opts`.

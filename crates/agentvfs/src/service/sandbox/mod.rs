@@ -13,6 +13,7 @@ pub mod init;
 mod join;
 pub mod kept;
 mod spec;
+pub mod trees;
 
 use std::io::BufRead;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -122,6 +123,10 @@ pub struct SandboxReport {
     /// which keeps its own.
     #[serde(default)]
     pub refused: Vec<String>,
+    /// An overlay's lower layer: `fuse`, or `tree` with how the tree was had (`cached`,
+    /// `updated` from the fork's previous tree, or `written` whole).
+    #[serde(default)]
+    pub lower: Option<String>,
 }
 
 impl SandboxReport {
@@ -149,6 +154,44 @@ pub struct SandboxConfig {
     pub ro: Vec<String>,
     /// Host paths to bind writable.
     pub rw: Vec<String>,
+    /// The overlay's lower layer: `tree` (the fork's state written out as a native
+    /// directory, cached by root) or `fuse` (a read-only FUSE view of the root).
+    pub lower: Lower,
+    /// The most the tree cache keeps, in MiB.
+    pub tree_cache_mb: u64,
+}
+
+/// Where an overlay's lower layer comes from (see BENCHMARKS.md for why `tree` is the
+/// default).
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Lower {
+    /// The fork's state at the command's root, materialized on the host disk and cached
+    /// by root id (`trees`).
+    #[default]
+    Tree,
+    /// A read-only FUSE view of the root, served by this process.
+    Fuse,
+}
+
+impl Lower {
+    pub const NAMES: [&'static str; 2] = ["tree", "fuse"];
+}
+
+impl std::str::FromStr for Lower {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "tree" => Ok(Lower::Tree),
+            "fuse" => Ok(Lower::Fuse),
+            _ => Err(Error::invalid(format!(
+                "lower is one of tree or fuse, not `{s}`"
+            ))),
+        }
+    }
 }
 
 impl Default for SandboxConfig {
@@ -162,6 +205,8 @@ impl Default for SandboxConfig {
                 "~/.rustup".into(),
             ],
             rw: Vec::new(),
+            lower: Lower::default(),
+            tree_cache_mb: trees::DEFAULT_BUDGET_MB,
         }
     }
 }
@@ -412,11 +457,29 @@ pub enum Served {
     /// A kernel overlay whose lower layer is this read-only mount; the upper layer is the
     /// run directory's `upper`.
     Overlay(Arc<MountFs>),
-    /// A host directory bound as it is (read-only, or not).
-    Bind { dir: PathBuf, readonly: bool },
+    /// A kernel overlay whose lower layer is this materialized tree (see `trees`), with
+    /// its secrets' placeholders covered by `refuser`, if given.
+    OverlayOn {
+        tree: PathBuf,
+        refuser: Option<Refuser>,
+    },
+    /// A host directory bound as it is (read-only, or not), with secrets' placeholders
+    /// covered by `refuser`, if given.
+    Bind {
+        dir: PathBuf,
+        readonly: bool,
+        refuser: Option<Refuser>,
+    },
     /// A session's command in the session's kept namespace (see `kept`); a layer given to
     /// `run` is attached in that namespace at `layer_at`.
     Joined { join: Join, layer_at: PathBuf },
+}
+
+/// What covers a tree's placeholders for secrets: a read-only FUSE view of the same root
+/// that shows only the secrets (unreadable) and the directories above them
+/// (`MountFs::showing_only`).
+pub struct Refuser {
+    pub view: Arc<MountFs>,
 }
 
 /// One command to run in a sandbox.
@@ -542,6 +605,24 @@ pub fn run(
         .map_err(|e| Error::io("creating a pipe in", dir.path(), e.into()))?;
     let mut pass = vec![status_w.as_raw_fd()];
     let mut layer_at = None;
+    let mut refuse = None;
+    let mut refuse_with = |refuser: Option<Refuser>,
+                           pass: &mut Vec<i32>|
+     -> Result<Option<(Arc<MountFs>, OwnedFd)>> {
+        let Some(r) = refuser else { return Ok(None) };
+        let dev = mounter.open_device()?;
+        pass.push(dev.as_raw_fd());
+        let [at, tree_at] = ["refuser", "tree"].map(|n| dir.path().join(n));
+        for d in [&at, &tree_at] {
+            std::fs::create_dir(d).map_err(|e| Error::io("creating", d, e))?;
+        }
+        refuse = Some(spec::Refuse {
+            fd: dev.as_raw_fd(),
+            at,
+            tree_at,
+        });
+        Ok(Some((r.view, dev)))
+    };
     let (workspace, serve): (WorkspaceFs, Option<(Arc<MountFs>, OwnedFd)>) = match fs {
         Served::Fuse(session) => {
             let dev = mounter.open_device()?;
@@ -555,9 +636,19 @@ pub fn run(
                 Some((session, dev)),
             )
         }
-        Served::Overlay(lower) => {
-            let dev = mounter.open_device()?;
-            pass.push(dev.as_raw_fd());
+        Served::Overlay(_) | Served::OverlayOn { .. } => {
+            let (fd, tree, lower) = match fs {
+                Served::Overlay(lower) => {
+                    let dev = mounter.open_device()?;
+                    pass.push(dev.as_raw_fd());
+                    (Some(dev), None, Some(lower))
+                }
+                Served::OverlayOn { tree, refuser } => {
+                    let (view, dev) = refuse_with(refuser, &mut pass)?.unzip();
+                    (dev, Some(tree), view)
+                }
+                _ => unreachable!("matched above"),
+            };
             let l = dir.path().join("lower");
             std::fs::create_dir(&l).map_err(|e| Error::io("creating", &l, e))?;
             // Upper and work on the run's own file system when it has one (made here, seen
@@ -585,15 +676,26 @@ pub fn run(
             };
             (
                 WorkspaceFs::Overlay {
-                    fd: dev.as_raw_fd(),
+                    fd: fd
+                        .as_ref()
+                        .filter(|_| tree.is_none())
+                        .map(|d| d.as_raw_fd()),
+                    tree,
                     lower: l,
                     upper: u,
                     work: w,
                 },
-                Some((lower, dev)),
+                lower.zip(fd),
             )
         }
-        Served::Bind { dir, readonly } => (WorkspaceFs::Bind { dir, readonly }, None),
+        Served::Bind {
+            dir,
+            readonly,
+            refuser,
+        } => (
+            WorkspaceFs::Bind { dir, readonly },
+            refuse_with(refuser, &mut pass)?,
+        ),
         Served::Joined { join, layer_at: at } => {
             pass.push(join.holder);
             layer_at = Some(at);
@@ -614,6 +716,7 @@ pub fn run(
         root,
         workspace_path: ws_path.clone(),
         workspace,
+        refuse,
         layer: layer.map(|l| {
             let at = layer_at.unwrap_or_else(|| dir.path().join("layer"));
             (l.fd.as_raw_fd(), at)
@@ -709,6 +812,7 @@ pub fn run(
         ro: ro.iter().map(|p| p.display().to_string()).collect(),
         rw: rw.iter().map(|p| p.display().to_string()).collect(),
         refused: Vec::new(),
+        lower: None,
     };
     Ok((result, report))
 }
@@ -762,6 +866,7 @@ fn hold(
             fd: dev.as_raw_fd(),
             uppers: uppers.to_path_buf(),
         },
+        refuse: None,
         layer: Some((store.fd.as_raw_fd(), PathBuf::from(join::STAGE).join("l"))),
         layer_inodes: None,
         ro,

@@ -12,9 +12,12 @@ pub enum WorkspaceFs {
     /// The vault served over FUSE on descriptor `fd`, mounted at the workspace path.
     Fuse { fd: i32, readonly: bool },
     /// A kernel overlay: lower = the vault's root served read-only over FUSE on `fd`
-    /// (mounted at `lower`), upper and work directories on the host's disk.
+    /// (mounted at `lower`), or with no `fd` the materialized tree `tree` bound read-only
+    /// at `lower`; upper and work directories on the host's disk.
     Overlay {
-        fd: i32,
+        fd: Option<i32>,
+        #[serde(default)]
+        tree: Option<PathBuf>,
         lower: PathBuf,
         upper: PathBuf,
         work: PathBuf,
@@ -30,6 +33,17 @@ pub enum WorkspaceFs {
     /// A command of a session: it joins the kept namespace and covers the workspace path
     /// with its own overlay there.
     Joined(Join),
+}
+
+/// Secrets over a materialized tree: a FUSE view of the fork's state on `fd` that shows
+/// only the secrets (unreadable) and the directories above them, mounted at `at` and put
+/// above the tree as the overlay's top lower layer, so a secret is listed and cannot be
+/// opened, as on a FUSE lower. A read-only tree is bound at `tree_at` first.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Refuse {
+    pub fd: i32,
+    pub at: PathBuf,
+    pub tree_at: PathBuf,
 }
 
 /// Where a session's command finds its namespace and its overlay. Paths are inside the
@@ -52,6 +66,9 @@ pub struct Spec {
     /// Where the workspace appears inside the sandbox.
     pub workspace_path: PathBuf,
     pub workspace: WorkspaceFs,
+    /// Secrets to cover once the workspace is mounted (a tree lower, or a bound tree).
+    #[serde(default)]
+    pub refuse: Option<Refuse>,
     /// A file system made for this run (a tmpfs sized to the workspace's quota), passed
     /// as a detached mount on this descriptor and attached at `layer.1` before the
     /// workspace is made (the overlay's upper layer or the copy live on it).

@@ -1,0 +1,643 @@
+//! The materialized tree cache: a fork's state at an immutable root written out as a
+//! native directory, the other source of an overlay's lower layer (besides a read-only
+//! FUSE view of the root). Reads in the command then cost what they cost on the host disk.
+//!
+//! Trees are keyed by root id and the secret patterns left out of them, and live under a
+//! 0700 directory in `$AVFS_HOME`. A tree is made incrementally: the fork's previous tree,
+//! when no command is using it, is renamed into place and changed by the difference
+//! between the two roots, which costs what the command wrote, not the size of the fork.
+//! Otherwise the root is written out whole. A command holds a shared `flock` on its
+//! tree's lock file while it runs; taking a tree over or evicting it needs the exclusive
+//! lock, so a tree in use is never changed or removed. The cache keeps at most
+//! [`MAX_TREES`] trees and a byte budget, evicting the least recently leased first.
+//!
+//! A tree's files are never shared with another tree: a tree is changed only by the one
+//! process that took it over, and it replaces entries rather than writing into them. A
+//! change that touches hard-linked files (their bodies, or where their names are) is
+//! written whole, as is one that changes a directory's extended attributes.
+//!
+//! Secrets never reach the tree: each has an empty placeholder of mode 000 there
+//! (`TreeLease::refused`), which the sandbox covers with a FUSE view of just the secrets
+//! (`MountFs::showing_only`), so they are listed and unreadable as on a FUSE lower.
+
+use std::fs::File;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+
+use rustix::fs::FlockOperation;
+
+use super::super::secrets::SecretPaths;
+use super::super::transfer;
+use crate::error::{Error, Result};
+use crate::model::View;
+use crate::model::Workspace;
+use crate::model::diff::StateRef;
+use crate::model::id::ObjectId;
+use crate::model::node::{Node, NodeKind};
+use crate::model::path::VPath;
+
+/// The most trees kept at once, whatever their size.
+pub const MAX_TREES: usize = 8;
+
+/// The default byte budget of the cache (`[sandbox] tree_cache_mb`).
+pub const DEFAULT_BUDGET_MB: u64 = 4096;
+
+/// The cache directory and its budget.
+pub struct TreeCache {
+    dir: PathBuf,
+    budget: u64,
+}
+
+/// A tree in use: its directory stays as it is until the lease is dropped.
+pub struct TreeLease {
+    path: PathBuf,
+    /// How the tree was had: `cached`, `updated` (from the fork's previous tree) or
+    /// `written` (whole).
+    pub how: &'static str,
+    /// Workspace-relative paths of the placeholders that stand for secrets: empty files
+    /// and directories of mode 000 that hold nothing of the secret, for the sandbox to
+    /// cover with the fork's own unreadable entries.
+    pub refused: Vec<String>,
+    _lock: File,
+}
+
+/// What is known of a tree, in `KEY.json` beside it: written whole (a new file renamed
+/// into place) before the tree gets its name, never changed after.
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
+struct TreeInfo {
+    /// What the tree's files take on disk (for the budget).
+    bytes: u64,
+    /// Its secrets' placeholders (see `TreeLease::refused`).
+    refused: Vec<String>,
+}
+
+impl TreeInfo {
+    fn read(path: &Path) -> TreeInfo {
+        std::fs::read(path)
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_default()
+    }
+}
+
+impl TreeLease {
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl TreeCache {
+    /// The cache at `dir` (made 0700 if missing), keeping at most `budget_mb` MiB.
+    pub fn open(dir: PathBuf, budget_mb: u64) -> Result<TreeCache> {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)
+            .map_err(|e| Error::io("creating", &dir, e))?;
+        let cache = TreeCache {
+            dir,
+            budget: budget_mb.saturating_mul(1 << 20),
+        };
+        cache.remove_stale();
+        Ok(cache)
+    }
+
+    fn key(root: ObjectId, secrets: &SecretPaths) -> String {
+        format!("{}-{}", root.to_hex(), secrets.fingerprint())
+    }
+
+    fn lock_path(&self, key: &str) -> PathBuf {
+        self.dir.join(format!("{key}.lock"))
+    }
+
+    fn info_path(&self, key: &str) -> PathBuf {
+        self.dir.join(format!("{key}.json"))
+    }
+
+    /// A fresh name for a scratch entry of this process (`.build-PID-N...`), which
+    /// `remove_stale` removes once the process is gone.
+    fn scratch(&self, what: &str) -> PathBuf {
+        static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic).tv_nsec;
+        self.dir
+            .join(format!(".build-{}-{n}-{t}{what}", std::process::id()))
+    }
+
+    /// Open `key`'s lock file (made if `create`) and hold it shared: once held, the tree
+    /// cannot be taken over or evicted. `None` when there is no lock file.
+    fn hold(&self, key: &str, create: bool) -> Result<Option<File>> {
+        let path = self.lock_path(key);
+        loop {
+            let opened = std::fs::OpenOptions::new()
+                .read(true)
+                .write(create)
+                .create(create)
+                .truncate(false)
+                .open(&path);
+            let lock = match opened {
+                Ok(f) => f,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound && !create => return Ok(None),
+                Err(e) => return Err(Error::io("opening", &path, e)),
+            };
+            rustix::fs::flock(&lock, FlockOperation::LockShared)
+                .map_err(|e| Error::io("locking", &path, e.into()))?;
+            // Taken or evicted between the open and the lock: its lock file was unlinked.
+            if same_file(&lock, &path) {
+                return Ok(Some(lock));
+            }
+            if !create {
+                return Ok(None);
+            }
+        }
+    }
+
+    /// Where the key of the fork's newest tree is kept.
+    fn last_file(&self, ws: &Workspace) -> PathBuf {
+        let mut h = blake3::Hasher::new();
+        h.update(ws.vault().path().as_os_str().as_encoded_bytes());
+        h.update(b"\0");
+        h.update(ws.name().as_bytes());
+        self.dir
+            .join(format!(".last-{}", &h.finalize().to_hex()[..16]))
+    }
+
+    /// The tree of `root` with `secrets` left out, made now if it is not cached.
+    pub fn lease(
+        &self,
+        ws: &Workspace,
+        root: ObjectId,
+        secrets: &SecretPaths,
+    ) -> Result<TreeLease> {
+        let key = Self::key(root, secrets);
+        if let Some(lease) = self.existing(&key, "cached")? {
+            return Ok(lease);
+        }
+        let build = self.scratch("");
+        let refuses = |view: &View<'_>, path: &VPath, node: &Node| {
+            node.kind.is_device() || secrets.refuses(view, path, Some(node)).unwrap_or(true)
+        };
+        // Secrets met while writing the new state: each gets a placeholder afterwards.
+        let met: std::cell::RefCell<Vec<(VPath, Node)>> = Default::default();
+        let skip = |view: &View<'_>, path: &VPath, node: &Node| {
+            let refused = refuses(view, path, node);
+            if refused && !node.kind.is_device() {
+                met.borrow_mut().push((path.clone(), node.clone()));
+            }
+            refused
+        };
+        let mut how = "written";
+        let mut info = TreeInfo::default();
+        if let Some((prev, old)) = self.take_previous(ws, &key, &build) {
+            let updated =
+                ws.vault()
+                    .with_views(&StateRef::Root(prev), &StateRef::Root(root), |a, b| {
+                        let mut u = Update {
+                            va: a,
+                            vb: b,
+                            refuses: &refuses,
+                            skip: &skip,
+                            changed: Vec::new(),
+                            added: 0,
+                            removed: 0,
+                            links: false,
+                        };
+                        if !u.tree(&build)? {
+                            return Ok(None);
+                        }
+                        let changed = u.changed;
+                        let kept = old.refused.into_iter().filter(|p| {
+                            !changed
+                                .iter()
+                                .any(|c: &VPath| VPath::parse(p).is_ok_and(|p| p.starts_with(c)))
+                        });
+                        let placed = place(b, &build, &met.borrow())?;
+                        Ok(Some(TreeInfo {
+                            bytes: (old.bytes + u.added).saturating_sub(u.removed),
+                            refused: kept.chain(placed).collect(),
+                        }))
+                    });
+            match updated {
+                Ok(Some(i)) => {
+                    how = "updated";
+                    info = i;
+                }
+                // Hard links, or the tree could not be changed: write it whole.
+                Ok(None) | Err(_) => remove_tree(&build),
+            }
+        }
+        if how == "written" {
+            let _ = std::fs::remove_dir_all(&build);
+            met.borrow_mut().clear();
+            let made = ws.read_root(root, |view| {
+                transfer::materialize_entry(view, &VPath::root(), &build, &skip)?;
+                place(view, &build, &met.borrow())
+            });
+            match made {
+                Ok(refused) => {
+                    info = TreeInfo {
+                        bytes: tree_bytes(&build),
+                        refused,
+                    }
+                }
+                Err(e) => {
+                    remove_tree(&build);
+                    return Err(e);
+                }
+            }
+        }
+        info.refused.sort();
+        // What is known of it, then its lock file, held shared: nobody can take the tree
+        // over or evict it once it has a name.
+        let tmp = self.scratch(".json");
+        std::fs::write(&tmp, serde_json::to_vec(&info).unwrap_or_default())
+            .and_then(|()| std::fs::rename(&tmp, self.info_path(&key)))
+            .map_err(|e| {
+                remove_tree(&build);
+                Error::io("writing", &tmp, e)
+            })?;
+        let lock = self.hold(&key, true)?.expect("made");
+        let path = self.dir.join(&key);
+        if std::fs::rename(&build, &path).is_err() {
+            // Made meanwhile by another command: use that one.
+            remove_tree(&build);
+            if !path.is_dir() {
+                return Err(Error::Storage(format!(
+                    "the tree cache lost {}",
+                    path.display()
+                )));
+            }
+        }
+        let tmp = self.scratch("-last");
+        if std::fs::write(&tmp, &key).is_ok() {
+            let _ = std::fs::rename(&tmp, self.last_file(ws));
+        }
+        self.evict(&key);
+        Ok(TreeLease {
+            path,
+            how,
+            refused: info.refused,
+            _lock: lock,
+        })
+    }
+
+    /// The cached tree `key`, leased, if there is one.
+    fn existing(&self, key: &str, how: &'static str) -> Result<Option<TreeLease>> {
+        let Some(lock) = self.hold(key, false)? else {
+            return Ok(None);
+        };
+        let path = self.dir.join(key);
+        if !path.is_dir() {
+            return Ok(None);
+        }
+        // Touched, for the eviction order.
+        let _ = lock.set_modified(std::time::SystemTime::now());
+        Ok(Some(TreeLease {
+            path,
+            how,
+            refused: TreeInfo::read(&self.info_path(key)).refused,
+            _lock: lock,
+        }))
+    }
+
+    /// Take the fork's previous tree for `build`, if it is not in use: its root id and
+    /// what its lock file said.
+    fn take_previous(
+        &self,
+        ws: &Workspace,
+        key: &str,
+        build: &Path,
+    ) -> Option<(ObjectId, TreeInfo)> {
+        let prev = std::fs::read_to_string(self.last_file(ws)).ok()?;
+        if prev == key || prev.contains('/') || prev.starts_with('.') {
+            return None;
+        }
+        let (root, fp) = prev.split_once('-')?;
+        if fp != key.split_once('-')?.1 {
+            return None;
+        }
+        let root = ObjectId::from_hex(root)?;
+        self.take(&prev, build).map(|info| (root, info))
+    }
+
+    /// Move tree `key` to `to` if nobody uses it, and forget it: what was known of it.
+    /// A lock file whose tree is gone is forgotten too.
+    fn take(&self, key: &str, to: &Path) -> Option<TreeInfo> {
+        let lock_path = self.lock_path(key);
+        let lock = File::open(&lock_path).ok()?;
+        if rustix::fs::flock(&lock, FlockOperation::NonBlockingLockExclusive).is_err()
+            || !same_file(&lock, &lock_path)
+        {
+            return None;
+        }
+        let info = TreeInfo::read(&self.info_path(key));
+        let moved = std::fs::rename(self.dir.join(key), to);
+        if let Err(e) = &moved
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            return None;
+        }
+        let _ = std::fs::remove_file(self.info_path(key));
+        let _ = std::fs::remove_file(&lock_path);
+        moved.ok().map(|()| info)
+    }
+
+    /// Remove the least recently leased trees not in use until the cache fits.
+    fn evict(&self, keep: &str) {
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return;
+        };
+        let mut trees: Vec<(std::time::SystemTime, u64, String)> = entries
+            .flatten()
+            .filter_map(|e| {
+                let name = e.file_name().into_string().ok()?;
+                let key = name.strip_suffix(".lock")?.to_string();
+                let meta = e.metadata().ok()?;
+                let bytes = TreeInfo::read(&self.info_path(&key)).bytes;
+                Some((meta.modified().ok()?, bytes, key))
+            })
+            .collect();
+        trees.sort();
+        let mut total: u64 = trees.iter().map(|t| t.1).sum();
+        let mut count = trees.len();
+        for (_, bytes, key) in trees {
+            if count <= MAX_TREES && total <= self.budget {
+                break;
+            }
+            if key == keep {
+                continue;
+            }
+            let gone = self.scratch("-gone");
+            if self.take(&key, &gone).is_some() {
+                remove_tree(&gone);
+                total = total.saturating_sub(bytes);
+                count -= 1;
+            } else if !self.dir.join(&key).exists() {
+                // A lock file left without its tree (now forgotten, or in use): not a tree.
+                count -= 1;
+            }
+        }
+    }
+
+    /// Remove what killed processes left: their scratch entries (`.build-PID-*`: trees
+    /// being built or evicted, files being written). A process of another pid namespace
+    /// sharing this `$AVFS_HOME` is not told apart from a dead one.
+    pub fn remove_stale(&self) {
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let Some(rest) = name.strip_prefix(".build-") else {
+                continue;
+            };
+            let pid = rest.split('-').next().and_then(|p| p.parse::<u32>().ok());
+            if pid.is_some_and(crate::service::mounts::pid_alive) {
+                continue;
+            }
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                remove_tree(&e.path());
+            } else {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+}
+
+/// Whether the open `lock` is still the file at `path` (not one unlinked by an eviction).
+fn same_file(lock: &File, path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (lock.metadata(), std::fs::metadata(path)) {
+        (Ok(a), Ok(b)) => a.ino() == b.ino() && a.dev() == b.dev(),
+        _ => false,
+    }
+}
+
+/// Remove a tree, even one whose directories were made read-only.
+fn remove_tree(path: &Path) {
+    if std::fs::remove_dir_all(path).is_ok() || !path.exists() {
+        return;
+    }
+    let mut dirs = vec![path.to_path_buf()];
+    while let Some(d) = dirs.pop() {
+        use std::os::unix::fs::PermissionsExt;
+        let _ = std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o700));
+        if let Ok(rd) = std::fs::read_dir(&d) {
+            for e in rd.flatten() {
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    dirs.push(e.path());
+                }
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(path);
+}
+
+/// The bytes a tree's files take on disk (for the budget). Directories are read with
+/// O_NOATIME, so the walk leaves the tree's times as the fork has them.
+fn tree_bytes(path: &Path) -> u64 {
+    use rustix::fs::{AtFlags, Mode, OFlags};
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::NOATIME;
+    let mut total = 0;
+    let mut dirs = vec![path.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        let Ok(d) = rustix::fs::open(&dir, flags | OFlags::CLOEXEC, Mode::empty()) else {
+            continue;
+        };
+        let Ok(mut entries) = rustix::fs::Dir::read_from(&d) else {
+            continue;
+        };
+        while let Some(Ok(e)) = entries.read() {
+            let name = e.file_name();
+            if name.to_bytes() == b"." || name.to_bytes() == b".." {
+                continue;
+            }
+            let Ok(st) = rustix::fs::statat(&d, name, AtFlags::SYMLINK_NOFOLLOW) else {
+                continue;
+            };
+            total += st.st_blocks as u64 * 512;
+            if rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory {
+                use std::os::unix::ffi::OsStrExt;
+                dirs.push(dir.join(std::ffi::OsStr::from_bytes(name.to_bytes())));
+            }
+        }
+    }
+    total
+}
+
+type Skip<'s> = dyn Fn(&View<'_>, &VPath, &Node) -> bool + 's;
+
+/// Changing the tree of state `va` into the tree of state `vb`: `refuses` says what a
+/// tree leaves out; `skip` says the same for the new state and notes the secrets it
+/// meets. `changed` gets each path written or removed, `added` and `removed` the bytes.
+struct Update<'u, 'v> {
+    va: &'u View<'v>,
+    vb: &'u View<'v>,
+    refuses: &'u Skip<'u>,
+    skip: &'u Skip<'u>,
+    changed: Vec<VPath>,
+    added: u64,
+    removed: u64,
+    /// Either state has hard-linked files.
+    links: bool,
+}
+
+impl Update<'_, '_> {
+    /// Change the tree at `host`. Returns false (leaving it half changed) where the
+    /// change needs a whole write: a hard-linked file changed (its body lives apart from
+    /// its names, so the directories holding them do not change), or one of its names
+    /// came, went or moved (which can make its other names secret, and a name written
+    /// alone would not be linked to the others); or a directory's extended attributes
+    /// changed.
+    fn tree(&mut self, host: &Path) -> Result<bool> {
+        let (la, lb) = (self.va.hard_links()?, self.vb.hard_links()?);
+        if la != lb {
+            return Ok(false);
+        }
+        self.links = la.is_some();
+        let (ra, _) = self.va.root()?;
+        let (rb, _) = self.vb.root()?;
+        self.dir(&VPath::root(), &ra, &rb, host)
+    }
+
+    fn dir(&mut self, path: &VPath, a: &Node, b: &Node, host: &Path) -> Result<bool> {
+        if a.xattrs != b.xattrs {
+            return Ok(false);
+        }
+        if !a.kind_eq(b) {
+            let mut names: std::collections::BTreeMap<String, (Option<Node>, Option<Node>)> =
+                Default::default();
+            for c in self.va.children(path, a, false)? {
+                names.entry(c.name).or_default().0 = Some(c.node);
+            }
+            for c in self.vb.children(path, b, false)? {
+                names.entry(c.name).or_default().1 = Some(c.node);
+            }
+            for (name, (ca, cb)) in names {
+                if ca == cb {
+                    continue;
+                }
+                let p = path.join(&name);
+                let out = host.join(&name);
+                let (was, is) = (ca.clone(), cb.clone());
+                let old = ca.filter(|n| !(self.refuses)(self.va, &p, n));
+                let new = cb.filter(|n| !(self.skip)(self.vb, &p, n));
+                match (old, new) {
+                    (Some(x), Some(y)) if x.is_dir() && y.is_dir() => {
+                        if !self.dir(&p, &x, &y, &out)? {
+                            return Ok(false);
+                        }
+                    }
+                    (_, new) => {
+                        if self.links
+                            && (holds_link(self.va, &p, was.as_ref())?
+                                || holds_link(self.vb, &p, is.as_ref())?)
+                        {
+                            return Ok(false);
+                        }
+                        self.changed.push(p.clone());
+                        if std::fs::symlink_metadata(&out).is_ok() {
+                            self.removed += entry_bytes(&out);
+                            remove_entry(&out)?;
+                        }
+                        if new.is_some() {
+                            transfer::materialize_entry(self.vb, &p, &out, self.skip)?;
+                            self.added += entry_bytes(&out);
+                        }
+                    }
+                }
+            }
+        }
+        transfer::set_dir_attrs(host, &b.attrs)?;
+        Ok(true)
+    }
+}
+
+/// Whether `node` at `path` in `view` is, or holds, a name of a hard-linked file.
+fn holds_link(view: &View<'_>, path: &VPath, node: Option<&Node>) -> Result<bool> {
+    match node {
+        None => Ok(false),
+        Some(n) if !n.is_dir() => Ok(n.link.is_some()),
+        Some(_) => {
+            let mut found = false;
+            view.walk(path, &mut |_, n| {
+                found |= n.link.is_some();
+                Ok(())
+            })?;
+            Ok(found)
+        }
+    }
+}
+
+/// The bytes the entry at `path` (and all below it) takes on disk.
+fn entry_bytes(path: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.is_dir() => m.blocks() * 512 + tree_bytes(path),
+        Ok(m) => m.blocks() * 512,
+        Err(_) => 0,
+    }
+}
+
+/// Make a placeholder in the tree at `host` for each secret in `met` (the topmost ones: a
+/// secret directory stands for what is in it), restore the times of the directories that
+/// got one, and return their workspace-relative paths. Only files and directories get
+/// one; other secrets are left out.
+fn place(view: &View<'_>, host: &Path, met: &[(VPath, Node)]) -> Result<Vec<String>> {
+    use std::os::unix::fs::PermissionsExt;
+    let paths: std::collections::BTreeSet<&VPath> = met.iter().map(|(p, _)| p).collect();
+    let mut parents = std::collections::BTreeSet::new();
+    let mut out = Vec::new();
+    for (path, node) in met {
+        let covered = path.ancestors().iter().any(|a| paths.contains(a));
+        let file = matches!(node.kind, NodeKind::File { .. } | NodeKind::Inode { .. });
+        if covered || !(node.is_dir() || file) {
+            continue;
+        }
+        let rel = path.as_str().trim_start_matches('/');
+        let at = host.join(rel);
+        if node.is_dir() {
+            std::fs::create_dir(&at).map_err(|e| Error::io("creating", &at, e))?;
+        } else {
+            File::create_new(&at).map_err(|e| Error::io("creating", &at, e))?;
+        }
+        std::fs::set_permissions(&at, std::fs::Permissions::from_mode(0o000))
+            .map_err(|e| Error::io("setting mode of", &at, e))?;
+        if rustix::process::geteuid().is_root() {
+            std::os::unix::fs::lchown(&at, Some(node.attrs.uid), Some(node.attrs.gid))
+                .map_err(|e| Error::io("setting owner of", &at, e))?;
+        }
+        transfer::set_times_ns(&at, node.attrs.atime, node.attrs.mtime)?;
+        parents.extend(path.parent());
+        out.push(rel.to_string());
+    }
+    for parent in parents {
+        if let Some(node) = view.find(&parent)? {
+            let rel = parent.as_str().trim_start_matches('/');
+            let at = if rel.is_empty() {
+                host.to_path_buf()
+            } else {
+                host.join(rel)
+            };
+            transfer::set_dir_attrs(&at, &node.attrs)?;
+        }
+    }
+    Ok(out)
+}
+
+fn remove_entry(out: &Path) -> Result<()> {
+    let meta = std::fs::symlink_metadata(out).map_err(|e| Error::io("reading", out, e))?;
+    if meta.is_dir() {
+        remove_tree(out);
+        if out.exists() {
+            return Err(Error::io(
+                "removing",
+                out,
+                std::io::Error::other("the directory stayed"),
+            ));
+        }
+        Ok(())
+    } else {
+        std::fs::remove_file(out).map_err(|e| Error::io("removing", out, e))
+    }
+}
