@@ -523,7 +523,7 @@ fn write_tree(
         fs::create_dir_all(parent).map_err(|e| Error::io("creating", parent, e))?;
     }
     ws.read_at(at, |view| {
-        write_view(view, src, host, devices, &|_, _, _| false, progress)
+        write_view(view, src, host, devices, &|_, _, _| false, None, progress)
     })
 }
 
@@ -540,7 +540,15 @@ pub(crate) fn materialize(
     skip: &Skip<'_>,
 ) -> Result<Vec<VPath>> {
     let report = ws.read_root(root, |view| {
-        write_view(view, &VPath::root(), host, false, skip, &mut |_, _| {})
+        write_view(
+            view,
+            &VPath::root(),
+            host,
+            false,
+            skip,
+            None,
+            &mut |_, _| {},
+        )
     })?;
     report
         .skipped
@@ -549,15 +557,22 @@ pub(crate) fn materialize(
         .collect()
 }
 
+/// Where a file's content already is on the host: for a file node at a path, a host file
+/// known to hold exactly that content, with one link, on the same file system, which may
+/// be moved into place instead of being written (an overlay's upper layer just ingested).
+pub(crate) type Donor<'d> = dyn Fn(&VPath, &Node) -> Option<PathBuf> + 'd;
+
 /// Write the entry at `src` in `view` (and everything below it) at the host path `host`,
-/// which must not exist, as `materialize` does; returns what was left out.
+/// which must not exist, as `materialize` does; returns what was left out. A file that
+/// `donor` has is moved in from there, not written.
 pub(crate) fn materialize_entry(
     view: &View<'_>,
     src: &VPath,
     host: &Path,
     skip: &Skip<'_>,
+    donor: Option<&Donor<'_>>,
 ) -> Result<Vec<VPath>> {
-    let report = write_view(view, src, host, false, skip, &mut |_, _| {})?;
+    let report = write_view(view, src, host, false, skip, donor, &mut |_, _| {})?;
     Ok(report
         .skipped
         .iter()
@@ -582,6 +597,7 @@ fn write_view(
     host: &Path,
     devices: bool,
     skip: &Skip<'_>,
+    donor: Option<&Donor<'_>>,
     progress: Progress<'_>,
 ) -> Result<TransferReport> {
     let is_root = rustix::process::geteuid().is_root();
@@ -624,7 +640,10 @@ fn write_view(
                     report.dirs += 1;
                 }
                 NodeKind::File { .. } | NodeKind::Link { .. } | NodeKind::Inode { .. } => {
-                    write_host_file(view, &out, node)?;
+                    let given = donor.and_then(|d| d(path, node));
+                    if !given.is_some_and(|from| adopt_host_file(&from, &out, node)) {
+                        write_host_file(view, &out, node)?;
+                    }
                     report.files += 1;
                     report.bytes += node.size();
                 }
@@ -729,6 +748,41 @@ fn write_host_file(view: &View<'_>, out: &Path, node: &Node) -> Result<()> {
     )
     .map_err(|e| Error::io("setting times of", out, e))?;
     Ok(())
+}
+
+/// Move the host file `from`, which holds `node`'s content, to `out` (which does not
+/// exist) and give it the node's mode and times, with none of its own extended attributes
+/// (the node's are set after). False, with `out` not made, where it cannot be moved (on
+/// another file system).
+fn adopt_host_file(from: &Path, out: &Path, node: &Node) -> bool {
+    if fs::rename(from, out).is_err() {
+        return false;
+    }
+    let mut names = vec![0u8; 4096];
+    let listed = loop {
+        match rustix::fs::llistxattr(out, &mut names) {
+            Ok(n) => break Ok(n),
+            Err(rustix::io::Errno::RANGE) if names.len() < (1 << 20) => {
+                names.resize(names.len() * 4, 0)
+            }
+            Err(e) => break Err(e),
+        }
+    };
+    let cleared = listed.is_ok_and(|n| {
+        names[..n]
+            .split(|b| *b == 0)
+            .filter(|s| !s.is_empty())
+            .all(|name| rustix::fs::lremovexattr(out, name).is_ok())
+    });
+    let done = cleared
+        && fs::set_permissions(out, fs::Permissions::from_mode(node.attrs.mode)).is_ok()
+        && set_link_times(out, &node.attrs).is_ok();
+    if !done {
+        // Written from the vault after all.
+        let _ = fs::remove_file(out);
+        return false;
+    }
+    true
 }
 
 fn set_link_times(path: &Path, attrs: &Attrs) -> Result<()> {

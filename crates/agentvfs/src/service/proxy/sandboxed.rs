@@ -163,13 +163,25 @@ impl ProxyRuntime<'_> {
                     {
                         return ran.map(|(result, _)| result);
                     }
+                    let upper = sandbox::upper_dir(&dir, layer.as_ref());
                     let ingested = sandbox::ingest::ingest(
                         self.ws,
-                        &sandbox::upper_dir(&dir, layer.as_ref()),
+                        &upper,
                         start(&secrets),
                         EXEC_OP,
                         run.text,
                     );
+                    // The tree moves on with the fork, taking the command's files from
+                    // its layer (not over a quota's own file system: they would be copied).
+                    if let (Some(t), Ok((i, op))) = (tree, &ingested)
+                        && i.refused.is_empty()
+                        && layer.is_none()
+                    {
+                        drop(t);
+                        let _ = self
+                            .tree_cache(config)
+                            .and_then(|c| c.advance(self.ws, op.after, &secrets, &upper));
+                    }
                     took_in(ran, ingested, &mut exec_id, &mut own_change, &mut report)
                 }
                 // Read-only: the fork's state as the command started, with no layer above.
@@ -263,14 +275,19 @@ impl ProxyRuntime<'_> {
         if run.opts.lower.unwrap_or(config.lower) != Lower::Tree {
             return Ok(None);
         }
+        self.tree_cache(config)?
+            .lease(self.ws, run.before, secrets)
+            .map(Some)
+    }
+
+    fn tree_cache(&self, config: &sandbox::SandboxConfig) -> Result<sandbox::trees::TreeCache> {
         let dir = self
             .tree_cache
             .as_ref()
             .ok_or_else(|| Error::SandboxUnavailable {
                 reason: "no tree cache directory was given".into(),
             })?;
-        let cache = sandbox::trees::TreeCache::open(dir.clone(), config.tree_cache_mb)?;
-        cache.lease(self.ws, run.before, secrets).map(Some)
+        sandbox::trees::TreeCache::open(dir.clone(), config.tree_cache_mb)
     }
 
     /// What covers the tree's placeholders for secrets: a FUSE view of the same root, which

@@ -173,6 +173,81 @@ impl TreeCache {
         if let Some(lease) = self.existing(&key, "cached")? {
             return Ok(lease);
         }
+        self.make(ws, root, secrets, &key, None)
+            .map(|made| made.expect("a tree is written whole when it cannot be updated"))
+    }
+
+    /// Bring the fork's previous tree to `root` right after a command's `upper` layer was
+    /// ingested as the change that made `root`: the files the command wrote are moved
+    /// from the layer into the tree instead of being written again from the vault. Does
+    /// nothing (the next lease writes the tree) where the previous tree is in use, or
+    /// the change needs a whole write. Returns how the tree was had, if it was.
+    pub fn advance(
+        &self,
+        ws: &Workspace,
+        root: ObjectId,
+        secrets: &SecretPaths,
+        upper: &Path,
+    ) -> Result<Option<&'static str>> {
+        let key = Self::key(root, secrets);
+        if self.dir.join(&key).is_dir() {
+            return Ok(None);
+        }
+        // Only real directories of the layer lead to a donated file, checked once each:
+        // a symlink in the layer never sends a rename elsewhere.
+        let real_dirs: std::cell::RefCell<std::collections::HashSet<PathBuf>> = Default::default();
+        let real_dir = |dir: &Path| -> bool {
+            if dir == upper || real_dirs.borrow().contains(dir) {
+                return true;
+            }
+            let ok = dir.parent().is_some_and(|p| p.starts_with(upper))
+                && std::fs::symlink_metadata(dir).is_ok_and(|m| m.is_dir());
+            if ok {
+                real_dirs.borrow_mut().insert(dir.to_path_buf());
+            }
+            ok
+        };
+        let donor = |path: &VPath, node: &Node| -> Option<PathBuf> {
+            use std::os::unix::fs::MetadataExt;
+            let from = upper.join(path.as_str().trim_start_matches('/'));
+            let ancestors: Vec<&Path> = from
+                .ancestors()
+                .skip(1)
+                .take_while(|a| a.starts_with(upper))
+                .collect();
+            if !ancestors.iter().rev().all(|a| real_dir(a)) {
+                return None;
+            }
+            let meta = std::fs::symlink_metadata(&from).ok()?;
+            let mtime = meta.mtime() * 1_000_000_000 + meta.mtime_nsec();
+            // One name, the size and time the vault took, and the whole content in the
+            // file (never an overlay metadata-only copy).
+            let whole = super::ingest::get_xattr(&from, "trusted.overlay.metacopy").is_none()
+                && super::ingest::get_xattr(&from, "user.overlay.metacopy").is_none();
+            (meta.is_file()
+                && meta.nlink() == 1
+                && meta.len() == node.size()
+                && mtime == node.attrs.mtime
+                && whole)
+                .then_some(from)
+        };
+        Ok(self
+            .make(ws, root, secrets, &key, Some(&donor))?
+            .map(|lease| lease.how))
+    }
+
+    /// Make the tree of `root` as `key`: from the fork's previous tree when it can be
+    /// taken over and updated (moving in what `donor` has), else written whole, except
+    /// with a `donor` (an advance), which then makes nothing.
+    fn make(
+        &self,
+        ws: &Workspace,
+        root: ObjectId,
+        secrets: &SecretPaths,
+        key: &str,
+        donor: Option<&transfer::Donor<'_>>,
+    ) -> Result<Option<TreeLease>> {
+        let key = key.to_string();
         let build = self.scratch("");
         let refuses = |view: &View<'_>, path: &VPath, node: &Node| {
             node.kind.is_device() || secrets.refuses(view, path, Some(node)).unwrap_or(true)
@@ -197,6 +272,7 @@ impl TreeCache {
                             vb: b,
                             refuses: &refuses,
                             skip: &skip,
+                            donor,
                             changed: Vec::new(),
                             added: 0,
                             removed: 0,
@@ -226,11 +302,14 @@ impl TreeCache {
                 Ok(None) | Err(_) => remove_tree(&build),
             }
         }
+        if how == "written" && donor.is_some() {
+            return Ok(None);
+        }
         if how == "written" {
             let _ = std::fs::remove_dir_all(&build);
             met.borrow_mut().clear();
             let made = ws.read_root(root, |view| {
-                transfer::materialize_entry(view, &VPath::root(), &build, &skip)?;
+                transfer::materialize_entry(view, &VPath::root(), &build, &skip, None)?;
                 place(view, &build, &met.borrow())
             });
             match made {
@@ -273,12 +352,12 @@ impl TreeCache {
             let _ = std::fs::rename(&tmp, self.last_file(ws));
         }
         self.evict(&key);
-        Ok(TreeLease {
+        Ok(Some(TreeLease {
             path,
             how,
             refused: info.refused,
             _lock: lock,
-        })
+        }))
     }
 
     /// The cached tree `key`, leased, if there is one.
@@ -475,6 +554,8 @@ struct Update<'u, 'v> {
     vb: &'u View<'v>,
     refuses: &'u Skip<'u>,
     skip: &'u Skip<'u>,
+    /// Where the new state's files may be moved from instead of written.
+    donor: Option<&'u transfer::Donor<'u>>,
     changed: Vec<VPath>,
     added: u64,
     removed: u64,
@@ -541,7 +622,7 @@ impl Update<'_, '_> {
                             remove_entry(&out)?;
                         }
                         if new.is_some() {
-                            transfer::materialize_entry(self.vb, &p, &out, self.skip)?;
+                            transfer::materialize_entry(self.vb, &p, &out, self.skip, self.donor)?;
                             self.added += entry_bytes(&out);
                         }
                     }
