@@ -419,16 +419,20 @@ impl<'a> View<'a> {
             })
     }
 
-    /// The stored directory of this state's hard-linked file bodies, if it has any: equal
-    /// in two states when no hard-linked file's body, attributes or link count differ.
-    pub(crate) fn hard_links(&self) -> Result<Option<Node>> {
+    /// The stored bodies of the state's hard-linked files, by inode.
+    pub(crate) fn inode_bodies(&self) -> Result<std::collections::BTreeMap<u64, Node>> {
         let dir = inode::inodes_dir();
-        Ok(match self.lookup_raw(&dir)? {
-            Some((node, overlaid)) if !self.children_raw(&dir, &node, overlaid)?.is_empty() => {
-                Some(node)
-            }
-            _ => None,
-        })
+        let Some((node, overlaid)) = self.lookup_raw(&dir)? else {
+            return Ok(Default::default());
+        };
+        let mut out = std::collections::BTreeMap::new();
+        for c in self.children_raw(&dir, &node, overlaid)? {
+            let inode = u64::from_str_radix(&c.name, 16).map_err(|_| Error::CorruptVault {
+                reason: format!("a hard-linked inode is named {:?}", c.name),
+            })?;
+            out.insert(inode, c.node);
+        }
+        Ok(out)
     }
 
     /// Entries of the directory at `path`, sorted by name.

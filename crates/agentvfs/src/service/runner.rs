@@ -206,6 +206,14 @@ fn kill_stragglers() -> usize {
     killed
 }
 
+/// Whether every process a run left (its own, and any inherited as their subreaper) is
+/// gone and reaped: after a run in a pid namespace, nothing of it can still be writing.
+pub(crate) fn all_gone() -> bool {
+    reap_all();
+    let kept = KEPT.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    our_children().iter().all(|k| kept.contains(k))
+}
+
 fn reap_all() {
     while let Ok(Some(_)) = rustix::process::wait(rustix::process::WaitOptions::NOHANG) {}
 }

@@ -523,7 +523,13 @@ fn write_tree(
         fs::create_dir_all(parent).map_err(|e| Error::io("creating", parent, e))?;
     }
     ws.read_at(at, |view| {
-        write_view(view, src, host, devices, &|_, _, _| false, None, progress)
+        let how = Writing {
+            devices,
+            skip: &|_, _, _| false,
+            donor: None,
+            linked: &mut HashMap::new(),
+        };
+        write_view(view, src, host, how, progress)
     })
 }
 
@@ -540,15 +546,13 @@ pub(crate) fn materialize(
     skip: &Skip<'_>,
 ) -> Result<Vec<VPath>> {
     let report = ws.read_root(root, |view| {
-        write_view(
-            view,
-            &VPath::root(),
-            host,
-            false,
+        let how = Writing {
+            devices: false,
             skip,
-            None,
-            &mut |_, _| {},
-        )
+            donor: None,
+            linked: &mut HashMap::new(),
+        };
+        write_view(view, &VPath::root(), host, how, &mut |_, _| {})
     })?;
     report
         .skipped
@@ -564,15 +568,23 @@ pub(crate) type Donor<'d> = dyn Fn(&VPath, &Node) -> Option<PathBuf> + 'd;
 
 /// Write the entry at `src` in `view` (and everything below it) at the host path `host`,
 /// which must not exist, as `materialize` does; returns what was left out. A file that
-/// `donor` has is moved in from there, not written.
+/// `donor` has is moved in from there, not written. `linked` has the host path of each
+/// hard-linked file written so far (by inode): another name of one becomes a host link.
 pub(crate) fn materialize_entry(
     view: &View<'_>,
     src: &VPath,
     host: &Path,
     skip: &Skip<'_>,
     donor: Option<&Donor<'_>>,
+    linked: &mut HashMap<u64, PathBuf>,
 ) -> Result<Vec<VPath>> {
-    let report = write_view(view, src, host, false, skip, donor, &mut |_, _| {})?;
+    let how = Writing {
+        devices: false,
+        skip,
+        donor,
+        linked,
+    };
+    let report = write_view(view, src, host, how, &mut |_, _| {})?;
     Ok(report
         .skipped
         .iter()
@@ -591,21 +603,32 @@ pub(crate) fn set_dir_attrs(dir: &Path, attrs: &Attrs) -> Result<()> {
     set_link_times(dir, attrs)
 }
 
+/// How `write_view` writes: device nodes or not, what it leaves out, where a file's
+/// content may be moved from, and the host path of each hard-linked file written so far.
+struct Writing<'a, 's, 'd> {
+    devices: bool,
+    skip: &'a Skip<'s>,
+    donor: Option<&'a Donor<'d>>,
+    linked: &'a mut HashMap<u64, PathBuf>,
+}
+
 fn write_view(
     view: &View<'_>,
     src: &VPath,
     host: &Path,
-    devices: bool,
-    skip: &Skip<'_>,
-    donor: Option<&Donor<'_>>,
+    how: Writing<'_, '_, '_>,
     progress: Progress<'_>,
 ) -> Result<TransferReport> {
+    let Writing {
+        devices,
+        skip,
+        donor,
+        linked,
+    } = how;
     let is_root = rustix::process::geteuid().is_root();
     {
         let mut report = TransferReport::default();
         let mut dirs: Vec<(PathBuf, Attrs)> = Vec::new();
-        // Hard-linked files by inode: the host path written for their first name.
-        let mut linked: HashMap<u64, PathBuf> = HashMap::new();
         view.walk(src, &mut |path, node| {
             let rel = path.as_str()[src.as_str().len()..].trim_start_matches('/');
             let out = if rel.is_empty() {
@@ -752,7 +775,7 @@ fn write_host_file(view: &View<'_>, out: &Path, node: &Node) -> Result<()> {
 
 /// Move the host file `from`, which holds `node`'s content, to `out` (which does not
 /// exist) and give it the node's mode and times, with none of its own extended attributes
-/// (the node's are set after). False, with `out` not made, where it cannot be moved (on
+/// but the host's security label (the node's are set after). False, with `out` not made, where it cannot be moved (on
 /// another file system).
 fn adopt_host_file(from: &Path, out: &Path, node: &Node) -> bool {
     if fs::rename(from, out).is_err() {
@@ -768,10 +791,18 @@ fn adopt_host_file(from: &Path, out: &Path, node: &Node) -> bool {
             Err(e) => break Err(e),
         }
     };
+    // Gone: the overlay's bookkeeping, a file capability, and whatever the node lacks
+    // (its own are set after), but not the host's security label.
+    let stale = |name: &[u8]| {
+        name.starts_with(b"trusted.overlay.")
+            || name.starts_with(b"user.overlay.")
+            || name == b"security.capability"
+            || !(name.starts_with(b"security.") || node.xattrs.keys().any(|k| k.as_bytes() == name))
+    };
     let cleared = listed.is_ok_and(|n| {
         names[..n]
             .split(|b| *b == 0)
-            .filter(|s| !s.is_empty())
+            .filter(|s| !s.is_empty() && stale(s))
             .all(|name| rustix::fs::lremovexattr(out, name).is_ok())
     });
     let done = cleared

@@ -172,10 +172,12 @@ impl ProxyRuntime<'_> {
                         run.text,
                     );
                     // The tree moves on with the fork, taking the command's files from
-                    // its layer (not over a quota's own file system: they would be copied).
+                    // its layer (not over a quota's own file system: they would be
+                    // copied), once nothing of the command is left to write into them.
                     if let (Some(t), Ok((i, op))) = (tree, &ingested)
                         && i.refused.is_empty()
                         && layer.is_none()
+                        && runner::all_gone()
                     {
                         drop(t);
                         let _ = self

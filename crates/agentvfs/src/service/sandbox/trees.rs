@@ -6,15 +6,18 @@
 //! 0700 directory in `$AVFS_HOME`. A tree is made incrementally: the fork's previous tree,
 //! when no command is using it, is renamed into place and changed by the difference
 //! between the two roots, which costs what the command wrote, not the size of the fork.
-//! Otherwise the root is written out whole. A command holds a shared `flock` on its
+//! Right after an ingest this is done with the command's upper layer at hand
+//! (`TreeCache::advance`): the files it wrote are renamed into the tree rather than
+//! written again from the vault. Otherwise the root is written out whole. A command holds a shared `flock` on its
 //! tree's lock file while it runs; taking a tree over or evicting it needs the exclusive
 //! lock, so a tree in use is never changed or removed. The cache keeps at most
 //! [`MAX_TREES`] trees and a byte budget, evicting the least recently leased first.
 //!
 //! A tree's files are never shared with another tree: a tree is changed only by the one
-//! process that took it over, and it replaces entries rather than writing into them. A
-//! change that touches hard-linked files (their bodies, or where their names are) is
-//! written whole, as is one that changes a directory's extended attributes.
+//! process that took it over, and it replaces entries rather than writing into them.
+//! Hard-linked files that came or went whole are an update; a change to one that stayed
+//! (its body, or its number of names) is written whole, as is one that changes a
+//! directory's extended attributes.
 //!
 //! Secrets never reach the tree: each has an empty placeholder of mode 000 there
 //! (`TreeLease::refused`), which the sandbox covers with a FUSE view of just the secrets
@@ -224,12 +227,20 @@ impl TreeCache {
             // file (never an overlay metadata-only copy).
             let whole = super::ingest::get_xattr(&from, "trusted.overlay.metacopy").is_none()
                 && super::ingest::get_xattr(&from, "user.overlay.metacopy").is_none();
-            (meta.is_file()
+            let fits = meta.is_file()
                 && meta.nlink() == 1
                 && meta.len() == node.size()
                 && mtime == node.attrs.mtime
-                && whole)
-                .then_some(from)
+                && whole;
+            // No inode flags the vault does not keep (`chattr +A`, no-COW, verity, ...): a
+            // file written from the vault has none.
+            const PLAIN: u32 = 0x0008_0000 | 0x0004_0000 | 0x1000_0000; // extents, huge, inline
+            let plain = || {
+                std::fs::File::open(&from).is_ok_and(|f| {
+                    rustix::fs::ioctl_getflags(&f).is_ok_and(|fl| fl.bits() & !PLAIN == 0)
+                })
+            };
+            (fits && plain()).then_some(from)
         };
         Ok(self
             .make(ws, root, secrets, &key, Some(&donor))?
@@ -263,7 +274,16 @@ impl TreeCache {
         };
         let mut how = "written";
         let mut info = TreeInfo::default();
-        if let Some((prev, old)) = self.take_previous(ws, &key, &build) {
+        // A change of hard links an update cannot make leaves the previous tree as it is.
+        let fits = |prev: ObjectId| {
+            ws.vault()
+                .with_views(&StateRef::Root(prev), &StateRef::Root(root), |a, b| {
+                    LinkChanges::between(a, b)
+                })
+                .is_ok_and(|c| c.is_some())
+        };
+        let linked = std::cell::RefCell::new(std::collections::HashMap::new());
+        if let Some((prev, old)) = self.take_previous(ws, &key, &build, fits) {
             let updated =
                 ws.vault()
                     .with_views(&StateRef::Root(prev), &StateRef::Root(root), |a, b| {
@@ -276,7 +296,8 @@ impl TreeCache {
                             changed: Vec::new(),
                             added: 0,
                             removed: 0,
-                            links: false,
+                            links: LinkChanges::default(),
+                            linked: &linked,
                         };
                         if !u.tree(&build)? {
                             return Ok(None);
@@ -309,7 +330,14 @@ impl TreeCache {
             let _ = std::fs::remove_dir_all(&build);
             met.borrow_mut().clear();
             let made = ws.read_root(root, |view| {
-                transfer::materialize_entry(view, &VPath::root(), &build, &skip, None)?;
+                transfer::materialize_entry(
+                    view,
+                    &VPath::root(),
+                    &build,
+                    &skip,
+                    None,
+                    &mut Default::default(),
+                )?;
                 place(view, &build, &met.borrow())
             });
             match made {
@@ -379,13 +407,14 @@ impl TreeCache {
         }))
     }
 
-    /// Take the fork's previous tree for `build`, if it is not in use: its root id and
-    /// what its lock file said.
+    /// Take the fork's previous tree for `build`, if it is not in use and `fits` its
+    /// root: its root id and what its lock file said.
     fn take_previous(
         &self,
         ws: &Workspace,
         key: &str,
         build: &Path,
+        fits: impl Fn(ObjectId) -> bool,
     ) -> Option<(ObjectId, TreeInfo)> {
         let prev = std::fs::read_to_string(self.last_file(ws)).ok()?;
         if prev == key || prev.contains('/') || prev.starts_with('.') {
@@ -396,6 +425,9 @@ impl TreeCache {
             return None;
         }
         let root = ObjectId::from_hex(root)?;
+        if !fits(root) {
+            return None;
+        }
         self.take(&prev, build).map(|info| (root, info))
     }
 
@@ -559,23 +591,59 @@ struct Update<'u, 'v> {
     changed: Vec<VPath>,
     added: u64,
     removed: u64,
+    /// How the hard-linked files differ between the states.
+    links: LinkChanges,
+    /// The host path written for each new hard-linked file's first name.
+    linked: &'u std::cell::RefCell<std::collections::HashMap<u64, PathBuf>>,
+}
+
+/// Hard-linked files of two states, as an update may take them: whole files that came
+/// (every name of theirs is new) or went (every name is gone). A file that stayed with
+/// another body, or another number of names, is none of these: its names elsewhere would
+/// not change with it.
+#[derive(Default)]
+struct LinkChanges {
     /// Either state has hard-linked files.
-    links: bool,
+    any: bool,
+    came: std::collections::HashSet<u64>,
+    went: std::collections::HashSet<u64>,
+}
+
+impl LinkChanges {
+    /// `None` where a hard-linked file stayed but changed.
+    fn between(va: &View<'_>, vb: &View<'_>) -> Result<Option<LinkChanges>> {
+        let (ba, bb) = (va.inode_bodies()?, vb.inode_bodies()?);
+        let mut c = LinkChanges {
+            any: !ba.is_empty() || !bb.is_empty(),
+            ..Default::default()
+        };
+        for (inode, body) in &ba {
+            match bb.get(inode) {
+                Some(other) if other != body => return Ok(None),
+                Some(_) => {}
+                None => {
+                    c.went.insert(*inode);
+                }
+            }
+        }
+        c.came
+            .extend(bb.keys().filter(|i| !ba.contains_key(i)).copied());
+        Ok(Some(c))
+    }
 }
 
 impl Update<'_, '_> {
     /// Change the tree at `host`. Returns false (leaving it half changed) where the
-    /// change needs a whole write: a hard-linked file changed (its body lives apart from
-    /// its names, so the directories holding them do not change), or one of its names
-    /// came, went or moved (which can make its other names secret, and a name written
-    /// alone would not be linked to the others); or a directory's extended attributes
-    /// changed.
+    /// change needs a whole write: a hard-linked file that stayed changed (its body lives
+    /// apart from its names, so the directories holding them do not change; and a name
+    /// that came or went can make its other names secret, or a name written alone would
+    /// not be linked to the others); or a directory's extended attributes changed.
+    /// Hard-linked files that came whole are written once, their other names linked.
     fn tree(&mut self, host: &Path) -> Result<bool> {
-        let (la, lb) = (self.va.hard_links()?, self.vb.hard_links()?);
-        if la != lb {
+        let Some(links) = LinkChanges::between(self.va, self.vb)? else {
             return Ok(false);
-        }
-        self.links = la.is_some();
+        };
+        self.links = links;
         let (ra, _) = self.va.root()?;
         let (rb, _) = self.vb.root()?;
         self.dir(&VPath::root(), &ra, &rb, host)
@@ -610,9 +678,9 @@ impl Update<'_, '_> {
                         }
                     }
                     (_, new) => {
-                        if self.links
-                            && (holds_link(self.va, &p, was.as_ref())?
-                                || holds_link(self.vb, &p, is.as_ref())?)
+                        if self.links.any
+                            && !(links_only(self.va, &p, was.as_ref(), &self.links.went)?
+                                && links_only(self.vb, &p, is.as_ref(), &self.links.came)?)
                         {
                             return Ok(false);
                         }
@@ -622,7 +690,14 @@ impl Update<'_, '_> {
                             remove_entry(&out)?;
                         }
                         if new.is_some() {
-                            transfer::materialize_entry(self.vb, &p, &out, self.skip, self.donor)?;
+                            transfer::materialize_entry(
+                                self.vb,
+                                &p,
+                                &out,
+                                self.skip,
+                                self.donor,
+                                &mut self.linked.borrow_mut(),
+                            )?;
                             self.added += entry_bytes(&out);
                         }
                     }
@@ -634,18 +709,25 @@ impl Update<'_, '_> {
     }
 }
 
-/// Whether `node` at `path` in `view` is, or holds, a name of a hard-linked file.
-fn holds_link(view: &View<'_>, path: &VPath, node: Option<&Node>) -> Result<bool> {
+/// Whether every hard-linked file that `node` at `path` in `view` is, or holds, a name
+/// of is one of `inodes`.
+fn links_only(
+    view: &View<'_>,
+    path: &VPath,
+    node: Option<&Node>,
+    inodes: &std::collections::HashSet<u64>,
+) -> Result<bool> {
+    let ours = |n: &Node| n.link.is_none_or(|l| inodes.contains(&l.inode));
     match node {
-        None => Ok(false),
-        Some(n) if !n.is_dir() => Ok(n.link.is_some()),
+        None => Ok(true),
+        Some(n) if !n.is_dir() => Ok(ours(n)),
         Some(_) => {
-            let mut found = false;
+            let mut all = true;
             view.walk(path, &mut |_, n| {
-                found |= n.link.is_some();
+                all &= ours(n);
                 Ok(())
             })?;
-            Ok(found)
+            Ok(all)
         }
     }
 }
