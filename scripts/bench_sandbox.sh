@@ -189,6 +189,17 @@ t_fresh bench-overlay /tree "git status >/dev/null"
 floor "git status, fresh avfs mount" "$T" "first run after mounting: the overlay's lower is new every command"
 t_fresh bench-overlay / "$grep_cmd"
 floor "grep -r, fresh avfs mount" "$T" "the same for grep"
+# The kernel overlay alone: a fresh overlay mount over the native tree, in a mount
+# namespace of its own, as every proxied command gets one; no avfs, no FUSE.
+t_ovl() {
+  rm -rf "$work/ovl"; mkdir -p "$work/ovl/u" "$work/ovl/w" "$work/ovl/m"
+  t_host / "unshare -m sh -c 'mount -t overlay ovl -o lowerdir=$work/native,upperdir=$work/ovl/u,workdir=$work/ovl/w,index=on,redirect_dir=off,metacopy=off $work/ovl/m && cd $work/ovl/m$1 && $2'"
+  rm -rf "$work/ovl"
+}
+t_ovl /tree "git status >/dev/null"
+floor "git status, fresh kernel overlay on native disk" "$T" "the overlay alone, new every command (no avfs)"
+t_ovl / "$grep_cmd"
+floor "grep -r, fresh kernel overlay on native disk" "$T" "the same for grep"
 t_host "$work/native" "cp -a tree $work/copy-floor"
 floor "cp -a of the tree with its .git" "$T" "what copy mode writes before every command, on this disk"
 t_host "$work/native" "rm -rf $work/copy-floor"

@@ -109,6 +109,27 @@ pub fn table(rows: &[Vec<String>]) -> String {
     out
 }
 
+/// Free text (a command, a description) as one table cell: control characters shown as
+/// escapes (`\n`, `\t`, `\x1b`), and at most `max` characters, cut with `…`. A multi-line
+/// shell script then stays on its row.
+pub fn one_line(text: &str, max: usize) -> String {
+    let mut out = String::new();
+    for (n, c) in text.chars().enumerate() {
+        if n >= max {
+            out.push('…');
+            break;
+        }
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            c if c.is_control() => out.push_str(&format!("\\x{:02x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 /// A file name for a terminal, quoted as GNU ls quotes one with control characters:
 /// `$'new\nline'`, so a newline or tab in a name cannot break a listing into lines or
 /// columns. Names without control characters are shown as they are.

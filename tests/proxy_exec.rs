@@ -132,6 +132,56 @@ fn rollback_restores_the_state_before_the_exec_and_can_be_undone() {
 }
 
 #[test]
+fn rollback_without_an_id_undoes_the_last_command_that_changed_something() {
+    let Some(e) = Env::new() else { return };
+    ok(e.avfs(&["write", "README.md", "read me"]));
+    ok(e.avfs(&["write", "keep.md", "keep"]));
+    let (v, code) = e.exec(&["--", "rm", "README.md"]);
+    assert_eq!(code, 0, "{v}");
+    let rm = v["data"]["exec_id"].as_i64().unwrap();
+    // Read-only commands after it, and one allowed to write that wrote nothing.
+    let (v, _) = e.exec(&["--", "ls"]);
+    let ls = v["data"]["exec_id"].as_i64().unwrap();
+    e.exec(&["--", "cat", "keep.md"]);
+    let (v, _) = e.exec(&["--shell", "test -e nothing.md || true"]);
+    assert_eq!(v["data"]["changes"], serde_json::json!([]), "{v}");
+    let (v, code) = avfs_json(e.home.path(), &["rollback"]);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["data"]["target"], rm, "{v}");
+    assert_eq!(ok(e.avfs(&["cat", "README.md"])), "read me");
+    // Nothing left to roll back: a typed refusal, and nothing changes.
+    let before = ok(e.avfs(&["op", "log", "--json"]));
+    for (args, id, why) in [
+        (vec!["rollback"], Value::Null, "no proxied command"),
+        (
+            vec!["rollback", &*ls.to_string()],
+            ls.into(),
+            "changed nothing",
+        ),
+        (
+            vec!["rollback", &*rm.to_string()],
+            rm.into(),
+            "already rolled back",
+        ),
+    ] {
+        let (v, code) = avfs_json(e.home.path(), &args);
+        assert_eq!(code, 4, "{args:?}: {v}");
+        assert_eq!(v["error"]["kind"], "nothing_to_roll_back", "{v}");
+        assert_eq!(v["error"]["details"]["id"], id, "{v}");
+        let reason = v["error"]["details"]["reason"].as_str().unwrap();
+        assert!(reason.contains(why), "{args:?}: {reason}");
+    }
+    assert_eq!(ok(e.avfs(&["op", "log", "--json"])), before);
+    // Undoing the rollback makes the command the one to roll back again.
+    ok(e.avfs(&["undo"]));
+    assert!(!e.avfs(&["stat", "README.md"]).status.success());
+    let (v, code) = avfs_json(e.home.path(), &["rollback"]);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["data"]["target"], rm, "{v}");
+    assert_eq!(ok(e.avfs(&["cat", "README.md"])), "read me");
+}
+
+#[test]
 fn denied_commands_do_not_run_and_still_return_an_envelope() {
     let Some(e) = Env::new() else { return };
     ok(e.avfs(&["write", "a.txt", "x"]));
@@ -362,4 +412,33 @@ fn an_asked_command_runs_only_once_approved() {
     // Used once: the same token is refused and nothing runs again.
     let (again, code) = e.exec(&["--approve", &token, "--shell", cmd]);
     assert_eq!((again["ok"].as_bool(), code), (Some(false), 5), "{again}");
+}
+
+#[test]
+fn op_log_rows_stay_on_one_line_for_multi_line_commands() {
+    let Some(e) = Env::new() else { return };
+    let script = format!(
+        "echo one > a.txt\necho two\tthree > b.txt\n# {}",
+        "x".repeat(300)
+    );
+    let (v, code) = e.exec(&["--shell", &script]);
+    assert_eq!(code, 0, "{v}");
+    let log = ok(e.avfs(&["op", "log"]));
+    let rows: Vec<&str> = log.lines().collect();
+    let (json, _) = avfs_json(e.home.path(), &["op", "log"]);
+    let entries = json["data"].as_array().unwrap();
+    assert_eq!(rows.len(), entries.len() + 1, "{log}");
+    let row = rows
+        .iter()
+        .find(|r| r.contains("echo one"))
+        .expect("the exec's row");
+    assert!(
+        row.contains(r"a.txt\necho two\tthree") && row.ends_with('…'),
+        "{row}"
+    );
+    // JSON keeps the description whole.
+    assert!(
+        entries.iter().any(|o| o["description"] == script.as_str()),
+        "{json}"
+    );
 }

@@ -14,7 +14,7 @@ use agentvfs::service::history::{self, Diff, DiffRequest};
 use agentvfs::service::maintenance;
 
 use super::Ctx;
-use crate::output::{Reply, size, table, time};
+use crate::output::{Reply, one_line, size, table, time};
 
 #[derive(Args)]
 pub struct DiffArgs {
@@ -209,7 +209,7 @@ fn render_op(o: &OpInfo) -> Vec<String> {
         } else {
             String::new()
         },
-        o.description.clone(),
+        one_line(&o.description, 100),
     ]
 }
 

@@ -258,7 +258,8 @@ pub struct CheckpointParams {
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RollbackParams {
-    /// The exec_id from an exec envelope (default: the last proxied command).
+    /// The exec_id from an exec envelope (default: the last proxied command that changed
+    /// something and is not already rolled back or undone).
     #[serde(default)]
     pub exec_id: Option<i64>,
     /// The workspace to act on: a vault or fork name, or a vault file path (default: the

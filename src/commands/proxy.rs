@@ -189,7 +189,9 @@ pub fn cmd_exec(ctx: &Ctx, a: ExecArgs) -> Result<Reply> {
 
 #[derive(Args)]
 pub struct RollbackArgs {
-    /// The exec id from an envelope (default: the last proxied command).
+    /// The exec id from an envelope (default: the last proxied command that changed
+    /// something and is not already rolled back or undone; read-only commands are
+    /// passed over).
     pub exec_id: Option<i64>,
 }
 

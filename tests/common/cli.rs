@@ -105,8 +105,14 @@ pub fn exit_code_for(kind: &str) -> i32 {
         | "checkpoint_not_found"
         | "operation_not_found"
         | "session_not_found" => 3,
-        "already_exists" | "host_path_exists" | "merge_conflict" | "apply_conflict"
-        | "revert_conflict" | "nothing_to_undo" | "nothing_to_redo" => 4,
+        "already_exists"
+        | "host_path_exists"
+        | "merge_conflict"
+        | "apply_conflict"
+        | "revert_conflict"
+        | "nothing_to_undo"
+        | "nothing_to_redo"
+        | "nothing_to_roll_back" => 4,
         "invalid_path"
         | "hard_link_not_allowed"
         | "invalid_name"

@@ -97,6 +97,8 @@ pub enum Error {
     NothingToUndo,
     #[error("nothing to redo: no undo since the last change")]
     NothingToRedo,
+    #[error("nothing to roll back: {reason}")]
+    NothingToRollBack { id: Option<i64>, reason: String },
     #[error("operation {id} not found in this workspace's operation log (see `avfs op log`)")]
     OperationNotFound { id: i64 },
     #[error("merge has {} conflict(s): {}; nothing was applied (see --strategy ours|theirs)", .conflicts.len(), .conflicts.iter().map(|c| c.path.as_str()).collect::<Vec<_>>().join(", "))]
@@ -226,6 +228,7 @@ impl Error {
             Error::FileTooLarge { .. } => "file_too_large",
             Error::CheckpointNotFound { .. } => "checkpoint_not_found",
             Error::NothingToUndo => "nothing_to_undo",
+            Error::NothingToRollBack { .. } => "nothing_to_roll_back",
             Error::MergeConflict { .. } => "merge_conflict",
             Error::RevertConflict { .. } => "revert_conflict",
             Error::MountFailed { .. } => "mount_failed",
@@ -310,6 +313,7 @@ impl Error {
             Error::Forwarded { details, .. } => details.clone(),
             Error::MergeConflict { conflicts } => json!({ "conflicts": conflicts }),
             Error::RevertConflict { id, conflicts } => json!({ "id": id, "conflicts": conflicts }),
+            Error::NothingToRollBack { id, reason } => json!({ "id": id, "reason": reason }),
             Error::ApplyConflict { conflicts } => json!({ "conflicts": conflicts }),
             Error::NoVaultSelected
             | Error::NothingToUndo
@@ -334,6 +338,7 @@ impl Error {
             | Error::SessionNotFound { .. } => exit::NOT_FOUND,
             Error::NothingToUndo
             | Error::NothingToRedo
+            | Error::NothingToRollBack { .. }
             | Error::MergeConflict { .. }
             | Error::RevertConflict { .. }
             | Error::ApplyConflict { .. } => exit::CONFLICT,

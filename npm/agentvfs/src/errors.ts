@@ -82,6 +82,8 @@ export class AlreadyExistsError extends ConflictError {}
 export class MergeConflictError extends ConflictError {}
 export class NothingToUndoError extends ConflictError {}
 export class NothingToRedoError extends ConflictError {}
+/** `nothing_to_roll_back`: the command changed nothing, or is already rolled back or undone (`details.reason`). */
+export class NothingToRollBackError extends ConflictError {}
 /** `binary_not_found`: no platform package for this machine and no `AVFS_BIN`. */
 export class BinaryNotFoundError extends ClientError {}
 
@@ -103,6 +105,7 @@ export const ERROR_CLASSES: Readonly<Record<string, new (init: AvfsErrorInit) =>
     apply_conflict: ConflictError,
     nothing_to_undo: NothingToUndoError,
     nothing_to_redo: NothingToRedoError,
+    nothing_to_roll_back: NothingToRollBackError,
     not_a_directory: InvalidInputError,
     is_a_directory: InvalidInputError,
     directory_not_empty: InvalidInputError,

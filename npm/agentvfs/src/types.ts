@@ -59,6 +59,7 @@ export type ErrorKind =
   | "apply_conflict"
   | "nothing_to_undo"
   | "nothing_to_redo"
+  | "nothing_to_roll_back"
   | "operation_not_found"
   | "mount_failed"
   | "fuse_unavailable"

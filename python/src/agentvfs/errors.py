@@ -92,6 +92,11 @@ class NothingToUndo(ConflictError): ...
 class NothingToRedo(ConflictError): ...
 
 
+class NothingToRollBack(ConflictError):
+    """The command asked for changed nothing, or is already rolled back or undone;
+    `details["reason"]` says which."""
+
+
 class InvalidPath(InvalidInputError): ...
 
 
@@ -189,6 +194,7 @@ ERRORS: dict[str, type[AvfsError]] = {
     "apply_conflict": ApplyConflict,
     "nothing_to_undo": NothingToUndo,
     "nothing_to_redo": NothingToRedo,
+    "nothing_to_roll_back": NothingToRollBack,
     "invalid_path": InvalidPath,
     "invalid_name": InvalidName,
     "invalid_argument": InvalidArgument,

@@ -152,22 +152,62 @@ impl Workspace {
         })
     }
 
-    /// Revert operation `id` (default: the latest operation of kind `kind`), as a new
-    /// `rollback` operation that can itself be undone. Changes made after it stay: when
-    /// the operation is not the newest, only its own change is reverted, three-way, and a
-    /// path changed again since is a typed `revert_conflict` with nothing applied.
+    /// Revert operation `id` (default: the latest operation of kind `kind` that changed
+    /// something and is not already undone or rolled back), as a new `rollback`
+    /// operation that can itself be undone. Changes made after it stay: when the
+    /// operation is not the newest, only its own change is reverted, three-way, and a
+    /// path changed again since is a typed `revert_conflict` with nothing applied. An
+    /// operation that changed nothing, or whose change is already taken back, is a typed
+    /// `nothing_to_roll_back`: a rollback never silently undoes nothing.
     pub fn rollback(&self, kind: &str, id: Option<i64>) -> Result<OpInfo> {
         self.move_to("rollback", |ops| {
+            let undone = undone_set(ops);
+            // Operations taken back by a rollback that is itself still in force.
+            let rolled_back: HashMap<i64, i64> = ops
+                .iter()
+                .filter(|o| o.kind == "rollback" && !undone.contains(&o.id))
+                .filter_map(|o| o.target.map(|t| (t, o.id)))
+                .collect();
+            let nothing = |reason: String| Error::NothingToRollBack { id, reason };
             let op = match id {
-                Some(id) => ops
-                    .iter()
-                    .find(|o| o.id == id && o.kind == kind)
-                    .ok_or(Error::OperationNotFound { id })?,
+                Some(id) => {
+                    let op = ops
+                        .iter()
+                        .find(|o| o.id == id && o.kind == kind)
+                        .ok_or(Error::OperationNotFound { id })?;
+                    if !changed(op) {
+                        return Err(nothing(format!(
+                            "#{id} changed nothing in the fork (see `avfs op log`)"
+                        )));
+                    }
+                    if let Some(by) = rolled_back.get(&id) {
+                        return Err(nothing(format!(
+                            "#{id} was already rolled back by #{by} (`avfs undo` takes that back)"
+                        )));
+                    }
+                    if undone.contains(&id) {
+                        return Err(nothing(format!(
+                            "#{id} is already undone (`avfs redo` brings it back)"
+                        )));
+                    }
+                    op
+                }
                 None => ops
                     .iter()
                     .rev()
-                    .find(|o| o.kind == kind)
-                    .ok_or(Error::NothingToUndo)?,
+                    .find(|o| {
+                        o.kind == kind
+                            && changed(o)
+                            && !undone.contains(&o.id)
+                            && !rolled_back.contains_key(&o.id)
+                    })
+                    .ok_or_else(|| {
+                        nothing(
+                            "no proxied command in this fork's operation log changed anything \
+                             that is not already rolled back or undone"
+                                .into(),
+                        )
+                    })?,
             };
             Ok(Plan {
                 goal: revert_of(op).ok_or(Error::OperationNotFound { id: op.id })?,
