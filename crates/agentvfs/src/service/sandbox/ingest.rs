@@ -28,41 +28,11 @@ fn overlay_prefix(userxattr: bool) -> &'static str {
     }
 }
 
-/// The value of extended attribute `name` of `path` (not following a symlink).
-pub(super) fn get_xattr(path: &Path, name: &str) -> Option<Vec<u8>> {
-    let mut buf = vec![0u8; 256];
-    loop {
-        match rustix::fs::lgetxattr(path, name, &mut buf) {
-            Ok(n) => {
-                buf.truncate(n);
-                return Some(buf);
-            }
-            Err(rustix::io::Errno::RANGE) if buf.len() < (1 << 16) => buf.resize(buf.len() * 4, 0),
-            Err(_) => return None,
-        }
-    }
-}
-
-pub(super) fn xattr_names(path: &Path) -> Vec<String> {
-    let mut buf = vec![0u8; 1024];
-    loop {
-        match rustix::fs::llistxattr(path, &mut buf) {
-            Ok(n) => {
-                return buf[..n]
-                    .split(|b| *b == 0)
-                    .filter(|s| !s.is_empty())
-                    .filter_map(|s| std::str::from_utf8(s).ok().map(str::to_string))
-                    .collect();
-            }
-            Err(rustix::io::Errno::RANGE) if buf.len() < (1 << 20) => buf.resize(buf.len() * 4, 0),
-            Err(_) => return Vec::new(),
-        }
-    }
-}
+use crate::service::transfer::xattrs;
 
 fn is_opaque(path: &Path, userxattr: bool) -> bool {
     let name = format!("{}opaque", overlay_prefix(userxattr));
-    matches!(get_xattr(path, &name).as_deref(), Some(b"y") | Some(b"x"))
+    matches!(xattrs::get(path, &name).as_deref(), Some(b"y") | Some(b"x"))
 }
 
 fn is_whiteout(meta: &fs::Metadata) -> bool {
@@ -75,11 +45,12 @@ fn attrs_of(meta: &fs::Metadata) -> Attrs {
 
 fn xattrs_of(path: &Path, userxattr: bool) -> std::collections::BTreeMap<String, Vec<u8>> {
     let mut out = std::collections::BTreeMap::new();
-    for name in xattr_names(path) {
+    let names = xattrs::names(path).unwrap_or_default();
+    for name in names.into_iter().filter_map(|n| String::from_utf8(n).ok()) {
         if name.starts_with(overlay_prefix(userxattr)) {
             continue;
         }
-        if let Some(value) = get_xattr(path, &name) {
+        if let Some(value) = xattrs::get(path, &name) {
             out.insert(name, value);
         }
     }

@@ -35,6 +35,7 @@ use crate::model::{LoggedOp, Workspace};
 use crate::service::mount::MountFs;
 use crate::service::mounter::Mounter;
 use crate::service::secrets::SecretPaths;
+use crate::service::transfer::xattrs;
 
 /// Past this many kept layers the next command gets a namespace made afresh.
 pub const MAX_LAYERS: usize = 24;
@@ -381,9 +382,9 @@ impl Copy<'_, '_> {
             )
             .map_err(|e| io(e.into()))?;
         }
-        for name in super::ingest::xattr_names(from) {
-            if let Some(value) = super::ingest::get_xattr(from, &name) {
-                rustix::fs::lsetxattr(to, name.as_str(), &value, rustix::fs::XattrFlags::empty())
+        for name in xattrs::names(from).unwrap_or_default() {
+            if let Some(value) = xattrs::get(from, &name) {
+                rustix::fs::lsetxattr(to, name.as_slice(), &value, rustix::fs::XattrFlags::empty())
                     .map_err(|e| io(e.into()))?;
             }
         }

@@ -30,7 +30,7 @@ use std::path::{Path, PathBuf};
 use rustix::fs::FlockOperation;
 
 use super::super::secrets::SecretPaths;
-use super::super::transfer;
+use super::super::transfer::{self, Skip};
 use crate::error::{Error, Result};
 use crate::model::View;
 use crate::model::Workspace;
@@ -225,8 +225,8 @@ impl TreeCache {
             let mtime = meta.mtime() * 1_000_000_000 + meta.mtime_nsec();
             // One name, the size and time the vault took, and the whole content in the
             // file (never an overlay metadata-only copy).
-            let whole = super::ingest::get_xattr(&from, "trusted.overlay.metacopy").is_none()
-                && super::ingest::get_xattr(&from, "user.overlay.metacopy").is_none();
+            let whole = transfer::xattrs::get(&from, "trusted.overlay.metacopy").is_none()
+                && transfer::xattrs::get(&from, "user.overlay.metacopy").is_none();
             let fits = meta.is_file()
                 && meta.nlink() == 1
                 && meta.len() == node.size()
@@ -280,10 +280,11 @@ impl TreeCache {
                 .with_views(&StateRef::Root(prev), &StateRef::Root(root), |a, b| {
                     LinkChanges::between(a, b)
                 })
-                .is_ok_and(|c| c.is_some())
+                .ok()
+                .flatten()
         };
         let linked = std::cell::RefCell::new(std::collections::HashMap::new());
-        if let Some((prev, old)) = self.take_previous(ws, &key, &build, fits) {
+        if let Some((prev, old, links)) = self.take_previous(ws, &key, &build, fits) {
             let updated =
                 ws.vault()
                     .with_views(&StateRef::Root(prev), &StateRef::Root(root), |a, b| {
@@ -296,7 +297,7 @@ impl TreeCache {
                             changed: Vec::new(),
                             added: 0,
                             removed: 0,
-                            links: LinkChanges::default(),
+                            links,
                             linked: &linked,
                         };
                         if !u.tree(&build)? {
@@ -407,15 +408,15 @@ impl TreeCache {
         }))
     }
 
-    /// Take the fork's previous tree for `build`, if it is not in use and `fits` its
-    /// root: its root id and what its lock file said.
-    fn take_previous(
+    /// Take the fork's previous tree for `build`, if it is not in use and `fits` says
+    /// something of its root: its root id, what its lock file said, and what `fits` said.
+    fn take_previous<T>(
         &self,
         ws: &Workspace,
         key: &str,
         build: &Path,
-        fits: impl Fn(ObjectId) -> bool,
-    ) -> Option<(ObjectId, TreeInfo)> {
+        fits: impl Fn(ObjectId) -> Option<T>,
+    ) -> Option<(ObjectId, TreeInfo, T)> {
         let prev = std::fs::read_to_string(self.last_file(ws)).ok()?;
         if prev == key || prev.contains('/') || prev.starts_with('.') {
             return None;
@@ -425,10 +426,8 @@ impl TreeCache {
             return None;
         }
         let root = ObjectId::from_hex(root)?;
-        if !fits(root) {
-            return None;
-        }
-        self.take(&prev, build).map(|info| (root, info))
+        let fit = fits(root)?;
+        self.take(&prev, build).map(|info| (root, info, fit))
     }
 
     /// Move tree `key` to `to` if nobody uses it, and forget it: what was known of it.
@@ -576,8 +575,6 @@ fn tree_bytes(path: &Path) -> u64 {
     total
 }
 
-type Skip<'s> = dyn Fn(&View<'_>, &VPath, &Node) -> bool + 's;
-
 /// Changing the tree of state `va` into the tree of state `vb`: `refuses` says what a
 /// tree leaves out; `skip` says the same for the new state and notes the secrets it
 /// meets. `changed` gets each path written or removed, `added` and `removed` the bytes.
@@ -633,17 +630,15 @@ impl LinkChanges {
 }
 
 impl Update<'_, '_> {
-    /// Change the tree at `host`. Returns false (leaving it half changed) where the
-    /// change needs a whole write: a hard-linked file that stayed changed (its body lives
-    /// apart from its names, so the directories holding them do not change; and a name
-    /// that came or went can make its other names secret, or a name written alone would
-    /// not be linked to the others); or a directory's extended attributes changed.
-    /// Hard-linked files that came whole are written once, their other names linked.
+    /// Change the tree at `host`, its hard-linked files already found fit (`links`: a
+    /// file that stayed but changed needs a whole write, as its body lives apart from its
+    /// names, so the directories holding them do not change). Returns false (leaving it
+    /// half changed) where the change needs a whole write after all: a name of a file
+    /// that stayed came, went or moved (which can make its other names secret, and a
+    /// name written alone would not be linked to the others); or a directory's extended
+    /// attributes changed. Hard-linked files that came whole are written once, their
+    /// other names linked.
     fn tree(&mut self, host: &Path) -> Result<bool> {
-        let Some(links) = LinkChanges::between(self.va, self.vb)? else {
-            return Ok(false);
-        };
-        self.links = links;
         let (ra, _) = self.va.root()?;
         let (rb, _) = self.vb.root()?;
         self.dir(&VPath::root(), &ra, &rb, host)
