@@ -3,15 +3,19 @@
 //! minimal /dev, fresh /proc, private /tmp and home, nothing else), so a symlink or a path a
 //! program builds cannot reach a host file it was not granted.
 //!
-//! The pieces: `spec` (what the supervisor hands the init), `init` (the init process, a
-//! fresh start of the host program, see `maybe_init`), `ingest` (an overlay's upper layer
-//! into the fork) and, here, the supervisor's side: modes, the policy's `[sandbox]` table,
-//! the run's private directory and the launch.
+//! The pieces: `config` (modes, lower layers, the policy's `[sandbox]` table, the
+//! envelope's report), `rundir` (the run's private directory and quota-sized layer),
+//! `spec` (what the supervisor hands the init), `init` (the init process, a fresh start
+//! of the host program, see `maybe_init`), `ingest` (an overlay's upper layer into the
+//! fork), `trees` (the materialized lower layers), `kept` and `join` (a session's kept
+//! namespace) and, here, the supervisor's side: the launch and the run.
 
+mod config;
 pub mod ingest;
 pub mod init;
 mod join;
 pub mod kept;
+mod rundir;
 mod spec;
 pub mod trees;
 
@@ -22,8 +26,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
-
+pub use config::{Lower, Mode, SandboxConfig, SandboxKind, SandboxReport};
+use config::{SYSTEM_DIRS, expand};
+pub(crate) use rundir::remove_stale;
+pub use rundir::{Layer, RunDir};
 pub use spec::{Join, Spec, Status, WorkspaceFs};
 
 use super::confine::Confinement;
@@ -47,233 +53,6 @@ pub fn maybe_init() -> Option<i32> {
     }
     ENTRY.store(true, Ordering::SeqCst);
     None
-}
-
-/// How a proxied command's file system is made.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum Mode {
-    /// `overlay` where the sandbox can be made, else `fuse`.
-    Auto,
-    /// A kernel overlay: the fork's starting state read-only below, the command's writes in
-    /// a native directory above, ingested into the fork when it ends.
-    Overlay,
-    /// The fork served over FUSE, every call a round trip to avfs.
-    Fuse,
-    /// The fork copied to a native directory, the differences ingested afterwards.
-    Copy,
-}
-
-impl Mode {
-    /// The spellings `FromStr` takes, as the CLI lists them.
-    pub const NAMES: [&'static str; 4] = ["auto", "overlay", "fuse", "copy"];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Mode::Auto => "auto",
-            Mode::Overlay => "overlay",
-            Mode::Fuse => "fuse",
-            Mode::Copy => "copy",
-        }
-    }
-}
-
-impl std::str::FromStr for Mode {
-    type Err = Error;
-
-    fn from_str(s: &str) -> Result<Self> {
-        match s {
-            "auto" => Ok(Mode::Auto),
-            "overlay" => Ok(Mode::Overlay),
-            "fuse" => Ok(Mode::Fuse),
-            "copy" => Ok(Mode::Copy),
-            _ => Err(Error::invalid(format!(
-                "mode is one of auto, overlay, fuse or copy, not `{s}`"
-            ))),
-        }
-    }
-}
-
-/// Whether a command ran in its own namespace.
-#[derive(
-    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
-)]
-#[serde(rename_all = "snake_case")]
-pub enum SandboxKind {
-    /// Its own mount and pid namespaces, on a root assembled for it.
-    Namespace,
-    /// The host's own view of the file system (see `reason`).
-    #[default]
-    None,
-}
-
-/// What the envelope says of the sandbox a command ran in.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct SandboxReport {
-    pub kind: SandboxKind,
-    /// Why there was no namespace.
-    pub reason: Option<String>,
-    /// Where the workspace was inside the sandbox.
-    pub workspace_path: Option<String>,
-    /// Host paths the command could read (at the same path).
-    pub ro: Vec<String>,
-    /// Host paths the command could write (at the same path).
-    pub rw: Vec<String>,
-    /// Paths the command wrote that the policy hides (secrets): not taken into the fork,
-    /// which keeps its own.
-    #[serde(default)]
-    pub refused: Vec<String>,
-    /// An overlay's lower layer: `fuse`, or `tree` with how the tree was had (`cached`,
-    /// `updated` from the fork's previous tree, or `written` whole).
-    #[serde(default)]
-    pub lower: Option<String>,
-}
-
-impl SandboxReport {
-    pub fn none(reason: impl Into<String>) -> SandboxReport {
-        SandboxReport {
-            reason: Some(reason.into()),
-            ..SandboxReport::default()
-        }
-    }
-}
-
-/// The host's system directories every sandbox reads.
-const SYSTEM_DIRS: &[&str] = &[
-    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc",
-];
-
-/// The policy's `[sandbox]` table: where the workspace appears and which host paths are
-/// bound in besides the system directories.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields, default)]
-pub struct SandboxConfig {
-    /// The workspace's path inside the sandbox (default `/workspace`).
-    pub workspace_path: String,
-    /// Host paths to bind read-only (`~` and `$VAR` are expanded; missing ones skipped).
-    pub ro: Vec<String>,
-    /// Host paths to bind writable.
-    pub rw: Vec<String>,
-    /// The overlay's lower layer: `tree` (the fork's state written out as a native
-    /// directory, cached by root) or `fuse` (a read-only FUSE view of the root).
-    pub lower: Lower,
-    /// The most the tree cache keeps, in MiB.
-    pub tree_cache_mb: u64,
-}
-
-/// Where an overlay's lower layer comes from (see BENCHMARKS.md for why `tree` is the
-/// default).
-#[derive(
-    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
-)]
-#[serde(rename_all = "snake_case")]
-pub enum Lower {
-    /// The fork's state at the command's root, materialized on the host disk and cached
-    /// by root id (`trees`).
-    #[default]
-    Tree,
-    /// A read-only FUSE view of the root, served by this process.
-    Fuse,
-}
-
-impl Lower {
-    pub const NAMES: [&'static str; 2] = ["tree", "fuse"];
-}
-
-impl std::str::FromStr for Lower {
-    type Err = Error;
-
-    fn from_str(s: &str) -> Result<Self> {
-        match s {
-            "tree" => Ok(Lower::Tree),
-            "fuse" => Ok(Lower::Fuse),
-            _ => Err(Error::invalid(format!(
-                "lower is one of tree or fuse, not `{s}`"
-            ))),
-        }
-    }
-}
-
-impl Default for SandboxConfig {
-    fn default() -> Self {
-        SandboxConfig {
-            workspace_path: "/workspace".into(),
-            ro: vec![
-                "$CARGO_HOME".into(),
-                "$RUSTUP_HOME".into(),
-                "~/.cargo".into(),
-                "~/.rustup".into(),
-            ],
-            rw: Vec::new(),
-            lower: Lower::default(),
-            tree_cache_mb: trees::DEFAULT_BUDGET_MB,
-        }
-    }
-}
-
-impl SandboxConfig {
-    /// Check the table: an absolute, normal workspace path that is not a system directory.
-    pub fn validate(&self) -> Result<()> {
-        let p = Path::new(&self.workspace_path);
-        let normal = p.is_absolute()
-            && p.components().all(|c| {
-                matches!(
-                    c,
-                    std::path::Component::RootDir | std::path::Component::Normal(_)
-                )
-            })
-            && p != Path::new("/");
-        if !normal {
-            return Err(Error::invalid(format!(
-                "sandbox workspace_path must be an absolute path below /, without `.` or `..`: `{}`",
-                self.workspace_path
-            )));
-        }
-        let reserved = ["/proc", "/dev", "/tmp", "/run", join::STAGE]
-            .iter()
-            .chain(SYSTEM_DIRS)
-            .find(|d| p.starts_with(d));
-        if let Some(d) = reserved {
-            return Err(Error::invalid(format!(
-                "sandbox workspace_path `{}` is inside {d}, which the sandbox provides itself",
-                self.workspace_path
-            )));
-        }
-        Ok(())
-    }
-}
-
-/// Expand `~` and `$VAR`/`${VAR}` (from `env`) in a policy path; `None` when a variable is
-/// unset or the result is not absolute.
-fn expand(raw: &str, env: &[(String, String)]) -> Option<PathBuf> {
-    let var = |name: &str| {
-        env.iter()
-            .rev()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.clone())
-            .filter(|v| !v.is_empty())
-    };
-    let mut s = raw.to_string();
-    if let Some(rest) = s.strip_prefix('~') {
-        s = format!("{}{rest}", var("HOME")?);
-    }
-    if let Some(rest) = s.strip_prefix('$') {
-        let (name, tail) = match rest.strip_prefix('{') {
-            Some(r) => {
-                let end = r.find('}')?;
-                (&r[..end], &r[end + 1..])
-            }
-            None => {
-                let end = rest
-                    .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-                    .unwrap_or(rest.len());
-                (&rest[..end], &rest[end..])
-            }
-        };
-        s = format!("{}{tail}", var(name)?);
-    }
-    let p = PathBuf::from(s);
-    p.is_absolute().then_some(p)
 }
 
 /// Why this process cannot make sandboxes, if it cannot.
@@ -318,136 +97,6 @@ pub(crate) fn spawn_reason(program: &str, e: &std::io::Error) -> String {
         }
     }
     e.to_string()
-}
-
-/// A run's private directory: made fresh (never an existing path) under the 0700 runtime
-/// directory, removed when dropped. Directories left by a supervisor that died are
-/// removed by the next run.
-pub struct RunDir {
-    path: PathBuf,
-}
-
-impl RunDir {
-    pub fn create(runtime: &Path) -> Result<RunDir> {
-        // The runtime directory itself must be ours alone and a real directory: a symlink
-        // planted in its place would move every run (and its mounts) elsewhere.
-        use std::os::unix::fs::MetadataExt;
-        let meta =
-            std::fs::symlink_metadata(runtime).map_err(|e| Error::io("reading", runtime, e))?;
-        let euid = rustix::process::geteuid().as_raw();
-        if !meta.is_dir() || meta.uid() != euid || meta.mode() & 0o077 != 0 {
-            return Err(Error::SandboxFailed {
-                reason: format!(
-                    "{} must be a directory owned by uid {euid} with mode 0700 (it is {}, owned by uid {}, mode {:o})",
-                    runtime.display(),
-                    if meta.file_type().is_symlink() {
-                        "a symlink"
-                    } else if meta.is_dir() {
-                        "a directory"
-                    } else {
-                        "a file"
-                    },
-                    meta.uid(),
-                    meta.mode() & 0o7777
-                ),
-            });
-        }
-        remove_stale(runtime);
-        let mut seed = [0u8; 8];
-        let _ = rustix::rand::getrandom(&mut seed, rustix::rand::GetRandomFlags::empty());
-        let name = format!(
-            "{}-{:016x}",
-            std::process::id(),
-            u64::from_le_bytes(seed) ^ crate::model::now_ns() as u64
-        );
-        let path = runtime.join(name);
-        // create_dir fails on anything already there, a planted symlink included.
-        std::fs::create_dir(&path).map_err(|e| Error::io("creating", &path, e))?;
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o700))
-            .map_err(|e| Error::io("restricting", &path, e))?;
-        Ok(RunDir { path })
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-}
-
-impl Drop for RunDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.path);
-    }
-}
-
-/// Remove run directories whose supervisor is gone.
-pub(crate) fn remove_stale(runtime: &Path) {
-    let Ok(entries) = std::fs::read_dir(runtime) else {
-        return;
-    };
-    for e in entries.flatten() {
-        let name = e.file_name();
-        let Some(pid) = name
-            .to_str()
-            .and_then(|n| n.split('-').next())
-            .and_then(|p| p.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        // A zombie is gone too (a killed daemon nobody reaped yet).
-        if !super::mounts::pid_alive(pid as u32) {
-            let _ = std::fs::remove_dir_all(e.path());
-        }
-    }
-}
-
-/// A file system of the run's own, limited to what the workspace's quota has left: the
-/// overlay's upper layer or the copy live on it, so the write that crosses the quota
-/// fails there and then (ENOSPC), not afterwards. A detached mount (new mount API): it
-/// exists only through this descriptor, and in the sandbox it is attached to.
-pub struct Layer {
-    fd: OwnedFd,
-    /// The inodes a command may make on it, once the overlay made its own.
-    inodes: Option<u64>,
-}
-
-impl Layer {
-    /// A tmpfs of at most `bytes` bytes (at least a page) on which a command may make
-    /// `inodes` inodes; `None`: no limit. It starts with room to spare for the overlay's
-    /// own (its work directories, and the files it makes to probe what the file system
-    /// can do), and the sandbox narrows it to `inodes` more than those once the overlay is
-    /// mounted.
-    pub fn sized(bytes: Option<u64>, inodes: Option<u64>) -> Result<Layer> {
-        const SPARE: u64 = 64;
-        use rustix::mount::{
-            FsMountFlags, FsOpenFlags, MountAttrFlags, fsconfig_create, fsconfig_set_string,
-            fsmount, fsopen,
-        };
-        let failed = |what: &str, e: rustix::io::Errno| Error::SandboxFailed {
-            reason: format!("making the run's quota-sized file system ({what}): {e}"),
-        };
-        let fs = fsopen("tmpfs", FsOpenFlags::FSOPEN_CLOEXEC).map_err(|e| failed("fsopen", e))?;
-        // Zero is how tmpfs spells "no limit"; a number past what it holds is refused.
-        for (key, value) in [
-            ("size", bytes.map_or(0, |b| b.max(4096)).to_string()),
-            (
-                "nr_inodes",
-                inodes.map_or(0, |i| i.saturating_add(SPARE)).to_string(),
-            ),
-            ("mode", "0700".to_string()),
-        ] {
-            fsconfig_set_string(&fs, key, value.as_str()).map_err(|e| failed(key, e))?;
-        }
-        fsconfig_create(&fs).map_err(|e| failed("create", e))?;
-        let fd = fsmount(&fs, FsMountFlags::FSMOUNT_CLOEXEC, MountAttrFlags::empty())
-            .map_err(|e| failed("fsmount", e))?;
-        Ok(Layer { fd, inodes })
-    }
-
-    /// `rel` inside the layer, as this process reaches it.
-    pub fn path(&self, rel: &str) -> PathBuf {
-        PathBuf::from(format!("/proc/self/fd/{}/{rel}", self.fd.as_raw_fd()))
-    }
 }
 
 /// The file system the sandbox gives the command at the workspace path.
@@ -950,93 +599,5 @@ fn hold(
             &mut child,
             "the session's namespace ended before it was ready".into(),
         )),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
-
-    #[test]
-    fn policy_paths_expand_home_and_variables_or_are_skipped() {
-        let e = env(&[("HOME", "/home/a"), ("CARGO_HOME", "/opt/cargo")]);
-        assert_eq!(expand("~/.cargo", &e), Some("/home/a/.cargo".into()));
-        assert_eq!(expand("$CARGO_HOME", &e), Some("/opt/cargo".into()));
-        assert_eq!(
-            expand("${CARGO_HOME}/bin", &e),
-            Some("/opt/cargo/bin".into())
-        );
-        assert_eq!(expand("$RUSTUP_HOME", &e), None, "unset");
-        assert_eq!(expand("relative/path", &e), None, "not absolute");
-        assert_eq!(expand("/srv/cache", &e), Some("/srv/cache".into()));
-    }
-
-    #[test]
-    fn the_workspace_path_must_be_absolute_and_not_a_system_directory() {
-        let with = |p: &str| SandboxConfig {
-            workspace_path: p.into(),
-            ..SandboxConfig::default()
-        };
-        assert!(with("/workspace").validate().is_ok());
-        assert!(with("/home/me/project").validate().is_ok());
-        for bad in [
-            "workspace",
-            "/",
-            "/.avfs",
-            "/.avfs/l",
-            "/usr/src/x",
-            "/proc",
-            "/a/../b",
-            "/etc",
-            "/tmp/w",
-        ] {
-            let err = with(bad).validate().expect_err(bad);
-            assert_eq!(err.kind(), "invalid_argument", "{bad}");
-        }
-    }
-
-    #[test]
-    fn modes_parse_and_refuse_other_words() {
-        for (i, name) in Mode::NAMES.iter().enumerate() {
-            let m: Mode = name.parse().unwrap();
-            assert_eq!(serde_json::to_value(m).unwrap(), Mode::NAMES[i]);
-        }
-        assert_eq!(
-            "bogus".parse::<Mode>().unwrap_err().kind(),
-            "invalid_argument"
-        );
-    }
-
-    #[test]
-    fn a_run_directory_is_fresh_private_and_removed_and_stale_ones_go() {
-        let runtime = tempfile::tempdir().unwrap();
-        use std::os::unix::fs::PermissionsExt;
-        // A runtime directory others may enter, or a symlink in its place, is refused.
-        std::fs::set_permissions(runtime.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-        let err = RunDir::create(runtime.path()).err().expect("0755 refused");
-        assert_eq!(err.kind(), "sandbox_failed");
-        std::fs::set_permissions(runtime.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
-        let elsewhere = tempfile::tempdir().unwrap();
-        let link = elsewhere.path().join("run");
-        std::os::unix::fs::symlink(runtime.path(), &link).unwrap();
-        let err = RunDir::create(&link).err().expect("a symlink refused");
-        assert!(err.to_string().contains("a symlink"), "{err}");
-        // A directory of a supervisor that is gone (pid far above pid_max).
-        let stale = runtime.path().join("999999999-0000");
-        std::fs::create_dir(&stale).unwrap();
-        let dir = RunDir::create(runtime.path()).unwrap();
-        assert!(!stale.exists(), "a dead supervisor's directory is removed");
-        let mode = std::fs::metadata(dir.path()).unwrap().permissions().mode();
-        assert_eq!(mode & 0o777, 0o700);
-        let path = dir.path().to_path_buf();
-        drop(dir);
-        assert!(!path.exists());
     }
 }
