@@ -12,9 +12,8 @@
 
 use std::path::Path;
 
-use super::init::{
-    Reporter, SETUP_FAILED, Step, assemble, bind, close, enter_namespaces, escape, mount, proc_at,
-};
+use super::init::{Reporter, SETUP_FAILED, Step, enter_namespaces};
+use super::rootfs::{assemble, bind, close, escape, mount, proc_at};
 use super::spec::{Join, Spec, Status};
 
 /// Where the kept namespace keeps its layers, inside it (a 0700 tmpfs at the root).
@@ -55,8 +54,8 @@ pub(super) fn enter(spec: &Spec, join: &Join) -> Step<()> {
     enter_namespaces(spec, libc::CLONE_NEWPID | libc::CLONE_NEWIPC)?;
     // The run's quota-sized file system, in the command's own mount namespace.
     if let Some((fd, at)) = &spec.layer {
-        super::init::make_dir(at, 0o700)?;
-        super::init::attach(*fd, at)?;
+        super::rootfs::make_dir(at, 0o700)?;
+        super::rootfs::attach(*fd, at)?;
     }
     Ok(())
 }
@@ -77,7 +76,7 @@ pub(super) fn workspace(spec: &Spec, join: &Join) -> Step<()> {
             );
             mount("avfs", ws, Some("overlay"), flags, Some(&opts))?;
             if let Some((_, at)) = &spec.layer {
-                super::init::narrow_layer(at, spec.layer_inodes)?;
+                super::rootfs::narrow_layer(at, spec.layer_inodes)?;
             }
         }
         // An overlay without an upper layer needs two lower ones; one is bound read-only.
@@ -110,9 +109,9 @@ pub(super) fn workspace(spec: &Spec, join: &Join) -> Step<()> {
     // Scratch space starts empty for every command, as for a command run on its own (the
     // home is the session's: a cache that lasts as long as its namespace).
     for (dir, opts) in [("/tmp", "mode=1777"), ("/run", "mode=0755")] {
-        super::init::scratch(Path::new(dir), opts)?;
+        super::rootfs::scratch(Path::new(dir), opts)?;
     }
     // So does /dev (with its /dev/shm): a command cannot leave files or replaced links
     // there for the next one.
-    super::init::dev_at(Path::new("/dev"))
+    super::rootfs::dev_at(Path::new("/dev"))
 }

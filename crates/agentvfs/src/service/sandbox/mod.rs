@@ -6,15 +6,17 @@
 //! The pieces: `config` (modes, lower layers, the policy's `[sandbox]` table, the
 //! envelope's report), `rundir` (the run's private directory and quota-sized layer),
 //! `spec` (what the supervisor hands the init), `init` (the init process, a fresh start
-//! of the host program, see `maybe_init`), `ingest` (an overlay's upper layer into the
-//! fork), `trees` (the materialized lower layers), `kept` and `join` (a session's kept
-//! namespace) and, here, the supervisor's side: the launch and the run.
+//! of the host program, see `maybe_init`), `rootfs` (the command's root, assembled),
+//! `ingest` (an overlay's upper layer into the fork), `trees` (the materialized lower
+//! layers), `kept` and `join` (a session's kept namespace) and, here, the supervisor's
+//! side: the launch and the run.
 
 mod config;
 pub mod ingest;
 pub mod init;
 mod join;
 pub mod kept;
+mod rootfs;
 mod rundir;
 mod spec;
 pub mod trees;
