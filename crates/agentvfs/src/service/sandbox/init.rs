@@ -9,51 +9,24 @@
 //! namespace; builds the root) → command (pid 2). Each dies with its parent
 //! (`PR_SET_PDEATHSIG`), so `kill -9` of the supervisor ends the command and leaves no mount.
 
-use std::ffi::{CString, OsStr};
-use std::io::Write;
+use std::ffi::CString;
 use std::os::fd::FromRawFd;
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use super::rootfs::assemble;
 use super::spec::{Spec, Status, WorkspaceFs};
+pub use super::step::SETUP_FAILED;
+use super::step::{Reporter, Step, cstr, die_with_parent, enter_namespaces};
 
 /// The first argument that makes the host program run as a sandbox init.
 pub const INIT_ARG: &str = "__avfs-sandbox-init";
 
-/// Exit code of an init whose root could not be assembled.
-pub const SETUP_FAILED: i32 = 125;
 /// Exit code when the command could not be started (as a shell says).
 pub const NOT_STARTED: i32 = 127;
 
 /// Signals the init and reaper leave to the command: the supervisor's timeout signals the
 /// whole process group, and only the command should act on them.
 const PASSED_ON: [libc::c_int; 4] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGQUIT];
-
-pub(super) type Step<T> = std::result::Result<T, String>;
-
-pub(super) fn os(what: &str, path: &Path) -> String {
-    format!(
-        "{what} {}: {}",
-        path.display(),
-        std::io::Error::last_os_error()
-    )
-}
-
-pub(super) fn cstr(p: &OsStr) -> Step<CString> {
-    CString::new(p.as_bytes()).map_err(|_| format!("{} holds a NUL byte", p.to_string_lossy()))
-}
-
-pub(super) struct Reporter(std::fs::File);
-
-impl Reporter {
-    pub(super) fn send(&mut self, status: &Status) {
-        if let Ok(mut line) = serde_json::to_vec(status) {
-            line.push(b'\n');
-            let _ = self.0.write_all(&line);
-        }
-    }
-}
 
 /// Run as the sandbox's init with the spec in `spec_path`; returns the exit code.
 pub fn main(spec_path: &Path) -> i32 {
@@ -106,12 +79,6 @@ pub fn main(spec_path: &Path) -> i32 {
     wait_exit_code(reaper)
 }
 
-/// Exit when the parent does (the supervisor, for the init; the init, for the reaper).
-pub(super) fn die_with_parent() {
-    // SAFETY: plain prctl.
-    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) };
-}
-
 /// Wait for `pid` and turn its end into our exit code (a signal as 128 + signal).
 fn wait_exit_code(pid: libc::pid_t) -> i32 {
     loop {
@@ -129,40 +96,6 @@ fn wait_exit_code(pid: libc::pid_t) -> i32 {
             return SETUP_FAILED;
         }
     }
-}
-
-/// Enter a new mount namespace and those in `more`, with a user namespace when not root
-/// and a network namespace (loopback only) when offline.
-pub(super) fn enter_namespaces(spec: &Spec, more: libc::c_int) -> Step<()> {
-    let mut flags = libc::CLONE_NEWNS | more;
-    if spec.userns.is_some() {
-        flags |= libc::CLONE_NEWUSER;
-    }
-    if spec.offline {
-        flags |= libc::CLONE_NEWNET;
-    }
-    // SAFETY: unshare on this single-threaded process.
-    if unsafe { libc::unshare(flags) } != 0 {
-        return Err(format!(
-            "creating namespaces: {}",
-            std::io::Error::last_os_error()
-        ));
-    }
-    if let Some((uid, gid)) = spec.userns {
-        let write = |file: &str, text: String| {
-            std::fs::write(format!("/proc/self/{file}"), text)
-                .map_err(|e| format!("writing /proc/self/{file}: {e}"))
-        };
-        write("setgroups", "deny".into())?;
-        write("uid_map", format!("{uid} {uid} 1"))?;
-        write("gid_map", format!("{gid} {gid} 1"))?;
-    }
-    if spec.offline {
-        // SAFETY: socket/ioctl calls on a stack value.
-        unsafe { crate::service::confine::loopback_up() }
-            .map_err(|e| format!("bringing up loopback: {e}"))?;
-    }
-    Ok(())
 }
 
 /// Pid 1 of the new namespace: assemble the root, start the command, reap until it ends.

@@ -12,17 +12,16 @@
 
 use std::path::Path;
 
-use super::init::{Reporter, SETUP_FAILED, Step, enter_namespaces};
 use super::rootfs::{assemble, bind, close, escape, mount, proc_at};
 use super::spec::{Join, Spec, Status};
+use super::step::{Reporter, SETUP_FAILED, Step, die_with_parent, enter_namespaces};
 
-/// Where the kept namespace keeps its layers, inside it (a 0700 tmpfs at the root).
-pub const STAGE: &str = "/.avfs";
+pub use super::spec::STAGE;
 
 /// Run as the holder: assemble the root, say it is ready, and wait to be killed (by the
 /// supervisor, or with it: `PR_SET_PDEATHSIG`).
 pub(super) fn hold(spec: &Spec, mut report: Reporter) -> i32 {
-    super::init::die_with_parent();
+    die_with_parent();
     let built = enter_namespaces(spec, libc::CLONE_NEWUTS | libc::CLONE_NEWIPC)
         .and_then(|()| assemble(spec, &mut report));
     if let Err(reason) = built {
@@ -102,7 +101,7 @@ pub(super) fn workspace(spec: &Spec, join: &Join) -> Step<()> {
             .map_err(|e| e.to_string())?;
         // SAFETY: detaching a mount of this namespace by a path we own.
         if unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } != 0 {
-            return Err(super::init::os("detaching", gone));
+            return Err(super::step::os("detaching", gone));
         }
     }
     proc_at(proc_dir)?;

@@ -6,7 +6,8 @@
 //! The pieces: `config` (modes, lower layers, the policy's `[sandbox]` table, the
 //! envelope's report), `rundir` (the run's private directory and quota-sized layer),
 //! `spec` (what the supervisor hands the init), `init` (the init process, a fresh start
-//! of the host program, see `maybe_init`), `rootfs` (the command's root, assembled),
+//! of the host program, see `maybe_init`; what it shares with a session's holder is
+//! `step`), `rootfs` (the command's root, assembled),
 //! `ingest` (an overlay's upper layer into the fork), `trees` (the materialized lower
 //! layers), `kept` and `join` (a session's kept namespace) and, here, the supervisor's
 //! side: the launch and the run.
@@ -19,6 +20,7 @@ pub mod kept;
 mod rootfs;
 mod rundir;
 mod spec;
+mod step;
 pub mod trees;
 
 use std::io::BufRead;

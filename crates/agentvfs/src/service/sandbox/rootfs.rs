@@ -7,8 +7,8 @@ use std::ffi::CString;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
-use super::init::{Reporter, Step, cstr, os};
 use super::spec::{Spec, Status, WorkspaceFs};
+use super::step::{Reporter, Step, cstr, os};
 
 pub(super) fn mount(
     source: &str,
@@ -273,7 +273,7 @@ pub(super) fn assemble(spec: &Spec, report: &mut Reporter) -> Step<()> {
             }
         },
         WorkspaceFs::Staged { fd, uppers } => {
-            let stage = under(root, Path::new(super::join::STAGE));
+            let stage = under(root, Path::new(super::spec::STAGE));
             make_dir(&stage, 0o700)?;
             scratch(&stage, "mode=0700,size=1m")?;
             let lower = stage.join("lower");

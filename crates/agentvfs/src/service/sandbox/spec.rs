@@ -6,6 +6,10 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+/// Where a session's kept namespace keeps its layers, inside it (a 0700 tmpfs at the
+/// root).
+pub const STAGE: &str = "/.avfs";
+
 /// How the workspace directory inside the sandbox is made.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum WorkspaceFs {
