@@ -27,7 +27,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agentvfs::model::diff::StateRef;
-use agentvfs::model::merge::MergeStrategy;
+use agentvfs::model::merge::MergeOptions;
 use agentvfs::model::path::VPath;
 use agentvfs::model::{Actor, Vault, Workspace, WriteOptions};
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
@@ -178,7 +178,14 @@ fn history(c: &mut Criterion) {
         let fork = format!("f{n}");
         let report = f
             .vault
-            .merge(&fork, &f.main, MergeStrategy::Fail, true)
+            .merge(
+                &fork,
+                &f.main,
+                MergeOptions {
+                    dry_run: true,
+                    ..Default::default()
+                },
+            )
             .expect("merge");
         assert!(report.conflicts.is_empty() && !report.applied);
         assert_eq!(report.changes.len(), n, "merge of {fork}");
@@ -186,7 +193,14 @@ fn history(c: &mut Criterion) {
             b.iter(|| {
                 black_box(
                     f.vault
-                        .merge(&fork, &f.main, MergeStrategy::Fail, true)
+                        .merge(
+                            &fork,
+                            &f.main,
+                            MergeOptions {
+                                dry_run: true,
+                                ..Default::default()
+                            },
+                        )
                         .expect("merge"),
                 )
             })

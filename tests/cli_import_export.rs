@@ -89,7 +89,7 @@ fn export_of_a_single_file() {
 }
 
 #[test]
-fn gitignore_skips_ignored_files_and_dot_git() {
+fn gitignore_skips_ignored_files_but_keeps_dot_git_unless_asked() {
     let env = TestEnv::with_vault("v");
     let src = env.host("repo");
     for (p, c) in [
@@ -110,11 +110,14 @@ fn gitignore_skips_ignored_files_and_dot_git() {
         fs::create_dir_all(path.parent().unwrap()).unwrap();
         fs::write(path, c).unwrap();
     }
+    // A git project's own repository comes with it: `git status` in the fork must work.
     let r = env.data(&["import", src.to_str().unwrap(), "--gitignore"]);
     let files: Vec<String> = env.files(None).keys().cloned().collect();
     assert_eq!(
         files,
         vec![
+            "/.git/HEAD",
+            "/.git/objects/ab/cdef",
             "/.gitignore",
             "/.ignore",
             "/docs/target.md",
@@ -123,9 +126,18 @@ fn gitignore_skips_ignored_files_and_dot_git() {
             "/src/main.rs",
         ]
     );
-    assert_eq!(r["files"], 6);
-    env.err(&["ls", ".git"], "path_not_found");
+    assert_eq!(r["files"], 8);
     env.err(&["ls", "target"], "path_not_found");
+
+    // --no-git-dir leaves it out, with or without --gitignore.
+    for extra in [&["--gitignore", "--no-git-dir"][..], &["--no-git-dir"][..]] {
+        let mut args = vec!["import", src.to_str().unwrap(), "/bare"];
+        args.extend_from_slice(extra);
+        env.data(&args);
+        env.err(&["ls", "bare/.git"], "path_not_found");
+        assert_eq!(env.cat(None, "bare/src/main.rs"), b"fn main() {}\n");
+        env.data(&["rm", "-r", "bare"]);
+    }
 
     // Without --gitignore everything comes in, .git included.
     env.data(&["import", src.to_str().unwrap(), "/all"]);

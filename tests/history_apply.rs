@@ -44,6 +44,22 @@ fn porcelain(dir: &Path) -> BTreeSet<String> {
         .collect()
 }
 
+/// Regular files below a host directory.
+fn files_below(dir: &Path) -> u64 {
+    fs::read_dir(dir)
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            let t = e.file_type().unwrap();
+            if t.is_dir() {
+                files_below(&e.path())
+            } else {
+                u64::from(t.is_file())
+            }
+        })
+        .sum()
+}
+
 fn set(items: &[&str]) -> BTreeSet<String> {
     items.iter().map(|s| s.to_string()).collect()
 }
@@ -77,7 +93,12 @@ fn apply_fixture(env: &Env) -> PathBuf {
 
     env.create("g");
     let imported = env.data("g", &["import", repo.to_str().unwrap(), "--gitignore"]);
-    assert_eq!(imported["files"], 5, "{imported}");
+    // The five tracked files, and the repository itself: apply leaves `.git/` alone.
+    assert_eq!(
+        imported["files"],
+        5 + files_below(&repo.join(".git")),
+        "{imported}"
+    );
     env.fork("g", "task");
     env.write("task", "src/lib.rs", b"pub fn lib() { changed() }\n");
     env.write("task", "src/new.rs", b"pub fn new() {}\n");

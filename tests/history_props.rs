@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use agentvfs::Error;
 use agentvfs::model::diff::{ChangeStatus, StateRef};
-use agentvfs::model::merge::MergeStrategy;
+use agentvfs::model::merge::{MergeOptions, MergeStrategy};
 use agentvfs::model::node::{Node, NodeKind};
 use agentvfs::model::path::VPath;
 use agentvfs::model::{Actor, Edit, Vault, Workspace, WriteOptions};
@@ -439,11 +439,11 @@ proptest! {
         let expected = union(&parent, &fork);
 
         // A dry run reports the merge without applying it.
-        let dry = f.vault.merge("task", &f.main, MergeStrategy::Fail, true).unwrap();
+        let dry = f.vault.merge("task", &f.main, MergeOptions { dry_run: true, ..Default::default() }).unwrap();
         prop_assert!(!dry.applied);
         prop_assert_eq!(&live(&f.main), &parent);
 
-        let report = f.vault.merge("task", &f.main, MergeStrategy::Fail, false).unwrap();
+        let report = f.vault.merge("task", &f.main, MergeOptions::default()).unwrap();
         prop_assert!(report.applied);
         prop_assert!(report.conflicts.is_empty(), "{:?}", report.conflicts);
         prop_assert!(report.text_merged.is_empty());
@@ -503,7 +503,7 @@ proptest! {
         let (parent, fork) = (live(&f.main), live(&task));
         let ops_before = f.main.op_log(usize::MAX >> 1).unwrap().len();
 
-        match f.vault.merge("task", &f.main, MergeStrategy::Fail, false) {
+        match f.vault.merge("task", &f.main, MergeOptions::default()) {
             Err(Error::MergeConflict { conflicts }) => {
                 prop_assert_eq!(conflicts.len(), 1, "{:?}", conflicts);
                 prop_assert_eq!(conflicts[0].path.as_str(), "/d/shared.txt");
@@ -518,7 +518,7 @@ proptest! {
         prop_assert_eq!(&live(&task), &fork);
 
         // A strategy resolves the conflict with one side; everything else still merges.
-        let report = f.vault.merge("task", &f.main, strategy, false).unwrap();
+        let report = f.vault.merge("task", &f.main, MergeOptions { strategy, ..Default::default() }).unwrap();
         prop_assert_eq!(report.conflicts.len(), 1);
         let mut expected = union(&parent, &fork);
         let key = "/d/shared.txt".to_string();

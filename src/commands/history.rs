@@ -7,7 +7,8 @@ use clap::{Args, Subcommand, ValueEnum};
 
 use agentvfs::Result;
 use agentvfs::model::diff::Change;
-use agentvfs::model::merge::{MergeReport, MergeStrategy};
+use agentvfs::model::ignore::IgnoredCounts;
+use agentvfs::model::merge::{MergeOptions, MergeReport, MergeStrategy};
 use agentvfs::model::{OpInfo, limits};
 use agentvfs::service::apply::{self, ApplyReport};
 use agentvfs::service::history::{self, Diff, DiffRequest};
@@ -36,6 +37,11 @@ pub struct DiffArgs {
     /// `[secrets]`) in the patch. Without it their content is withheld.
     #[arg(long)]
     pub show_secrets: bool,
+    /// List the changes the workspace's ignore rules leave out too (.gitignore and
+    /// .avfsignore in any directory, .git/info/exclude, .git/); by default they are only
+    /// counted, per top-level name.
+    #[arg(long)]
+    pub include_ignored: bool,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -57,6 +63,10 @@ pub struct MergeArgs {
     /// Show what would happen without changing anything.
     #[arg(long)]
     pub dry_run: bool,
+    /// Also carry the fork's changes the ignore rules leave out (a virtualenv,
+    /// node_modules, .git/); by default they stay in the fork and are counted.
+    #[arg(long)]
+    pub include_ignored: bool,
 }
 
 #[derive(Subcommand)]
@@ -82,9 +92,12 @@ pub struct PruneArgs {
 
 #[derive(Args)]
 pub struct ApplyArgs {
-    /// The host directory to update (typically the one the vault was imported from).
-    pub host_dir: PathBuf,
-    /// The state the host is expected to match (default: `@base`, where this fork started).
+    /// The host directory to update (default: the one the workspace, or the vault it was
+    /// forked from, was imported from).
+    pub host_dir: Option<PathBuf>,
+    /// The state the host is expected to match (default: the state recorded for that
+    /// directory by the import, or by the last apply to it; else `@base`, where this fork
+    /// started).
     #[arg(long)]
     pub from: Option<String>,
     /// Overwrite host paths that changed since the base.
@@ -97,6 +110,10 @@ pub struct ApplyArgs {
     /// listed: a device an agent made in its fork never becomes a live host device unasked.
     #[arg(long)]
     pub devices: bool,
+    /// Also write the changes the workspace's ignore rules leave out (.gitignore,
+    /// .avfsignore, .git/info/exclude, .git/).
+    #[arg(long)]
+    pub include_ignored: bool,
 }
 
 pub fn cmd_diff(ctx: &Ctx, a: DiffArgs) -> Result<Reply> {
@@ -110,6 +127,7 @@ pub fn cmd_diff(ctx: &Ctx, a: DiffArgs) -> Result<Reply> {
         patch: want_patch,
         show_secrets: a.show_secrets,
         line_stats: a.stat && !want_patch,
+        include_ignored: a.include_ignored,
     };
     let Diff { output, line_stats } = history::diff(&ws, &req)?;
     let human = if let Some(p) = &output.patch {
@@ -126,7 +144,24 @@ pub fn cmd_diff(ctx: &Ctx, a: DiffArgs) -> Result<Reply> {
         }
         human
     };
+    if let Some(line) = ignored_line(&output.ignored) {
+        // On stderr, so a patch on stdout stays a patch.
+        eprintln!("{line}");
+    }
     Ok(Reply::new(&output, human))
+}
+
+/// One line saying what the ignore rules left out, if anything.
+pub fn ignored_line(ignored: &IgnoredCounts) -> Option<String> {
+    if ignored.is_empty() {
+        return None;
+    }
+    let n: u64 = ignored.values().sum();
+    let names: Vec<String> = ignored.iter().map(|(k, v)| format!("{k} ({v})")).collect();
+    Some(format!(
+        "{n} ignored changes not listed: {} (--include-ignored lists them)",
+        names.join(", ")
+    ))
 }
 
 fn render_stat(changes: &[Change], line_stats: &[Option<(u64, u64)>]) -> String {
@@ -170,9 +205,12 @@ pub fn cmd_merge(ctx: &Ctx, a: MergeArgs) -> Result<Reply> {
         Some(Strategy::Ours) => MergeStrategy::Ours,
         Some(Strategy::Theirs) => MergeStrategy::Theirs,
     };
-    let report: MergeReport = ctx
-        .service
-        .merge(&a.fork, a.into.as_deref(), strategy, a.dry_run)?;
+    let opts = MergeOptions {
+        strategy,
+        dry_run: a.dry_run,
+        include_ignored: a.include_ignored,
+    };
+    let report: MergeReport = ctx.service.merge(&a.fork, a.into.as_deref(), opts)?;
     let mut human = format!(
         "{} {} into {}: {} paths changed",
         if report.applied {
@@ -195,6 +233,9 @@ pub fn cmd_merge(ctx: &Ctx, a: MergeArgs) -> Result<Reply> {
             "\n  conflict {} (ours {}, theirs {})",
             c.path, c.ours, c.theirs
         ));
+    }
+    if let Some(line) = ignored_line(&report.ignored) {
+        human.push_str(&format!("\n{line}; they stay in the fork"));
     }
     Ok(Reply::new(&report, human))
 }
@@ -294,6 +335,13 @@ pub fn render_apply(r: &ApplyReport) -> String {
     for p in &r.skipped {
         s.push_str(&format!("\n  skipped {p}"));
     }
+    s.push_str(&format!("\nbase: {}", r.from));
+    if let Some(line) = ignored_line(&r.ignored) {
+        s.push_str(&format!("\n{line}"));
+    }
+    if let Some(note) = &r.note {
+        s.push_str(&format!("\n{note}"));
+    }
     s
 }
 
@@ -303,8 +351,9 @@ pub fn cmd_apply(ctx: &Ctx, a: ApplyArgs) -> Result<Reply> {
         force: a.force,
         dry_run: a.dry_run,
         devices: a.devices,
+        include_ignored: a.include_ignored,
     };
-    let report = apply::apply_named(&ws, a.from.as_deref(), "/", &a.host_dir, opts)?;
+    let report = apply::apply_named(&ws, a.from.as_deref(), None, a.host_dir.as_deref(), opts)?;
     let human = render_apply(&report);
     Ok(Reply::new(&report, human))
 }

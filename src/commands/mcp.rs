@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 
 use std::path::Path;
 
-use agentvfs::model::merge::MergeStrategy;
+use agentvfs::model::merge::{MergeOptions, MergeStrategy};
 use agentvfs::model::{Actor, CheckpointInfo, Workspace, WriteOptions, limits};
 use agentvfs::service::confine::Confinement;
 use agentvfs::service::exec::{self, Place};
@@ -135,6 +135,10 @@ pub struct ExecParams {
     /// `[sandbox] workspace_path`, built in "/workspace").
     #[serde(default)]
     pub workspace_path: Option<String>,
+    /// List the changes the workspace's ignore rules leave out too (.gitignore,
+    /// .avfsignore, .git/info/exclude, .git/) instead of counting them in `ignored`.
+    #[serde(default)]
+    pub include_ignored: bool,
     /// The workspace to act on: a vault or fork name, or a vault file path (default: the
     /// server's --workspace, else $AVFS_WORKSPACE, else the current one). `vault` is its
     /// old, deprecated name.
@@ -212,6 +216,10 @@ pub struct DiffParams {
     /// Include a unified patch of the text changes.
     #[serde(default)]
     pub patch: bool,
+    /// List the changes the workspace's ignore rules leave out too (.gitignore,
+    /// .avfsignore, .git/info/exclude, .git/) instead of counting them in `ignored`.
+    #[serde(default)]
+    pub include_ignored: bool,
     /// The workspace to act on: a vault or fork name, or a vault file path (default: the
     /// server's --workspace, else $AVFS_WORKSPACE, else the current one). `vault` is its
     /// old, deprecated name.
@@ -310,6 +318,10 @@ pub struct MergeParams {
     /// Report what would happen without changing anything.
     #[serde(default)]
     pub dry_run: bool,
+    /// Also carry the fork's changes the ignore rules leave out (by default they stay in
+    /// the fork and are counted in `ignored`).
+    #[serde(default)]
+    pub include_ignored: bool,
     /// The selected workspace, which `fork` defaults to (default: the server's
     /// --workspace, else $AVFS_WORKSPACE, else the current one). `vault` is its old,
     /// deprecated name.
@@ -403,6 +415,7 @@ impl AvfsServer {
                 },
                 mode: p.mode.unwrap_or(defaults.mode),
                 workspace_path: p.workspace_path,
+                include_ignored: p.include_ignored,
                 ..defaults
             };
             let place = match p.session {
@@ -506,6 +519,7 @@ impl AvfsServer {
                 patch: p.patch,
                 show_secrets: false,
                 line_stats: false,
+                include_ignored: p.include_ignored,
             };
             Ok(history::diff(&ws, &req)?.output)
         })
@@ -611,8 +625,12 @@ impl AvfsServer {
                 Some(StrategyParam::Ours) => MergeStrategy::Ours,
                 Some(StrategyParam::Theirs) => MergeStrategy::Theirs,
             };
-            ctx.service
-                .merge(&fork, p.into.as_deref(), strategy, p.dry_run)
+            let opts = MergeOptions {
+                strategy,
+                dry_run: p.dry_run,
+                include_ignored: p.include_ignored,
+            };
+            ctx.service.merge(&fork, p.into.as_deref(), opts)
         })
         .await
     }

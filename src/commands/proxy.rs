@@ -90,6 +90,11 @@ pub struct ExecArgs {
     /// A session's commands always have the fuse one.
     #[arg(long, value_parser = lower())]
     pub lower: Option<Lower>,
+    /// List every change in the envelope, also those the workspace's ignore rules leave
+    /// out (.gitignore, .avfsignore, .git/info/exclude, .git/). By default they are only
+    /// counted in `ignored`, per top-level name; rollback covers them either way.
+    #[arg(long)]
+    pub include_ignored: bool,
     /// Shell text to run with /bin/sh -c (parsed by the policy like a shell would).
     #[arg(long, conflicts_with = "argv")]
     pub shell: Option<String>,
@@ -129,7 +134,16 @@ fn render(e: &Envelope) -> String {
         .unwrap_or_default();
     let id = e.exec_id.map(|i| format!(", exec {i}")).unwrap_or_default();
     eprint!("{}", if e.ran { e.stderr.text.as_str() } else { "" });
-    eprintln!("avfs: {status}; {} changed{cp}{id}", e.changes.len());
+    let ignored: u64 = e.ignored.values().sum();
+    let ignored = if ignored > 0 {
+        format!(" (+{ignored} ignored)")
+    } else {
+        String::new()
+    };
+    eprintln!(
+        "avfs: {status}; {} changed{ignored}{cp}{id}",
+        e.changes.len()
+    );
     s
 }
 
@@ -160,6 +174,7 @@ pub fn cmd_exec(ctx: &Ctx, a: ExecArgs) -> Result<Reply> {
         mode: a.mode,
         workspace_path: a.workspace_path.clone(),
         lower: a.lower,
+        include_ignored: a.include_ignored,
     };
     let place = match (&a.session, &a.fork) {
         (Some(name), _) => Place::Session(name.clone()),

@@ -19,9 +19,13 @@ pub struct ImportArgs {
     /// Where in the workspace (default: the root); created if missing.
     #[arg(default_value = "/")]
     pub vault_path: String,
-    /// Skip what .gitignore/.ignore files exclude, and .git/ itself.
+    /// Skip what .gitignore, .ignore and .git/info/exclude exclude (a virtualenv,
+    /// node_modules, build output). .git/ itself is still taken.
     #[arg(long)]
     pub gitignore: bool,
+    /// Leave .git/ directories out.
+    #[arg(long)]
+    pub no_git_dir: bool,
 }
 
 #[derive(Args)]
@@ -47,6 +51,9 @@ pub struct ExportArgs {
     /// listed: a device an agent made in its fork never becomes a live host device unasked.
     #[arg(long)]
     pub devices: bool,
+    /// With --changes: also write the changes the ignore rules leave out.
+    #[arg(long, requires = "changes")]
+    pub include_ignored: bool,
 }
 
 fn summary(verb: &str, r: &TransferReport) -> String {
@@ -85,6 +92,7 @@ pub fn cmd_import(ctx: &Ctx, a: ImportArgs) -> Result<Reply> {
         &dest,
         ImportOptions {
             gitignore: a.gitignore,
+            skip_git_dir: a.no_git_dir,
         },
         &mut progress,
     )?;
@@ -101,12 +109,13 @@ pub fn cmd_export(ctx: &Ctx, a: ExportArgs) -> Result<Reply> {
         let report = apply::apply_named(
             &ws,
             a.from.as_deref(),
-            &a.vault_path,
-            &a.host_dir,
+            Some(&a.vault_path),
+            Some(&a.host_dir),
             agentvfs::service::apply::ApplyOptions {
                 force: a.force,
                 dry_run: false,
                 devices: a.devices,
+                include_ignored: a.include_ignored,
             },
         )?;
         let human = super::history::render_apply(&report);

@@ -130,6 +130,9 @@ export interface CheckpointSaveOptions extends CallOptions {
 export interface DiffOptions extends CallOptions {
   /** Include a unified patch in `patch`. */
   patch?: boolean;
+  /** List the changes the ignore rules leave out (`.gitignore`, `.avfsignore`,
+   * `.git/info/exclude`, `.git/`) instead of counting them in `ignored`. */
+  includeIgnored?: boolean;
 }
 
 export interface MergeOptions extends CallOptions {
@@ -139,6 +142,9 @@ export interface MergeOptions extends CallOptions {
   strategy?: "ours" | "theirs";
   /** Report what would happen without changing anything. */
   dryRun?: boolean;
+  /** Also carry the fork's changes the ignore rules leave out (`.gitignore`, `.avfsignore`,
+   * `.git/info/exclude`, `.git/`) (by default they stay in the fork). */
+  includeIgnored?: boolean;
 }
 
 export interface SessionStartOptions extends CallOptions {
@@ -192,6 +198,9 @@ export interface ProxyExecOptions extends CallOptions {
   /** Where an overlay's lower layer comes from: `tree` (the fork written out, cached by
    * root) or `fuse` (a FUSE view of it); default: the policy's `[sandbox] lower`. */
   lower?: "tree" | "fuse";
+  /** List the changes the ignore rules leave out (`.gitignore`, `.avfsignore`,
+   * `.git/info/exclude`, `.git/`) instead of counting them in `ignored`. */
+  includeIgnored?: boolean;
 }
 
 /** The process exit code `avfs proxy exec` ends with for an envelope (README, "Exit codes"). */
@@ -386,7 +395,11 @@ export class Avfs {
       throw new TypeError("diff: give `from` when giving `to`");
     }
     const states = [from, to].filter((s): s is string => s !== undefined);
-    const args = [...flag("--patch", options.patch), ...(states.length ? ["--", ...states] : [])];
+    const args = [
+      ...flag("--patch", options.patch),
+      ...flag("--include-ignored", options.includeIgnored),
+      ...(states.length ? ["--", ...states] : []),
+    ];
     return this.data(["diff"], args, options);
   }
 
@@ -396,6 +409,7 @@ export class Avfs {
       ...opt("--into", options.into),
       ...opt("--strategy", options.strategy),
       ...flag("--dry-run", options.dryRun),
+      ...flag("--include-ignored", options.includeIgnored),
       "--",
       fork,
     ];
@@ -455,6 +469,7 @@ export class Avfs {
       ...opt("--mode", o.mode),
       ...opt("--workspace-path", o.workspacePath),
       ...opt("--lower", o.lower),
+      ...flag("--include-ignored", o.includeIgnored),
       ...(o.shell !== undefined ? ["--shell", o.shell] : ["--", ...(o.argv as string[])]),
     ];
     const { data } = await this.invoke<Envelope>(["proxy", "exec"], args, o);

@@ -268,6 +268,8 @@ export interface DiffOutput {
   changes: Change[];
   /** The unified patch, with `patch: true`. */
   patch?: string | null;
+  /** Changes the ignore rules left out, per top-level name (`.venv`, `node_modules`). */
+  ignored?: Record<string, number>;
 }
 
 /** The earlier name of `Conflict`. @deprecated Use `Conflict`, as the Rust library names it. */
@@ -296,6 +298,8 @@ export interface MergeReport {
   conflicts: Conflict[];
   /** Text files whose edits on both sides were combined line by line. */
   text_merged: string[];
+  /** Changes the ignore rules left out (they stay in the fork), per top-level name (`.venv`, `node_modules`). */
+  ignored?: Record<string, number>;
 }
 
 /** One op-log entry (`undo`, `redo`, `rollback`). */
@@ -420,8 +424,11 @@ export interface Envelope {
   duration_ms: number;
   stdout: Captured;
   stderr: Captured;
-  /** Every path the command added, modified, deleted, renamed or re-moded. */
+  /** Every path the command added, modified, deleted, renamed or re-moded, except those
+   * the ignore rules leave out: they are counted in `ignored`. Rollback covers both. */
   changes: Change[];
+  /** Changes the ignore rules left out, per top-level name (`.venv`, `node_modules`). */
+  ignored?: Record<string, number>;
   summary: DiffSummary;
   /** The op-log entry of this run: `rollback(exec_id)` restores the state before it. */
   exec_id?: number | null;

@@ -251,13 +251,23 @@ class Client:
 
     # -- history ----------------------------------------------------------------------
 
-    def diff(self, from_: str | None = None, to: str | None = None, *, patch: bool = False) -> DiffOutput:
-        """Changes from `from_` (default: last checkpoint) to `to` (default: live, `@`)."""
+    def diff(
+        self,
+        from_: str | None = None,
+        to: str | None = None,
+        *,
+        patch: bool = False,
+        include_ignored: bool = False,
+    ) -> DiffOutput:
+        """Changes from `from_` (default: last checkpoint) to `to` (default: live, `@`).
+
+        Changes the workspace's ignore rules leave out are counted in `ignored` unless
+        `include_ignored`.
+        """
         if to is not None and from_ is None:
             raise ValueError("diff: give from_ together with to")
-        return self._one(
-            DiffOutput, "diff", *_opt(None, from_), *_opt(None, to), *_flag("--patch", patch)
-        )
+        args = [*_opt(None, from_), *_opt(None, to), *_flag("--patch", patch)]
+        return self._one(DiffOutput, "diff", *args, *_flag("--include-ignored", include_ignored))
 
     def merge(
         self,
@@ -266,8 +276,10 @@ class Client:
         into: str | None = None,
         strategy: Literal["ours", "theirs"] | None = None,
         dry_run: bool = False,
+        include_ignored: bool = False,
     ) -> MergeReport:
         args = ["merge", fork, *_opt("--into", into), *_opt("--strategy", strategy)]
+        args += _flag("--include-ignored", include_ignored)
         return self._one(MergeReport, *args, *_flag("--dry-run", dry_run))
 
     def undo(self) -> OpInfo:
@@ -304,6 +316,7 @@ class Client:
         mode: str | None = None,
         workspace_path: str | None = None,
         lower: Literal["tree", "fuse"] | None = None,
+        include_ignored: bool = False,
     ) -> Envelope:
         """Run `argv` (or `shell` text) through the policy-checked proxy.
 
@@ -315,6 +328,8 @@ class Client:
         `mode` and `sandbox`), `workspace_path` where the workspace appears inside the
         command's sandbox, and `lower` where an overlay's lower layer comes from ("tree":
         the fork written out and cached by root; "fuse": a FUSE view of it).
+        `include_ignored` lists the changes the ignore rules leave out instead of counting
+        them in `ignored`.
         """
         fork = _renamed("task", task, "fork", fork)
         if (argv is None) == (shell is None):
@@ -331,7 +346,7 @@ class Client:
         args += _opt("--fork-from", fork_from) + _opt("--fork", fork)
         args += _flag("--confine", confine) + _flag("--offline", offline)
         args += _opt("--mode", mode) + _opt("--workspace-path", workspace_path)
-        args += _opt("--lower", lower)
+        args += _opt("--lower", lower) + _flag("--include-ignored", include_ignored)
         args += ["--shell", shell] if shell is not None else ["--", *argv]  # type: ignore[misc]
         return self._one(Envelope, *args)
 

@@ -178,6 +178,9 @@ class DiffOutput:
     summary: DiffSummary
     changes: list[Change]
     patch: str | None = None
+    # Changes the ignore rules left out (.gitignore, .avfsignore, .git/info/exclude,
+    # .git/), per top-level name; empty with include_ignored.
+    ignored: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -197,6 +200,8 @@ class MergeReport:
     changes: list[Change]
     conflicts: list[Conflict]
     text_merged: list[str]
+    # The fork's ignored changes, left in the fork; per top-level name.
+    ignored: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -278,6 +283,8 @@ class Envelope:
     changes: list[Change]
     summary: DiffSummary
     audit_id: int
+    # Ignored changes (not in `changes`) per top-level name; rollback covers them too.
+    ignored: dict[str, int] = field(default_factory=dict)
     exit_code: int | None = None
     signal: int | None = None
     checkpoint: str | None = None

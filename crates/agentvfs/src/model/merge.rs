@@ -13,6 +13,7 @@ use serde::Serialize;
 use super::diff::{Change, diff_views};
 use super::fold::{fold_overlay, store_dir, store_root};
 use super::id::ObjectId;
+use super::ignore::{self, IgnoredCounts};
 use super::inode::{self, INODES_DIR, inodes_dir};
 use super::node::{Node, NodeKind, encode_content};
 use super::path::VPath;
@@ -35,6 +36,26 @@ pub enum MergeStrategy {
 
 pub use crate::error::Conflict;
 
+/// How [`Vault::merge`] goes about it.
+#[derive(Debug, Clone, Copy)]
+pub struct MergeOptions {
+    pub strategy: MergeStrategy,
+    /// Report what would happen, changing nothing.
+    pub dry_run: bool,
+    /// Also carry the changes the workspace's ignore rules leave out.
+    pub include_ignored: bool,
+}
+
+impl Default for MergeOptions {
+    fn default() -> Self {
+        MergeOptions {
+            strategy: MergeStrategy::Fail,
+            dry_run: false,
+            include_ignored: false,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct MergeReport {
     pub fork: String,
@@ -49,6 +70,9 @@ pub struct MergeReport {
     pub conflicts: Vec<Conflict>,
     /// Text files whose edits on both sides were combined line by line.
     pub text_merged: Vec<String>,
+    /// The fork's changes the workspace's ignore rules left out (they stay in the fork),
+    /// counted per top-level name; empty with `include_ignored`.
+    pub ignored: IgnoredCounts,
 }
 
 fn change_kind(base: Option<&Node>, side: Option<&Node>) -> String {
@@ -235,6 +259,55 @@ fn pick(base: Option<u32>, ours: u32, theirs: u32) -> Option<u32> {
     }
 }
 
+/// `theirs` at `path` with every path in `keep` (and what is below it) back as in `base`.
+/// Only the directories on the way to a kept path are rebuilt.
+fn reset_to_base(
+    w: &mut dyn StoreWrite,
+    cache: &ObjectCache,
+    path: &VPath,
+    base: Option<&Node>,
+    theirs: Option<Node>,
+    keep: &BTreeSet<VPath>,
+) -> Result<Option<Node>> {
+    if keep.contains(path) {
+        return Ok(base.cloned());
+    }
+    let Some(t) = theirs else { return Ok(None) };
+    let below: BTreeSet<String> = match path.below_bounds() {
+        Some((lo, hi)) => keep.range(lo..hi).collect::<Vec<_>>(),
+        None => keep.iter().collect(),
+    }
+    .into_iter()
+    .filter_map(|k| {
+        k.rebase(path, &VPath::root())
+            .components()
+            .next()
+            .map(String::from)
+    })
+    .collect();
+    let entries = |n: Option<&Node>| -> Result<BTreeMap<String, Node>> {
+        Ok(match n.map(|n| &n.kind) {
+            Some(NodeKind::Dir { tree: Some(id), .. }) => {
+                cache.tree(&*w, id)?.entries.iter().cloned().collect()
+            }
+            _ => BTreeMap::new(),
+        })
+    };
+    if below.is_empty() || !t.is_dir() {
+        return Ok(Some(t));
+    }
+    let base = base.filter(|b| b.is_dir());
+    let (be, mut te) = (entries(base)?, entries(Some(&t))?);
+    for name in below {
+        let child = path.join(&name);
+        match reset_to_base(w, cache, &child, be.get(&name), te.remove(&name), keep)? {
+            Some(n) => te.insert(name, n),
+            None => None,
+        };
+    }
+    Ok(Some(store_dir(w, t, te)?))
+}
+
 /// The result of a three-way merge of roots.
 pub(crate) struct Merged {
     pub root: ObjectId,
@@ -243,20 +316,25 @@ pub(crate) struct Merged {
 }
 
 /// Merge the change from `base_root` to `theirs_root` onto `ours_root`, storing the result.
-/// Conflicts are resolved by `strategy` (`Fail` keeps ours and reports them).
+/// Conflicts are resolved by `strategy` (`Fail` keeps ours and reports them). At the paths
+/// in `keep_base` (sorted) the change is not taken.
 pub(crate) fn merge_roots(
     w: &mut dyn StoreWrite,
     cache: &ObjectCache,
-    base_root: ObjectId,
-    ours_root: ObjectId,
-    theirs_root: ObjectId,
+    [base_root, ours_root, theirs_root]: [ObjectId; 3],
     strategy: MergeStrategy,
+    keep_base: &[VPath],
 ) -> Result<Merged> {
-    let (base, ours, theirs) = (
+    let (base, ours, mut theirs) = (
         cache.root(&*w, &base_root)?,
         cache.root(&*w, &ours_root)?,
         cache.root(&*w, &theirs_root)?,
     );
+    if !keep_base.is_empty() {
+        let keep: BTreeSet<VPath> = keep_base.iter().cloned().collect();
+        theirs = reset_to_base(w, cache, &VPath::root(), Some(&base), Some(theirs), &keep)?
+            .ok_or_else(|| Error::Storage("ignoring changes removed the root".into()))?;
+    }
     let mut m = Merger {
         w: &mut *w,
         cache,
@@ -284,14 +362,19 @@ pub(crate) fn merge_roots(
 
 impl Vault {
     /// Merge fork `fork` into workspace `into` (three-way, against the fork's base).
-    /// With `MergeStrategy::Fail`, any conflict is an error and nothing is applied.
+    /// With `MergeStrategy::Fail`, any conflict is an error and nothing is applied. The
+    /// fork's ignored changes (see [`super::ignore`]) are left out unless `include_ignored`.
     pub fn merge(
         self: &Arc<Self>,
         fork: &str,
         into: &Workspace,
-        strategy: MergeStrategy,
-        dry_run: bool,
+        opts: MergeOptions,
     ) -> Result<MergeReport> {
+        let MergeOptions {
+            strategy,
+            dry_run,
+            include_ignored,
+        } = opts;
         let logging = if dry_run { Logging::None } else { Logging::Op };
         let paths = [&VPath::root()];
         into.edit_inner("merge", &paths, logging, |e| {
@@ -305,11 +388,30 @@ impl Vault {
             let theirs_root = fold_overlay(e.w, e.cache, f.id, f.base)?;
             let ours_root = e.fold()?;
             let cache = e.cache;
+            let (keep_base, ignored) = if include_ignored {
+                (Vec::new(), IgnoredCounts::new())
+            } else {
+                let bare = |root| View {
+                    r: &*e.w,
+                    cache,
+                    overlay: None,
+                    base: root,
+                };
+                let (vb, vt) = (bare(base_root), bare(theirs_root));
+                let (_, ignored) = ignore::partition(diff_views(&vb, &vt)?, &vb, &vt)?;
+                (ignore::top_paths(&ignored)?, ignore::counts(&ignored))
+            };
             let Merged {
                 root: merged_root,
                 conflicts,
                 text_merged,
-            } = merge_roots(e.w, cache, base_root, ours_root, theirs_root, strategy)?;
+            } = merge_roots(
+                e.w,
+                cache,
+                [base_root, ours_root, theirs_root],
+                strategy,
+                &keep_base,
+            )?;
             if !conflicts.is_empty() && strategy == MergeStrategy::Fail && !dry_run {
                 return Err(Error::MergeConflict { conflicts });
             }
@@ -350,6 +452,7 @@ impl Vault {
                 changes,
                 conflicts,
                 text_merged,
+                ignored,
             })
         })
     }

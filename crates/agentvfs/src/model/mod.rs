@@ -5,6 +5,7 @@ pub mod buffer;
 mod check;
 pub mod diff;
 mod fold;
+pub mod ignore;
 /// Content ids live with the store, which keys objects by them; the model names them here
 /// too.
 pub mod id {
@@ -26,7 +27,9 @@ pub use oplog::{OpInfo, PruneReport};
 pub use quota::Quota;
 pub use vault::{CheckpointInfo, ForkInfo, GcReport, StatsReport, Vault, VaultInfo};
 pub use view::{Child, View};
-pub use workspace::{Actor, BatchEnd, Edit, LoggedOp, PathVersion, Workspace, WriteOptions};
+pub use workspace::{
+    Actor, BatchEnd, Edit, LoggedOp, Origin, PathVersion, Workspace, WriteOptions,
+};
 
 /// Nanoseconds since the Unix epoch, now.
 pub fn now_ns() -> i64 {

@@ -259,7 +259,8 @@ impl Workspace {
                 Goal::State(root) => root,
                 Goal::Revert { from, to } if from == current => to,
                 Goal::Revert { from, to } => {
-                    let merged = merge_roots(e.w, e.cache, from, current, to, MergeStrategy::Fail)?;
+                    let merged =
+                        merge_roots(e.w, e.cache, [from, current, to], MergeStrategy::Fail, &[])?;
                     if !merged.conflicts.is_empty() {
                         return Err(Error::RevertConflict {
                             id: plan.target.unwrap_or(0),

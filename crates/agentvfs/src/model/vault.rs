@@ -226,6 +226,7 @@ impl Vault {
             let ws = w.workspace(name)?.ok_or_else(|| Error::ForkNotFound {
                 name: name.to_string(),
             })?;
+            w.set_setting(&format!("{}{name}", super::workspace::ORIGIN_PREFIX), None)?;
             w.delete_workspace(ws.id)
         })
     }
@@ -409,6 +410,19 @@ impl Vault {
     pub fn diff(&self, a: &StateRef, b: &StateRef) -> Result<Vec<Change>> {
         self.with_views(a, b, diff_views)
     }
+
+    /// Like [`Vault::diff`], with the changes the ignore rules leave out counted instead
+    /// of listed, unless `include_ignored` (see [`super::ignore`]).
+    pub fn diff_listed(
+        &self,
+        a: &StateRef,
+        b: &StateRef,
+        include_ignored: bool,
+    ) -> Result<(Vec<Change>, super::ignore::IgnoredCounts)> {
+        self.with_views(a, b, |va, vb| {
+            super::ignore::listed(diff_views(va, vb)?, va, vb, include_ignored)
+        })
+    }
 }
 
 /// Ids every live state starts from.
@@ -428,6 +442,7 @@ pub(super) fn roots(r: &dyn StoreRead) -> Result<Vec<ObjectId>> {
         out.extend(op.root_before);
         out.extend(op.root_after);
     }
+    out.extend(super::workspace::origin_roots(r)?);
     Ok(out)
 }
 

@@ -13,9 +13,11 @@ use crate::error::{Error, Result};
 use crate::model::View;
 use crate::model::Workspace;
 use crate::model::diff::{Change, ChangeStatus, StateRef, diff_views};
+use crate::model::ignore::{self, IgnoredCounts};
 use crate::model::node::{Node, NodeKind};
 use crate::model::path::VPath;
-use crate::service::history::node_at;
+use crate::service::history::state_ref;
+use crate::service::history::{describe, node_at};
 use crate::service::transfer::{DEVICE_SKIPPED, make_special};
 
 pub use crate::error::HostConflict;
@@ -23,6 +25,9 @@ pub use crate::error::HostConflict;
 #[derive(Debug, Clone, Default, Serialize, schemars::JsonSchema)]
 pub struct ApplyReport {
     pub host: String,
+    /// The state the host was expected to hold: the recorded origin (the import, or the
+    /// last apply, to this directory) by default.
+    pub from: String,
     pub dry_run: bool,
     /// Files, symlinks and directories created or rewritten.
     pub written: Vec<String>,
@@ -35,6 +40,11 @@ pub struct ApplyReport {
     pub forced: Vec<HostConflict>,
     /// Paths not written, with the reason: device nodes, unless asked for.
     pub skipped: Vec<String>,
+    /// Changes the workspace's ignore rules leave out, counted per top-level name (empty
+    /// with --include-ignored).
+    pub ignored: IgnoredCounts,
+    /// Why nothing was (or would be) written, when nothing was.
+    pub note: Option<String>,
 }
 
 /// How `apply` treats the host.
@@ -48,6 +58,8 @@ pub struct ApplyOptions {
     /// metadata (the mount is `nodev`), and one an agent made must not become a live
     /// device on the host unless a person asks.
     pub devices: bool,
+    /// Also write the changes the workspace's ignore rules leave out.
+    pub include_ignored: bool,
 }
 
 /// Whether host file `host` holds exactly file `node`'s bytes (sizes already equal),
@@ -100,27 +112,80 @@ fn host_matches(v: &View<'_>, host: &Path, node: Option<&Node>) -> Result<bool> 
     })
 }
 
-/// [`apply`] from a state named as `diff` names one (default: `@base`, where this fork
-/// started), for the workspace subtree `prefix`.
+/// [`apply`] the live state from a state named as `diff` names one, for the workspace
+/// subtree `prefix`, into `host`. Defaults come from the workspace's origin (see
+/// [`Workspace::origin`]): `host` and `prefix` are the directory it was imported from (or
+/// last applied to) and where that went in the workspace, and `from` the state that
+/// directory was recorded to hold (else `@base`, where this fork started). A real apply of
+/// the whole workspace records the host directory as holding the applied state.
 pub fn apply_named(
     ws: &Workspace,
     from: Option<&str>,
-    prefix: &str,
-    host: &Path,
+    prefix: Option<&str>,
+    host: Option<&Path>,
     opts: ApplyOptions,
 ) -> Result<ApplyReport> {
-    let from = match from {
-        Some(s) => crate::service::history::state_ref(ws, s)?,
-        None => StateRef::ForkBase(ws.name().to_string()),
+    let origin = ws.origin()?;
+    let (host, prefix) = match (host, &origin) {
+        (Some(h), _) => (h.to_path_buf(), prefix.unwrap_or("/").to_string()),
+        (None, Some(o)) => (
+            PathBuf::from(&o.host),
+            prefix.unwrap_or(&o.prefix).to_string(),
+        ),
+        (None, None) => {
+            return Err(Error::invalid(
+                "no host directory is recorded for this workspace (it was neither imported from one nor applied to one): name the directory to apply to",
+            ));
+        }
     };
-    apply(ws, &from, &VPath::parse(prefix)?, host, opts)
+    if !host.is_dir() {
+        return Err(Error::invalid(format!(
+            "{} is not a directory",
+            host.display()
+        )));
+    }
+    let canonical = fs::canonicalize(&host).map_err(|e| Error::io("resolving", &host, e))?;
+    let prefix = VPath::parse(&prefix)?;
+    let recorded = origin.filter(|o| {
+        Path::new(&o.host) == canonical && VPath::parse(&o.prefix).ok().as_ref() == Some(&prefix)
+    });
+    let from = match (from, &recorded) {
+        (Some(s), _) => state_ref(ws, s)?,
+        (None, Some(o)) => StateRef::Root(o.root_id()?),
+        (None, None) => StateRef::ForkBase(ws.name().to_string()),
+    };
+    let label = match (&from, &recorded) {
+        (StateRef::Root(_), Some(o)) => {
+            format!("{} of {} by {}", o.recorded_by, o.host, o.workspace)
+        }
+        _ => describe(&from),
+    };
+    let now = ws.snapshot_root()?;
+    let report = apply(
+        ws,
+        (&from, &label),
+        &StateRef::Root(now),
+        &prefix,
+        &host,
+        opts,
+    )?;
+    if !opts.dry_run && (prefix.is_root() || recorded.is_some()) {
+        ws.set_origin(
+            &canonical.to_string_lossy(),
+            &prefix.display(),
+            now,
+            "apply",
+        )?;
+    }
+    Ok(report)
 }
 
-/// Apply the changes from `from` to the live state of `ws`, under workspace path `prefix`,
-/// into host directory `host` (workspace `prefix` maps to `host`).
-pub fn apply(
+/// Apply the changes from `from` (a state and how to name it) to `to`, under workspace path
+/// `prefix`, into host directory `host` (workspace `prefix` maps to `host`).
+fn apply(
     ws: &Workspace,
-    from: &StateRef,
+    (from, from_label): (&StateRef, &str),
+    to: &StateRef,
     prefix: &VPath,
     host: &Path,
     opts: ApplyOptions,
@@ -129,19 +194,15 @@ pub fn apply(
         force,
         dry_run,
         devices,
+        include_ignored,
     } = opts;
-    if !host.is_dir() {
-        return Err(Error::invalid(format!(
-            "{} is not a directory",
-            host.display()
-        )));
-    }
-    let live = StateRef::Live(ws.name().to_string());
-    ws.vault().with_views(from, &live, |base, now| {
+    ws.vault().with_views(from, to, |base, now| {
         let changes: Vec<Change> = diff_views(base, now)?
             .into_iter()
             .filter(|c| VPath::parse(&c.path).is_ok_and(|p| p.starts_with(prefix)))
             .collect();
+        let (changes, ignored) = ignore::listed(changes, base, now, include_ignored)?;
+        let note = nothing_note(&changes, &ignored, from_label);
         let host_path = |p: &str| -> Result<PathBuf> {
             let vp = VPath::parse(p)?;
             let rel = vp.as_str()[prefix.as_str().len()..].trim_start_matches('/');
@@ -153,7 +214,9 @@ pub fn apply(
         };
         let mut report = ApplyReport {
             host: host.display().to_string(),
+            from: from_label.to_string(),
             dry_run,
+            ignored,
             ..Default::default()
         };
         // Plan: (path, old node, new node) per affected workspace path.
@@ -252,7 +315,33 @@ pub fn apply(
             }
             report.written.push(path.clone());
         }
+        if report.written.is_empty() && report.deleted.is_empty() && report.mode_changed.is_empty()
+        {
+            report.note = Some(note.unwrap_or_else(|| {
+                format!(
+                    "the host already holds all {} changed paths",
+                    report.unchanged.len() + report.skipped.len()
+                )
+            }));
+        }
         Ok(report)
+    })
+}
+
+/// Why an apply has nothing to write, when the changes say so before the host is looked at.
+fn nothing_note(changes: &[Change], ignored: &IgnoredCounts, from: &str) -> Option<String> {
+    if !changes.is_empty() {
+        return None;
+    }
+    let n: u64 = ignored.values().sum();
+    Some(if n == 0 {
+        format!("nothing changed since {from}")
+    } else {
+        let names: Vec<String> = ignored.iter().map(|(k, v)| format!("{k} ({v})")).collect();
+        format!(
+            "all {n} changes since {from} are ignored by the workspace's ignore rules: {}; --include-ignored applies them",
+            names.join(", ")
+        )
     })
 }
 

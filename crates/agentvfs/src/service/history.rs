@@ -5,6 +5,7 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::model::diff::{Change, ChangeStatus, StateRef};
+use crate::model::ignore::{self, IgnoredCounts};
 use crate::model::node::{Node, NodeKind};
 use crate::model::path::VPath;
 use crate::model::{View, Workspace};
@@ -248,6 +249,10 @@ pub struct DiffOutput {
     pub changes: Vec<Change>,
     /// The unified patch, with --patch.
     pub patch: Option<String>,
+    /// Changes the workspace's ignore rules leave out (`.gitignore`, `.avfsignore`,
+    /// `.git/info/exclude`, `.git/`), counted per top-level name; empty with
+    /// --include-ignored.
+    pub ignored: IgnoredCounts,
 }
 
 /// What a `diff` compares and how much detail it computes.
@@ -263,6 +268,8 @@ pub struct DiffRequest {
     pub show_secrets: bool,
     /// Count inserted and deleted lines per change.
     pub line_stats: bool,
+    /// List the changes the ignore rules leave out too.
+    pub include_ignored: bool,
 }
 
 /// A diff and, when asked, its line counts: one entry per change, `None` for binary
@@ -294,8 +301,9 @@ pub fn diff(ws: &Workspace, req: &DiffRequest) -> Result<Diff> {
         Some(s) => state_ref(ws, s)?,
         None => StateRef::Live(ws.name().to_string()),
     };
-    let (changes, patch, line_stats) = ws.vault().with_views(&from, &to, |va, vb| {
+    let (changes, ignored, patch, line_stats) = ws.vault().with_views(&from, &to, |va, vb| {
         let changes = crate::model::diff::diff_views(va, vb)?;
+        let (changes, ignored) = ignore::listed(changes, va, vb, req.include_ignored)?;
         let patch = if req.patch {
             let policy = crate::service::policy::PolicyEngine::builtin();
             let secrets = (!req.show_secrets).then(|| policy.secret_paths());
@@ -311,7 +319,7 @@ pub fn diff(ws: &Workspace, req: &DiffRequest) -> Result<Diff> {
         } else {
             Vec::new()
         };
-        Ok((changes, patch, line_stats))
+        Ok((changes, ignored, patch, line_stats))
     })?;
     Ok(Diff {
         output: DiffOutput {
@@ -320,6 +328,7 @@ pub fn diff(ws: &Workspace, req: &DiffRequest) -> Result<Diff> {
             summary: summarize(&changes),
             changes,
             patch,
+            ignored,
         },
         line_stats,
     })

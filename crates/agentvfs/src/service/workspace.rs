@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use super::registry::{Registry, RegistryEntry, close_names};
 use crate::error::{Error, Result};
-use crate::model::merge::{MergeReport, MergeStrategy};
+use crate::model::merge::{MergeOptions, MergeReport};
 use crate::model::{Actor, CheckReport, ForkInfo, Problem, Vault, VaultInfo, Workspace};
 
 const MAIN: &str = "main";
@@ -407,13 +407,7 @@ impl WorkspaceService {
     /// Merge fork `fork` three-way into `into`, or into its parent when `into` is `None`.
     /// `into` names a registered vault or fork, or a workspace in the fork's own vault; a
     /// fork never merges into another vault file.
-    pub fn merge(
-        &self,
-        fork: &str,
-        into: Option<&str>,
-        strategy: MergeStrategy,
-        dry_run: bool,
-    ) -> Result<MergeReport> {
+    pub fn merge(&self, fork: &str, into: Option<&str>, opts: MergeOptions) -> Result<MergeReport> {
         let (src, fork_ws) = self.open(Some(fork))?;
         let into = match into {
             Some(i) => i.to_string(),
@@ -434,16 +428,14 @@ impl WorkspaceService {
             }
             Err(_) => fork_ws.vault().workspace(&into, self.actor.clone())?,
         };
-        fork_ws
-            .vault()
-            .merge(&src.workspace, &target, strategy, dry_run)
+        fork_ws.vault().merge(&src.workspace, &target, opts)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use crate::model::WriteOptions;
-    use crate::model::merge::MergeStrategy;
+    use crate::model::merge::MergeOptions;
     use crate::service::{files, testing};
 
     #[test]
@@ -501,7 +493,14 @@ mod tests {
         files::write(&f1, "/new.txt", b"hi", opts).unwrap();
         let dry = h
             .service
-            .merge("f1", None, MergeStrategy::Fail, true)
+            .merge(
+                "f1",
+                None,
+                MergeOptions {
+                    dry_run: true,
+                    ..Default::default()
+                },
+            )
             .unwrap();
         assert!(!dry.applied);
         assert!(
@@ -510,13 +509,13 @@ mod tests {
         );
         let report = h
             .service
-            .merge("f1", None, MergeStrategy::Fail, false)
+            .merge("f1", None, MergeOptions::default())
             .unwrap();
         assert_eq!(report.into, "main");
         assert!(files::stat(&h.ws, "/new.txt", None).is_ok());
         let err = h
             .service
-            .merge("demo", None, MergeStrategy::Fail, false)
+            .merge("demo", None, MergeOptions::default())
             .unwrap_err();
         assert_eq!(err.kind(), "invalid_argument");
     }

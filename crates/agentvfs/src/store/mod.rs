@@ -117,6 +117,8 @@ pub trait StoreRead {
     fn all_checkpoint_roots(&self) -> Result<Vec<ObjectId>>;
 
     fn setting(&self, key: &str) -> Result<Option<String>>;
+    /// Every setting whose key starts with `prefix`, in key order.
+    fn settings_with_prefix(&self, prefix: &str) -> Result<Vec<(String, String)>>;
 
     fn ops(&self, ws: Option<i64>, limit: usize) -> Result<Vec<OpRecord>>;
     fn audit(&self, limit: usize, since: Option<i64>) -> Result<Vec<AuditRecord>>;

@@ -13,6 +13,7 @@ mod edit;
 mod edit_tree;
 mod fork;
 mod links;
+mod origin;
 mod unlogged;
 
 use std::sync::{Arc, Mutex};
@@ -20,6 +21,8 @@ use std::sync::{Arc, Mutex};
 pub use actor::Actor;
 pub(crate) use edit::Logging;
 pub use edit::{Edit, WriteOptions};
+pub use origin::Origin;
+pub(crate) use origin::{ORIGIN_PREFIX, origin_roots};
 use serde::Serialize;
 pub use unlogged::BatchEnd;
 pub(crate) use unlogged::marker_problem;

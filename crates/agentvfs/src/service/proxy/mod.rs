@@ -21,6 +21,7 @@ use super::runner::{self, Captured, RunSpec};
 use super::sandbox::{Lower, Mode, SandboxReport};
 use crate::error::{Error, Result};
 use crate::model::diff::{Change, StateRef};
+use crate::model::ignore::IgnoredCounts;
 use crate::model::path::VPath;
 use crate::model::{Workspace, now_ns};
 use sandboxed::{Sandboxed, program_and_args, sandbox_config};
@@ -97,6 +98,10 @@ pub struct ExecOptions {
     /// The overlay's lower layer, instead of the policy's `[sandbox] lower`.
     #[serde(default)]
     pub lower: Option<Lower>,
+    /// List the changes the workspace's ignore rules leave out too, instead of counting
+    /// them in `ignored`.
+    #[serde(default)]
+    pub include_ignored: bool,
 }
 
 fn auto_mode() -> Mode {
@@ -118,6 +123,7 @@ impl Default for ExecOptions {
             mode: Mode::Auto,
             workspace_path: None,
             lower: None,
+            include_ignored: false,
         }
     }
 }
@@ -169,8 +175,14 @@ pub struct Envelope {
     pub duration_ms: u64,
     pub stdout: Captured,
     pub stderr: Captured,
-    /// Every path the command added, modified, deleted, renamed or re-moded.
+    /// Every path the command added, modified, deleted, renamed or re-moded, except
+    /// those the workspace's ignore rules leave out (`.gitignore`, `.avfsignore`,
+    /// `.git/info/exclude`, `.git/`): they are counted in `ignored`. Rollback covers both.
     pub changes: Vec<Change>,
+    /// Ignored changes per top-level name (`.venv`, `node_modules`); empty when the
+    /// request asked to include them.
+    #[serde(default)]
+    pub ignored: IgnoredCounts,
     pub summary: DiffSummary,
     /// The op-log entry of this run: `avfs rollback EXEC_ID` restores the state before it.
     pub exec_id: Option<i64>,
@@ -443,6 +455,7 @@ impl ProxyRuntime<'_> {
             stdout: Captured::default(),
             stderr: Captured::default(),
             changes: Vec::new(),
+            ignored: IgnoredCounts::new(),
             summary: DiffSummary::default(),
             exec_id: None,
             audit_id: 0,
@@ -556,16 +569,17 @@ impl ProxyRuntime<'_> {
         }
         // An ingested run knows its own change exactly, even when other commands changed
         // the fork meanwhile; a mounted run is everything since it started.
-        envelope.changes = match own_change {
-            Some(op) => self
-                .ws
-                .vault()
-                .diff(&StateRef::Root(op.before), &StateRef::Root(op.after))?,
-            None => self.ws.vault().diff(
-                &StateRef::Root(before),
-                &StateRef::Live(self.ws.name().to_string()),
-            )?,
+        let (from, to) = match own_change {
+            Some(op) => (StateRef::Root(op.before), StateRef::Root(op.after)),
+            None => (
+                StateRef::Root(before),
+                StateRef::Live(self.ws.name().to_string()),
+            ),
         };
+        (envelope.changes, envelope.ignored) =
+            self.ws
+                .vault()
+                .diff_listed(&from, &to, opts.include_ignored)?;
         envelope.summary = summarize(&envelope.changes);
         if decision.action == Action::Ask {
             decision.reason = format!("approved: {}", decision.reason);
@@ -603,6 +617,7 @@ impl ProxyRuntime<'_> {
             "exit_code": e.exit_code,
             "timed_out": e.timed_out,
             "changes": e.changes.len(),
+            "ignored": e.ignored.values().sum::<u64>(),
         });
         self.ws
             .record_audit(EXEC_OP, &[cwd.display()], outcome, Some(detail.to_string()))

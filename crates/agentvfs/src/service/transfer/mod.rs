@@ -59,10 +59,16 @@ pub struct ExportOptions {
     pub devices: bool,
 }
 
+/// What `import` takes. By default everything under the directory: dotfiles, `.git/`,
+/// ignored files, FIFOs and device nodes (as metadata), with modes, owners, times, xattrs
+/// and hard links. Symlinks are copied as links, never followed.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ImportOptions {
-    /// Skip what `.gitignore` / `.ignore` files exclude (and `.git/` itself).
+    /// Skip what `.gitignore`, `.ignore` and `.git/info/exclude` exclude (a virtualenv,
+    /// `node_modules`, build output). `.git/` itself is still taken.
     pub gitignore: bool,
+    /// Leave `.git/` directories out.
+    pub skip_git_dir: bool,
 }
 
 fn ns(secs: i64, nsec: i64) -> i64 {
@@ -118,8 +124,10 @@ pub fn import(
             .git_ignore(true)
             .git_exclude(true)
             .ignore(true)
-            .require_git(false)
-            .filter_entry(|e| e.file_name() != ".git");
+            .require_git(false);
+    }
+    if opts.skip_git_dir {
+        walker.filter_entry(|e| e.file_name() != ".git");
     }
     // The batches below are one operation: a batch the vault records when it ends, or,
     // if this process dies part-way, at the next change anyone logs.
@@ -130,6 +138,14 @@ pub fn import(
     match walked {
         Ok(report) => {
             ws.record_batch("import", &label, BatchEnd::Always)?;
+            // Where the workspace came from: `apply` compares the host with this state.
+            let host = fs::canonicalize(host).map_err(|e| Error::io("resolving", host, e))?;
+            ws.set_origin(
+                &host.to_string_lossy(),
+                &label,
+                ws.snapshot_root()?,
+                "import",
+            )?;
             Ok(report)
         }
         Err(e) => {

@@ -239,6 +239,18 @@ impl StoreRead for Tx<'_> {
         Ok(stmt.query_row([key], |r| r.get(0)).optional()?)
     }
 
+    fn settings_with_prefix(&self, prefix: &str) -> Result<Vec<(String, String)>> {
+        // Keys are text: the prefix's range is [prefix, prefix + U+10FFFF).
+        let end = format!("{prefix}\u{10FFFF}");
+        let mut stmt = self.0.prepare_cached(
+            "SELECT key, value FROM settings WHERE key >= ?1 AND key < ?2 ORDER BY key",
+        )?;
+        let rows = stmt
+            .query_map([prefix, end.as_str()], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        Ok(rows)
+    }
+
     fn ops(&self, ws: Option<i64>, limit: usize) -> Result<Vec<OpRecord>> {
         let mut stmt = self.0.prepare_cached(
             "SELECT id, ws, at, kind, description, root_before, root_after, target, extra FROM ops
