@@ -337,3 +337,37 @@ fn the_envelope_counts_ignored_changes_and_rollback_covers_them() {
     assert_eq!(all["ignored"], json!({}));
     assert_eq!(env.ok("task", &["cat", "src/app.py"]), "print(1)\n");
 }
+
+#[test]
+fn git_status_is_classified_by_what_it_writes_and_its_index_refresh_is_not_listed() {
+    if !require_sandbox() || !common::skip::require_tool("git") {
+        return;
+    }
+    let env = Env::new();
+    let repo = env.host("repo");
+    fs::create_dir_all(&repo).unwrap();
+    fs::write(repo.join("a.txt"), "a\n").unwrap();
+    let git = |args: &[&str]| {
+        let ok = std::process::Command::new("git")
+            .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
+            .args(args)
+            .current_dir(&repo)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "git {args:?}");
+    };
+    git(&["init", "-q"]);
+    git(&["add", "-A"]);
+    git(&["commit", "-qm", "one"]);
+    env.create("g");
+    env.data("g", &["import", repo.to_str().unwrap()]);
+    let v = env.data("g", &["proxy", "exec", "--", "git", "status", "--porcelain"]);
+    assert_eq!(v["decision"]["action"], "checkpoint_then_run", "{v}");
+    assert_eq!(v["decision"]["categories"], json!(["mutating"]), "{v}");
+    assert!(v["checkpoint"].is_string(), "{v}");
+    assert_eq!(v["stdout"]["text"], "", "git works in the fork: {v}");
+    assert_eq!(v["changes"], json!([]), "{v}");
+    let ro = env.data("g", &["proxy", "exec", "--", "git", "--no-optional-locks", "status"]);
+    assert_eq!(ro["decision"]["action"], "allow", "{ro}");
+}

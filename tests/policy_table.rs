@@ -294,10 +294,18 @@ const TABLE: &[(&str, &str, Category, Action)] = &[
     ("echo hi > /dev/null", "/", Ro, Allow),
     ("ls 2>/dev/null", "/", Ro, Allow),
     ("cargo build 2>&1 | head", "/", Mut, Cp),
-    ("git status", "/", Ro, Allow),
-    ("git status && git diff --stat", "/", Ro, Allow),
+    // git rewrites .git/index while it reads: status (unless --no-optional-locks), a
+    // diff against the worktree (even then), describe --dirty.
+    ("git status", "/", Mut, Cp),
+    ("git status && git diff --stat", "/", Mut, Cp),
+    ("git --no-optional-locks status", "/", Ro, Allow),
+    ("git --no-optional-locks diff", "/", Mut, Cp),
+    ("git diff --cached --stat", "/", Ro, Allow),
+    ("git diff --staged", "/", Ro, Allow),
+    ("git describe --dirty", "/", Mut, Cp),
+    ("git describe --tags", "/", Ro, Allow),
     ("git log --oneline -5", "/", Ro, Allow),
-    ("git diff HEAD~1 -- src/", "/", Ro, Allow),
+    ("git diff HEAD~1 -- src/", "/", Mut, Cp),
     ("git show HEAD:src/main.rs", "/", Ro, Allow),
     ("git branch", "/", Ro, Allow),
     ("git branch -a", "/", Ro, Allow),
@@ -306,7 +314,10 @@ const TABLE: &[(&str, &str, Category, Action)] = &[
     ("git clean -n", "/", Ro, Allow),
     ("git config --get user.name", "/", Ro, Allow),
     ("cargo fmt --check", "/", Ro, Allow),
-    ("cargo metadata --format-version 1", "/", Ro, Allow),
+    ("cargo metadata --format-version 1", "/", Mut, Cp),
+    ("cargo metadata --format-version 1 --locked", "/", Ro, Allow),
+    ("cargo tree --frozen", "/", Ro, Allow),
+    ("cargo tree", "/", Mut, Cp),
     ("pip list", "/", Ro, Allow),
     ("npm ls", "/", Ro, Allow),
     ("python3 --version", "/", Ro, Allow),
@@ -701,7 +712,7 @@ mod fuzz {
         fn read_only_pipelines_stay_allowed(
             cmds in proptest::collection::vec(
                 prop_oneof![Just("ls -la"), Just("cat README.md"), Just("grep -n x src/a.rs"),
-                            Just("wc -l"), Just("head -5"), Just("git status"), Just("sort -u")],
+                            Just("wc -l"), Just("head -5"), Just("git log -3"), Just("sort -u")],
                 1..5),
             sep in prop_oneof![Just(" | "), Just(" && "), Just("; "), Just(" || ")],
         ) {

@@ -50,8 +50,8 @@
 //!
 //! | category | meaning | default action |
 //! |---|---|---|
-//! | `readonly` | only reads the workspace (`ls`, `cat`, `grep -r`, `git status`) | `allow` |
-//! | `mutating` | changes the workspace (`touch`, `cp`, `sed -i`, `cargo test`, `python3 x.py`) | `checkpoint_then_run` |
+//! | `readonly` | only reads the workspace (`ls`, `cat`, `grep -r`, `git log`) | `allow` |
+//! | `mutating` | changes the workspace (`touch`, `cp`, `sed -i`, `cargo test`, `python3 x.py`; also what rewrites a cache while it reads: `git status` and `git diff` refresh `.git/index`, `cargo metadata` may write `Cargo.lock`) | `checkpoint_then_run` |
 //! | `destructive` | deletes or overwrites (`rm -rf build`, `git reset --hard`, `git clean -fdx`) | `checkpoint_then_run`: inside the workspace the checkpoint taken first makes it recoverable |
 //! | `unknown` | the engine cannot tell | `checkpoint_then_run` |
 //! | `networked` | talks to the network (`curl`, `git push`, `npm install`, `pip install`) | `ask`: the harness approves with `--approve TOKEN` |

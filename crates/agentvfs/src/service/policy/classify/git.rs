@@ -9,6 +9,7 @@ impl Analyzer<'_> {
         let rest = &args[1..];
         let mut i = 0;
         let mut gscope = scope.clone();
+        let mut optional_locks = true;
         while i < rest.len() {
             let a = &rest[i];
             let Some(t) = a.known() else { break };
@@ -50,6 +51,10 @@ impl Analyzer<'_> {
                         Some(t),
                         Some("git"),
                     );
+                    i += 1;
+                }
+                "--no-optional-locks" => {
+                    optional_locks = false;
                     i += 1;
                 }
                 t if t.starts_with('-') => i += 1,
@@ -183,8 +188,25 @@ impl Analyzer<'_> {
             | "version" | "get-tar-commit-id" | "interpret-trailers" | "column" | "show-index"
             | "verify-pack" | "request-pull" | "check-mailmap" | "fsck-objects" | "patch-id"
             | "stripspace" | "bugreport" | "hash-object" | "ls-remote-local" => {
+                // What git rewrites on its own while it reads: the index's stat cache.
+                // Measured (git 2.47): `status` rewrites .git/index unless run with
+                // `--no-optional-locks`; `diff` against the worktree (`diff`, `diff HEAD`)
+                // rewrites it even then; `describe --dirty` refreshes it too.
+                let refreshes = match sub.as_str() {
+                    "status" => optional_locks,
+                    "diff" => !has(&["--cached", "--staged", "--no-index"]),
+                    "describe" => has(&["--dirty", "--broken"]),
+                    _ => false,
+                };
                 if sub == "hash-object" && has(&["-w"]) {
                     git_mutating(self, &label);
+                } else if refreshes {
+                    self.cat(
+                        C::Mutating,
+                        &label,
+                        format!("`{label}` may rewrite .git/index (git refreshes its stat cache)"),
+                        None,
+                    );
                 } else {
                     ro(self);
                 }

@@ -29,6 +29,9 @@ impl Analyzer<'_> {
             "" | "version" | "help" | "metadata" | "tree" | "locate-project" | "pkgid" | "verify-project" | "read-manifest" | "search" | "info" => {
                 if matches!(sub.as_str(), "search" | "info") {
                     self.cat(C::Networked, &label, format!("`{label}` queries the registry"), Some(&label));
+                } else if matches!(sub.as_str(), "metadata" | "tree" | "pkgid") && !flag(&["--locked", "--frozen"]) {
+                    // Resolving the dependency graph writes Cargo.lock when it is missing or stale.
+                    self.cat(C::Mutating, &label, format!("`{label}` may write Cargo.lock (--locked does not)"), None);
                 } else {
                     self.read_only("cargo");
                 }
