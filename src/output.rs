@@ -25,7 +25,7 @@ pub enum Human {
 impl Reply {
     pub fn new<T: Serialize>(data: &T, human: impl Into<String>) -> Reply {
         Reply {
-            data: serde_json::to_value(data).unwrap_or(Value::Null),
+            data: json_data(data),
             human: Human::Text(human.into()),
             exit_code: None,
         }
@@ -33,11 +33,18 @@ impl Reply {
 
     pub fn bytes<T: Serialize>(data: &T, bytes: Vec<u8>) -> Reply {
         Reply {
-            data: serde_json::to_value(data).unwrap_or(Value::Null),
+            data: json_data(data),
             human: Human::Bytes(bytes),
             exit_code: None,
         }
     }
+}
+
+/// A command's `data`: its output, with each time field also as an RFC 3339 string.
+pub fn json_data<T: Serialize>(data: &T) -> Value {
+    let mut v = serde_json::to_value(data).unwrap_or(Value::Null);
+    agentvfs::schema::add_iso_times(&mut v);
+    v
 }
 
 /// Print the outcome and return the process exit code.

@@ -311,3 +311,44 @@ fn error_envelopes_name_their_command() {
             .stderr(predicate::str::starts_with("error: "));
     }
 }
+
+#[test]
+fn every_time_field_also_comes_as_an_rfc3339_string() {
+    let env = TestEnv::with_vault("v");
+    env.write(None, "a.txt", b"a");
+    env.data(&["checkpoint", "save", "one"]);
+    let ops = env.data(&["op", "log"]);
+    let stat = env.data(&["stat", "a.txt"]);
+    let cps = env.data(&["checkpoint", "list"]);
+    let audit = env.data(&["audit", "--limit", "1"]);
+    let mut seen = 0;
+    for (doc, field) in [
+        (&ops[0], "at"),
+        (&stat, "mtime"),
+        (&stat, "atime"),
+        (&stat, "ctime"),
+        (&cps[0], "created_at"),
+        (&audit[0], "at"),
+    ] {
+        let ns = doc[field]
+            .as_i64()
+            .unwrap_or_else(|| panic!("{field}: {doc}"));
+        let iso = doc[format!("{field}_iso")].as_str().unwrap();
+        // 2026-12-05T18:33:26.588920211Z: the same instant, to the nanosecond.
+        let t = humantime::parse_rfc3339(iso).unwrap();
+        let back = t.duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as i64;
+        assert_eq!(back, ns, "{field}: {iso}");
+        assert!(iso.ends_with('Z') && iso.len() == 30, "{iso}");
+        seen += 1;
+    }
+    assert_eq!(seen, 6);
+
+    // A time before the epoch (a file from 1960) is a time too, not a crash.
+    let old = env.host("old");
+    fs::create_dir_all(&old).unwrap();
+    fs::write(old.join("f"), "x").unwrap();
+    common::set_mtime(&old.join("f"), -315_619_200_000_000_000);
+    env.data(&["import", old.to_str().unwrap(), "/old"]);
+    let st = env.data(&["stat", "old/f"]);
+    assert_eq!(st["mtime_iso"], "1960-01-01T00:00:00.000000000Z", "{st}");
+}

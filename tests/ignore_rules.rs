@@ -362,12 +362,25 @@ fn git_status_is_classified_by_what_it_writes_and_its_index_refresh_is_not_liste
     git(&["commit", "-qm", "one"]);
     env.create("g");
     env.data("g", &["import", repo.to_str().unwrap()]);
-    let v = env.data("g", &["proxy", "exec", "--", "git", "status", "--porcelain"]);
+    let v = env.data(
+        "g",
+        &["proxy", "exec", "--", "git", "status", "--porcelain"],
+    );
     assert_eq!(v["decision"]["action"], "checkpoint_then_run", "{v}");
     assert_eq!(v["decision"]["categories"], json!(["mutating"]), "{v}");
     assert!(v["checkpoint"].is_string(), "{v}");
     assert_eq!(v["stdout"]["text"], "", "git works in the fork: {v}");
     assert_eq!(v["changes"], json!([]), "{v}");
-    let ro = env.data("g", &["proxy", "exec", "--", "git", "--no-optional-locks", "status"]);
+    let ro = env.data(
+        "g",
+        &[
+            "proxy",
+            "exec",
+            "--",
+            "git",
+            "--no-optional-locks",
+            "status",
+        ],
+    );
     assert_eq!(ro["decision"]["action"], "allow", "{ro}");
 }

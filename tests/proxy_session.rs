@@ -156,6 +156,16 @@ fn one_by_one(flags: &[&str], mode: &str) {
     let (list, _) = e.json(&["session", "list"]);
     assert_eq!(list["data"][0]["name"], "s");
     assert_eq!(list["data"][0]["alive"], true);
+    // `avfs mounts` lists the session too: its host mount, or its socket.
+    let (mounts, _) = e.json(&["mounts"]);
+    let entry = &mounts["data"][0];
+    assert_eq!(entry["session"], "s", "{mounts}");
+    assert_eq!(entry["workspace"], "task", "{mounts}");
+    assert_eq!(entry["alive"], true, "{mounts}");
+    let where_ = mount
+        .clone()
+        .unwrap_or_else(|| list["data"][0]["socket"].as_str().unwrap().into());
+    assert_eq!(entry["dir"], where_.as_str(), "{mounts}");
     let (stop, code) = e.json(&["session", "stop", "s"]);
     assert_eq!(code, 0, "{stop}");
     assert_eq!(stop["data"]["stopped"], true);
@@ -165,6 +175,8 @@ fn one_by_one(flags: &[&str], mode: &str) {
     assert_eq!(leftover_mounts(&e), Vec::<String>::new());
     let (list, _) = e.json(&["session", "list"]);
     assert_eq!(list["data"].as_array().unwrap().len(), 0);
+    let (mounts, _) = e.json(&["mounts"]);
+    assert_eq!(mounts["data"], serde_json::json!([]), "{mounts}");
 }
 
 /// Mounts anywhere on the host under this test's avfs home (a session's kept namespace

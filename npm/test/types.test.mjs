@@ -30,6 +30,7 @@ const INTERFACES = {
   ForkInfo: ["commands", "vault info", "$defs", "ForkInfo"],
   Quota: ["commands", "vault info", "$defs", "Quota"],
   VaultInfo: ["commands", "vault info"],
+  Origin: ["commands", "vault info", "$defs", "Origin"],
   ForkOutput: ["commands", "vault fork"],
   DeleteReport: ["commands", "vault delete"],
   CheckpointInfo: ["commands", "checkpoint save"],

@@ -26,6 +26,7 @@ MODELS: dict[type, tuple[str, str | None]] = {
     t.VaultListEntry: ("vault list", "VaultListEntry"),
     t.VaultInfo: ("vault info", None),
     t.ForkInfo: ("vault info", "ForkInfo"),
+    t.Origin: ("vault info", "Origin"),
     t.Quota: ("vault info", "Quota"),
     t.ForkOutput: ("vault fork", None),
     t.DeleteReport: ("vault delete", None),

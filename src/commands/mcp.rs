@@ -366,7 +366,7 @@ impl AvfsServer {
                 workspace,
                 service: WorkspaceService::new(Registry::from_env(), Actor::from_env("mcp")),
             };
-            tool(&ctx).map(|out| serde_json::to_value(&out).unwrap_or(Value::Null))
+            tool(&ctx).map(|out| crate::output::json_data(&out))
         })
         .await
         .map_err(|e| McpError::internal_error(format!("the tool call failed: {e}"), None))?;

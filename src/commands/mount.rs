@@ -6,6 +6,7 @@ use clap::Args;
 
 use agentvfs::Result;
 use agentvfs::service::mounts::{self, MountRequest};
+use agentvfs::service::session;
 
 use super::{Ctx, SelfLauncher};
 use crate::output::{Reply, table, time};
@@ -61,7 +62,7 @@ pub fn cmd_unmount(ctx: &Ctx, a: UnmountArgs) -> Result<Reply> {
 }
 
 pub fn cmd_mounts(ctx: &Ctx) -> Result<Reply> {
-    let list = mounts::list(ctx.service.registry())?;
+    let list = session::all_mounts(ctx.service.registry())?;
     let mut rows = vec![vec![
         "DIR".into(),
         "VAULT".into(),
@@ -72,7 +73,10 @@ pub fn cmd_mounts(ctx: &Ctx) -> Result<Reply> {
     ]];
     for m in &list {
         rows.push(vec![
-            m.dir.display().to_string(),
+            match &m.session {
+                Some(name) => format!("session {name}: {}", m.dir.display()),
+                None => m.dir.display().to_string(),
+            },
             m.vault.clone(),
             m.pid.to_string(),
             time(m.since),

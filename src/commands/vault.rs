@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 
+use agentvfs::model::ForkInfo;
 use agentvfs::service::workspace::{ForkOutput, InfoOutput};
 use agentvfs::{Error, Result};
 use clap::{Args, Subcommand};
@@ -104,6 +105,23 @@ fn cmd_use(ctx: &Ctx, name: &str) -> Result<Reply> {
     Ok(Reply::new(&t, human))
 }
 
+/// Where a fork started: its parent, at a checkpoint or the live state, and the root.
+fn forked_from(f: &ForkInfo) -> String {
+    let Some(parent) = &f.parent else {
+        return "-".into();
+    };
+    let at = match &f.forked_at_checkpoint {
+        Some(cp) => format!("checkpoint {cp}"),
+        None => "its live state".into(),
+    };
+    let root = f
+        .base_root
+        .as_deref()
+        .map(|r| format!(", base root {}", &r[..r.len().min(12)]))
+        .unwrap_or_default();
+    format!("{parent} at {at}{root}")
+}
+
 fn cmd_info(ctx: &Ctx, name: Option<String>) -> Result<Reply> {
     let selector = name.or_else(|| ctx.workspace.clone());
     let (t, info) = ctx.service.info(selector.as_deref())?;
@@ -120,12 +138,20 @@ fn cmd_info(ctx: &Ctx, name: Option<String>) -> Result<Reply> {
             "parent".into(),
             info.workspace.parent.clone().unwrap_or_else(|| "-".into()),
         ],
+        vec!["forked from".into(), forked_from(&info.workspace)],
         vec![
-            "forked at".into(),
-            info.workspace
-                .forked_at_checkpoint
-                .clone()
-                .unwrap_or_else(|| "-".into()),
+            "origin".into(),
+            match &info.origin {
+                Some(o) => format!(
+                    "{} -> {} ({} by {}, {})",
+                    o.host,
+                    o.prefix,
+                    o.recorded_by,
+                    o.workspace,
+                    time(o.at)
+                ),
+                None => "-".into(),
+            },
         ],
         vec!["created".into(), time(info.workspace.created_at)],
         vec![

@@ -59,8 +59,121 @@ pub struct ShellOutput {
 
 fn s<T: JsonSchema>() -> Value {
     let mut schema = serde_json::to_value(schema_for!(T)).unwrap_or(Value::Null);
+    iso_time_properties(&mut schema);
     close_objects(&mut schema);
     schema
+}
+
+/// Output fields holding a time as nanoseconds since the Unix epoch. In `--json` output each
+/// also comes as an RFC 3339 string beside it, `<field>_iso` (`at` and `at_iso`).
+pub const TIME_FIELDS: [&str; 6] = ["at", "atime", "ctime", "mtime", "created_at", "since"];
+/// Maps with names chosen by users or workspaces (ignore counts, metadata, xattrs): their
+/// keys are never time fields.
+const FREE_FORM: [&str; 3] = ["ignored", "meta", "xattrs"];
+
+/// An RFC 3339 UTC time with nanoseconds, from nanoseconds since the Unix epoch. Every i64
+/// is a time between 1677 and 2262, before the epoch included (a file's mtime can be).
+pub fn iso_time(ns: i64) -> String {
+    let secs = ns.div_euclid(1_000_000_000);
+    let nanos = ns.rem_euclid(1_000_000_000);
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Days since 1970-01-01 to a civil date (proleptic Gregorian; Howard Hinnant's method).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{nanos:09}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// Add `<field>_iso` beside every time field of an output value (see [`TIME_FIELDS`]).
+pub fn add_iso_times(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            let mut extra = Vec::new();
+            for (k, v) in map.iter_mut() {
+                if FREE_FORM.contains(&k.as_str()) {
+                    continue;
+                }
+                if TIME_FIELDS.contains(&k.as_str()) {
+                    match v {
+                        Value::Number(n) => {
+                            if let Some(ns) = n.as_i64() {
+                                extra.push((format!("{k}_iso"), Value::String(iso_time(ns))));
+                            }
+                        }
+                        Value::Null => extra.push((format!("{k}_iso"), Value::Null)),
+                        _ => {}
+                    }
+                } else {
+                    add_iso_times(v);
+                }
+            }
+            map.extend(extra);
+        }
+        Value::Array(items) => items.iter_mut().for_each(add_iso_times),
+        _ => {}
+    }
+}
+
+/// The schema side of [`add_iso_times`]: each integer time property gets its string twin,
+/// required when the time is.
+fn iso_time_properties(schema: &mut Value) {
+    match schema {
+        Value::Object(map) => {
+            if let Some(Value::Object(props)) = map.get_mut("properties") {
+                let mut added = Vec::new();
+                for (k, p) in props.iter() {
+                    let is_int = |t: &Value| t == "integer";
+                    let (int, nullable) = match p.get("type") {
+                        Some(Value::Array(ts)) => {
+                            (ts.iter().any(is_int), ts.iter().any(|t| t == "null"))
+                        }
+                        Some(t) => (is_int(t), false),
+                        None => (false, false),
+                    };
+                    if TIME_FIELDS.contains(&k.as_str()) && int {
+                        let ty = if nullable {
+                            json!(["string", "null"])
+                        } else {
+                            json!("string")
+                        };
+                        let doc = format!("`{k}` as an RFC 3339 UTC time.");
+                        added.push((
+                            k.clone(),
+                            json!({"type": ty, "format": "date-time", "description": doc}),
+                        ));
+                    }
+                }
+                for (k, p) in &added {
+                    props.insert(format!("{k}_iso"), p.clone());
+                }
+                if let Some(Value::Array(req)) = map.get_mut("required") {
+                    for (k, _) in &added {
+                        if req.iter().any(|r| r == k.as_str()) {
+                            req.push(Value::String(format!("{k}_iso")));
+                        }
+                    }
+                }
+            }
+            for (k, v) in map.iter_mut() {
+                if !FREE_FORM.contains(&k.as_str()) {
+                    iso_time_properties(v);
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(iso_time_properties),
+        _ => {}
+    }
 }
 
 /// The contract is exact: an object schema that lists its properties allows no others, so
@@ -209,4 +322,34 @@ fn envelope() -> Value {
                 }
             ]
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn iso_times_sit_beside_time_fields_but_not_inside_free_form_maps() {
+        let mut v = json!({
+            "at": 1_500_000_000_123_456_789i64,
+            "mtime": -1_000_000_000i64,
+            "since": null,
+            "ignored": {"at": 3},
+            "meta": {"mtime": "x"},
+            "ops": [{"at": 0}],
+        });
+        add_iso_times(&mut v);
+        assert_eq!(v["at_iso"], "2017-07-14T02:40:00.123456789Z");
+        assert_eq!(v["mtime_iso"], "1969-12-31T23:59:59.000000000Z");
+        assert_eq!(v["since_iso"], Value::Null);
+        assert_eq!(v["ignored"], json!({"at": 3}), "a directory named `at`");
+        assert_eq!(v["meta"], json!({"mtime": "x"}));
+        assert_eq!(v["ops"][0]["at_iso"], "1970-01-01T00:00:00.000000000Z");
+        assert_eq!(iso_time(i64::MIN), "1677-09-21T00:12:43.145224192Z");
+        assert_eq!(iso_time(i64::MAX), "2262-04-11T23:47:16.854775807Z");
+        assert_eq!(
+            iso_time(951_782_400_000_000_000),
+            "2000-02-29T00:00:00.000000000Z"
+        );
+    }
 }

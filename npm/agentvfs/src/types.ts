@@ -4,7 +4,8 @@
 // below with the schema and validate every document the client receives against it.
 //
 // Integers are JavaScript numbers. Nanosecond timestamps (`created_at`, `mtime`, `since`, …)
-// are larger than 2^53, so they keep about a quarter-microsecond of precision.
+// are larger than 2^53, so they keep about a quarter-microsecond of precision; each comes
+// also as an exact RFC 3339 string beside it (`mtime_iso`).
 
 // ---------------------------------------------------------------------------------------
 // The document every command prints
@@ -103,6 +104,8 @@ export interface ForkInfo {
   name: string;
   parent?: string | null;
   created_at: number;
+  /** `created_at` as an RFC 3339 UTC time (nanosecond precision, exact). */
+  created_at_iso: string;
   /** The checkpoint of the parent the fork was taken at, if any. */
   forked_at_checkpoint?: string | null;
   /** Root id the fork started from (its merge base). */
@@ -134,6 +137,26 @@ export interface VaultInfo {
   /** Forks whose parent is this workspace. */
   forks: string[];
   quota: Quota;
+  /** The host directory the workspace (or the one it was forked from) was imported from or
+   * last applied to, and the state it then held; `apply` starts there. */
+  origin?: Origin | null;
+}
+
+/** Where a workspace's contents came from on the host. */
+export interface Origin {
+  /** The host directory (absolute). */
+  host: string;
+  /** The workspace path it maps to. */
+  prefix: string;
+  /** The root id of the state the host directory matched. */
+  root: string;
+  /** `import` or `apply`. */
+  recorded_by: string;
+  at: number;
+  /** `at` as an RFC 3339 UTC time (nanosecond precision, exact). */
+  at_iso: string;
+  /** The workspace that recorded it. */
+  workspace: string;
 }
 
 /** `vault fork`. */
@@ -159,6 +182,8 @@ export interface CheckpointInfo {
   name: string;
   message?: string | null;
   created_at: number;
+  /** `created_at` as an RFC 3339 UTC time (nanosecond precision, exact). */
+  created_at_iso: string;
   root: string;
   files: number;
   bytes: number;
@@ -187,8 +212,14 @@ export interface NodeInfo {
   gid: number;
   /** Nanoseconds since the Unix epoch. */
   atime: number;
+  /** `atime` as an RFC 3339 UTC time (nanosecond precision, exact). */
+  atime_iso: string;
   mtime: number;
+  /** `mtime` as an RFC 3339 UTC time (nanosecond precision, exact). */
+  mtime_iso: string;
   ctime: number;
+  /** `ctime` as an RFC 3339 UTC time (nanosecond precision, exact). */
+  ctime_iso: string;
   content_id?: string | null;
   /** Symlink target. */
   target?: string | null;
@@ -269,7 +300,7 @@ export interface DiffOutput {
   /** The unified patch, with `patch: true`. */
   patch?: string | null;
   /** Changes the ignore rules left out, per top-level name (`.venv`, `node_modules`). */
-  ignored?: Record<string, number>;
+  ignored: Record<string, number>;
 }
 
 /** The earlier name of `Conflict`. @deprecated Use `Conflict`, as the Rust library names it. */
@@ -299,7 +330,7 @@ export interface MergeReport {
   /** Text files whose edits on both sides were combined line by line. */
   text_merged: string[];
   /** Changes the ignore rules left out (they stay in the fork), per top-level name (`.venv`, `node_modules`). */
-  ignored?: Record<string, number>;
+  ignored: Record<string, number>;
 }
 
 /** One op-log entry (`undo`, `redo`, `rollback`). */
@@ -307,6 +338,8 @@ export interface OpInfo {
   id: number;
   /** Nanoseconds since the Unix epoch. */
   at: number;
+  /** `at` as an RFC 3339 UTC time (nanosecond precision, exact). */
+  at_iso: string;
   /** The operation: `write`, `rm`, `checkpoint.save`, `undo`, `rollback`, … */
   kind: string;
   description: string;
@@ -461,6 +494,8 @@ export interface SessionRecord {
   pid: number;
   /** Nanoseconds since the Unix epoch. */
   since: number;
+  /** `since` as an RFC 3339 UTC time (nanosecond precision, exact). */
+  since_iso: string;
   /** The policy file the session decides with (null: the built-in policy). */
   policy?: string | null;
   /** Filled in by `session list`: the daemon runs and answers on its socket. */

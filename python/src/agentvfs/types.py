@@ -52,6 +52,7 @@ class VaultListEntry:
 class ForkInfo:
     name: str
     created_at: int
+    created_at_iso: str  # `created_at` as an RFC 3339 UTC time
     files: int
     bytes: int
     base_root: str | None = None
@@ -69,6 +70,19 @@ class Quota:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Origin:
+    """The host directory a workspace was imported from (or last applied to)."""
+
+    host: str
+    prefix: str
+    root: str
+    recorded_by: str  # "import" or "apply"
+    at: int
+    at_iso: str  # `at` as an RFC 3339 UTC time
+    workspace: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class VaultInfo:
     name: str
     path: str
@@ -79,6 +93,7 @@ class VaultInfo:
     pending_changes: int
     forks: list[str]
     quota: Quota
+    origin: Origin | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -98,6 +113,7 @@ class DeleteReport:
 class CheckpointInfo:
     name: str
     created_at: int
+    created_at_iso: str  # `created_at` as an RFC 3339 UTC time
     root: str
     files: int
     bytes: int
@@ -124,8 +140,11 @@ class NodeInfo:
     uid: int
     gid: int
     atime: int
+    atime_iso: str  # `atime` as an RFC 3339 UTC time
     mtime: int
+    mtime_iso: str  # `mtime` as an RFC 3339 UTC time
     ctime: int
+    ctime_iso: str  # `ctime` as an RFC 3339 UTC time
     tags: list[str]
     meta: dict[str, str]
     xattrs: dict[str, str]
@@ -180,7 +199,7 @@ class DiffOutput:
     patch: str | None = None
     # Changes the ignore rules left out (.gitignore, .avfsignore, .git/info/exclude,
     # .git/), per top-level name; empty with include_ignored.
-    ignored: dict[str, int] = field(default_factory=dict)
+    ignored: dict[str, int]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -201,7 +220,7 @@ class MergeReport:
     conflicts: list[Conflict]
     text_merged: list[str]
     # The fork's ignored changes, left in the fork; per top-level name.
-    ignored: dict[str, int] = field(default_factory=dict)
+    ignored: dict[str, int]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -210,6 +229,7 @@ class OpInfo:
 
     id: int
     at: int
+    at_iso: str  # `at` as an RFC 3339 UTC time
     kind: str
     description: str
     undone: bool
@@ -332,6 +352,7 @@ class SessionRecord:
     socket: str
     pid: int
     since: int
+    since_iso: str  # `since` as an RFC 3339 UTC time
     alive: bool = False
     policy: str | None = None
     dir: str | None = None

@@ -84,6 +84,9 @@ pub struct VaultInfo {
     /// Forks whose parent is this workspace.
     pub forks: Vec<String>,
     pub quota: Quota,
+    /// The host directory the workspace (or the one it was forked from) was imported from
+    /// or last applied to, and the state it then held; `apply` starts there.
+    pub origin: Option<super::workspace::Origin>,
 }
 
 /// `stats`.
@@ -273,6 +276,7 @@ impl Vault {
                 pending_changes,
                 forks,
                 quota: Quota::load(r)?,
+                origin: super::workspace::origin_of(r, workspace)?,
             })
         })
     }

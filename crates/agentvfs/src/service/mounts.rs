@@ -34,6 +34,11 @@ pub struct MountRecord {
     /// Filled in by `list`: the daemon runs and the kernel still has the mount.
     #[serde(default)]
     pub alive: bool,
+    /// The session this mount serves (`avfs session start`), listed by `avfs mounts` too.
+    /// A `fuse` session's `dir` is its mount on the host; the others mount the fork inside
+    /// their own namespace, so `dir` is their socket.
+    #[serde(default)]
+    pub session: Option<String>,
 }
 
 fn key(dir: &Path) -> String {
@@ -261,6 +266,7 @@ pub fn mount(
         since: crate::model::now_ns(),
         transport: String::new(),
         alive: true,
+        session: None,
     };
     if req.foreground {
         serve(service, mounter, &spec, at, rec)?;
@@ -425,6 +431,7 @@ mod tests {
             since: 0,
             transport: String::new(),
             alive: false,
+            session: None,
         };
         save(reg, &rec).unwrap();
         assert!(

@@ -197,6 +197,25 @@ pub fn list(reg: &Registry) -> Result<Vec<SessionRecord>> {
     Ok(out)
 }
 
+/// Everything `avfs mounts` lists: the recorded mounts, then one entry per session.
+pub fn all_mounts(reg: &Registry) -> Result<Vec<mounts::MountRecord>> {
+    let mut out = mounts::list(reg)?;
+    out.extend(list(reg)?.into_iter().map(|s| mounts::MountRecord {
+        dir: s.dir.unwrap_or(s.socket),
+        vault: s.vault,
+        path: s.path,
+        workspace: s.workspace,
+        checkpoint: None,
+        readonly: false,
+        pid: s.pid,
+        since: s.since,
+        transport: String::new(),
+        alive: s.alive,
+        session: Some(s.name),
+    }));
+    Ok(out)
+}
+
 /// The live session called `name`, or `session_not_found` (naming the ones that exist).
 pub fn find(reg: &Registry, name: &str) -> Result<SessionRecord> {
     match load(reg, name) {

@@ -22,7 +22,7 @@ pub use actor::Actor;
 pub(crate) use edit::Logging;
 pub use edit::{Edit, WriteOptions};
 pub use origin::Origin;
-pub(crate) use origin::{ORIGIN_PREFIX, origin_roots};
+pub(crate) use origin::{ORIGIN_PREFIX, origin_of, origin_roots};
 use serde::Serialize;
 pub use unlogged::BatchEnd;
 pub(crate) use unlogged::marker_problem;

@@ -78,24 +78,27 @@ impl Workspace {
 
     /// This workspace's origin, else the nearest ancestor's.
     pub fn origin(&self) -> Result<Option<Origin>> {
-        self.vault.store.read(|r| {
-            let mut name = Some(self.name.clone());
-            let mut hops = 0;
-            while let Some(n) = name {
-                if let Some(v) = r.setting(&format!("{ORIGIN_PREFIX}{n}"))? {
-                    let o: Origin = serde_json::from_str(&v).map_err(|e| Error::CorruptVault {
-                        reason: format!("origin of `{n}`: {e}"),
-                    })?;
-                    return Ok(Some(o));
-                }
-                hops += 1;
-                // A parent chain is a tree; a cycle would be damage, not a long chain.
-                if hops > 10_000 {
-                    break;
-                }
-                name = r.workspace(&n)?.and_then(|w| w.parent);
-            }
-            Ok(None)
-        })
+        self.vault.store.read(|r| origin_of(r, &self.name))
     }
+}
+
+/// Workspace `name`'s origin, else the nearest ancestor's.
+pub(crate) fn origin_of(r: &dyn StoreRead, name: &str) -> Result<Option<Origin>> {
+    let mut name = Some(name.to_string());
+    let mut hops = 0;
+    while let Some(n) = name {
+        if let Some(v) = r.setting(&format!("{ORIGIN_PREFIX}{n}"))? {
+            let o: Origin = serde_json::from_str(&v).map_err(|e| Error::CorruptVault {
+                reason: format!("origin of `{n}`: {e}"),
+            })?;
+            return Ok(Some(o));
+        }
+        hops += 1;
+        // A parent chain is a tree; a cycle would be damage, not a long chain.
+        if hops > 10_000 {
+            break;
+        }
+        name = r.workspace(&n)?.and_then(|w| w.parent);
+    }
+    Ok(None)
 }
