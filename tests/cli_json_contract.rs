@@ -132,6 +132,7 @@ fn every_command_in_the_schema_is_exercised_and_valid() {
     env.data(&["man"]);
     // Lines on stdin print their own documents; with none, only the shell's summary.
     env.data_in(&["shell"], b"");
+    env.data(&["checkpoint", "retention"]);
     env.data(&["policy", "show"]);
     env.data(&["policy", "test"]);
     env.data(&["proxy", "check", "--", "ls", "-la"]);

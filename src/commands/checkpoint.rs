@@ -3,10 +3,11 @@
 use clap::{Args, Subcommand};
 
 use agentvfs::Result;
-use agentvfs::model::CheckpointInfo;
+use agentvfs::model::{CheckpointInfo, DEFAULT_KEEP_AUTO};
+use agentvfs::service::workspace::RetentionOutput;
 
 use super::Ctx;
-use crate::output::{Reply, size, table, time};
+use crate::output::{Reply, one_line, size, table, time};
 
 #[derive(Subcommand)]
 pub enum CheckpointCmd {
@@ -20,6 +21,18 @@ pub enum CheckpointCmd {
     Restore { name: String },
     /// Delete a checkpoint (its objects stay until `avfs gc`).
     Delete { name: String },
+    /// Show or set how many automatic checkpoints (the ones `proxy exec` takes before a
+    /// command) each workspace of the vault keeps; older ones are pruned at the next
+    /// command. Named checkpoints, and one a fork was made at, are never pruned; undo and
+    /// rollback keep working, as the op log holds the states.
+    Retention(RetentionArgs),
+}
+
+#[derive(Args)]
+pub struct RetentionArgs {
+    /// Keep the newest N automatic checkpoints per workspace (at least 1; default 20).
+    #[arg(long, value_name = "N")]
+    pub keep_auto: Option<u64>,
 }
 
 #[derive(Args)]
@@ -38,7 +51,24 @@ pub fn run(ctx: &Ctx, cmd: CheckpointCmd) -> (&'static str, Result<Reply>) {
         CheckpointCmd::Info { name } => ("checkpoint info", cmd_info(ctx, &name)),
         CheckpointCmd::Restore { name } => ("checkpoint restore", cmd_restore(ctx, &name)),
         CheckpointCmd::Delete { name } => ("checkpoint delete", cmd_delete(ctx, &name)),
+        CheckpointCmd::Retention(a) => ("checkpoint retention", cmd_retention(ctx, a)),
     }
+}
+
+fn cmd_retention(ctx: &Ctx, a: RetentionArgs) -> Result<Reply> {
+    let (_, ws) = ctx.open()?;
+    if let Some(n) = a.keep_auto {
+        ws.set_keep_auto(n)?;
+    }
+    let out = RetentionOutput {
+        keep_auto: ws.keep_auto()?,
+        default_keep_auto: DEFAULT_KEEP_AUTO,
+    };
+    let human = format!(
+        "each workspace keeps its newest {} automatic checkpoints (default {})",
+        out.keep_auto, out.default_keep_auto
+    );
+    Ok(Reply::new(&out, human))
 }
 
 fn cmd_save(ctx: &Ctx, a: SaveArgs) -> Result<Reply> {
@@ -58,27 +88,49 @@ fn cmd_save(ctx: &Ctx, a: SaveArgs) -> Result<Reply> {
 fn cmd_list(ctx: &Ctx) -> Result<Reply> {
     let (_, ws) = ctx.open()?;
     let list: Vec<CheckpointInfo> = ws.checkpoints()?.into_iter().map(Into::into).collect();
-    let mut rows = vec![vec![
-        "NAME".into(),
-        "CREATED".into(),
-        "FILES".into(),
-        "SIZE".into(),
-        "MESSAGE".into(),
-    ]];
-    for c in &list {
-        rows.push(vec![
+    let header = || {
+        vec![vec![
+            "NAME".into(),
+            "CREATED".into(),
+            "FILES".into(),
+            "SIZE".into(),
+            "MESSAGE".into(),
+        ]]
+    };
+    let row = |c: &CheckpointInfo| {
+        vec![
             c.name.clone(),
             time(c.created_at),
             c.files.to_string(),
             size(c.bytes),
-            c.message.clone().unwrap_or_default(),
-        ]);
-    }
-    let human = if list.is_empty() {
-        "no checkpoints".to_string()
-    } else {
-        table(&rows)
+            one_line(c.message.as_deref().unwrap_or_default(), 80),
+        ]
     };
+    // Named checkpoints first, then the automatic ones as a group of their own.
+    let (auto, named): (Vec<&CheckpointInfo>, Vec<&CheckpointInfo>) =
+        list.iter().partition(|c| c.auto);
+    let mut human = String::new();
+    if !named.is_empty() {
+        let mut rows = header();
+        rows.extend(named.iter().map(|c| row(c)));
+        human.push_str(&table(&rows));
+    }
+    if !auto.is_empty() {
+        if !human.is_empty() {
+            human.push('\n');
+        }
+        human.push_str(&format!(
+            "automatic, taken before proxied commands ({} of at most {} kept; `avfs checkpoint retention`):\n",
+            auto.len(),
+            ws.keep_auto()?
+        ));
+        let mut rows = header();
+        rows.extend(auto.iter().map(|c| row(c)));
+        human.push_str(&table(&rows));
+    }
+    if list.is_empty() {
+        human = "no checkpoints".to_string();
+    }
     Ok(Reply::new(&list, human))
 }
 

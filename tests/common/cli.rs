@@ -103,6 +103,7 @@ pub fn exit_code_for(kind: &str) -> i32 {
         | "fork_not_found"
         | "path_not_found"
         | "checkpoint_not_found"
+        | "checkpoint_gone"
         | "operation_not_found"
         | "session_not_found" => 3,
         "already_exists"

@@ -117,6 +117,17 @@ pub enum Error {
         "checkpoint `{name}` not found; `avfs checkpoint list` shows this workspace's checkpoints"
     )]
     CheckpointNotFound { name: String },
+    #[error("checkpoint `{name}` is gone: automatic checkpoints are pruned to the newest {keep} (`avfs checkpoint retention`); {}",
+        match operation {
+            Some(id) => format!("its state is still the one after operation {id}: `avfs op restore {id}`"),
+            None => "the operation that saved it is pruned too, so its state is gone".to_string(),
+        })]
+    CheckpointGone {
+        name: String,
+        keep: u64,
+        /// The operation that saved it, if the op log still has it: `op restore` reaches it.
+        operation: Option<i64>,
+    },
     #[error("`{path}` already exists on the host; pass --force to overwrite")]
     HostPathExists { path: PathBuf },
     #[error("{context} `{path}`: {source}")]
@@ -227,6 +238,7 @@ impl Error {
             Error::QuotaExceeded { .. } => "quota_exceeded",
             Error::FileTooLarge { .. } => "file_too_large",
             Error::CheckpointNotFound { .. } => "checkpoint_not_found",
+            Error::CheckpointGone { .. } => "checkpoint_gone",
             Error::NothingToUndo => "nothing_to_undo",
             Error::NothingToRollBack { .. } => "nothing_to_roll_back",
             Error::MergeConflict { .. } => "merge_conflict",
@@ -264,6 +276,11 @@ impl Error {
                 supported,
             } => json!({ "path": path, "found": found, "supported": supported }),
             Error::CorruptVault { reason } => json!({ "reason": reason }),
+            Error::CheckpointGone {
+                name,
+                keep,
+                operation,
+            } => json!({ "name": name, "keep": keep, "operation": operation }),
             Error::VaultDamaged { problems } => json!({ "problems": problems }),
             Error::ForkNotFound { name }
             | Error::AlreadyExists { name }
@@ -334,6 +351,7 @@ impl Error {
             | Error::ForkNotFound { .. }
             | Error::PathNotFound { .. }
             | Error::CheckpointNotFound { .. }
+            | Error::CheckpointGone { .. }
             | Error::OperationNotFound { .. }
             | Error::SessionNotFound { .. } => exit::NOT_FOUND,
             Error::NothingToUndo

@@ -30,7 +30,7 @@ use crate::service::files::{
 use crate::service::history::DiffOutput;
 use crate::service::maintenance::{CompactOutput, PruneOutput};
 use crate::service::mounts::UnmountOutput;
-use crate::service::workspace::{ForkOutput, InfoOutput};
+use crate::service::workspace::{ForkOutput, InfoOutput, RetentionOutput};
 
 // `avfs completions` data.
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
@@ -207,6 +207,7 @@ pub fn commands() -> Vec<(&'static str, Value)> {
         ("checkpoint info", s::<CheckpointInfo>()),
         ("checkpoint restore", s::<CheckpointInfo>()),
         ("checkpoint delete", s::<CheckpointInfo>()),
+        ("checkpoint retention", s::<RetentionOutput>()),
         ("ls", s::<Vec<NodeInfo>>()),
         ("cat", s::<CatOutput>()),
         ("write", s::<WriteOutput>()),

@@ -75,6 +75,9 @@ export class VaultNotFoundError extends NotFoundError {}
 export class ForkNotFoundError extends NotFoundError {}
 export class PathNotFoundError extends NotFoundError {}
 export class CheckpointNotFoundError extends NotFoundError {}
+/** `checkpoint_gone`: an automatic checkpoint pruned by retention; `details.operation` is the
+ * operation whose state it was, for `op restore`, when the op log still has it. */
+export class CheckpointGoneError extends NotFoundError {}
 export class SessionNotFoundError extends NotFoundError {}
 export class NoVaultSelectedError extends NotFoundError {}
 export class AlreadyExistsError extends ConflictError {}
@@ -97,6 +100,7 @@ export const ERROR_CLASSES: Readonly<Record<string, new (init: AvfsErrorInit) =>
     fork_not_found: ForkNotFoundError,
     path_not_found: PathNotFoundError,
     checkpoint_not_found: CheckpointNotFoundError,
+    checkpoint_gone: CheckpointGoneError,
     operation_not_found: NotFoundError,
     session_not_found: SessionNotFoundError,
     already_exists: AlreadyExistsError,

@@ -55,6 +55,7 @@ export type ErrorKind =
   | "invalid_argument"
   | "quota_exceeded"
   | "checkpoint_not_found"
+  | "checkpoint_gone"
   | "host_path_exists"
   | "merge_conflict"
   | "apply_conflict"
@@ -187,6 +188,8 @@ export interface CheckpointInfo {
   root: string;
   files: number;
   bytes: number;
+  /** Taken by the proxy before a command; retention keeps the newest `keep_auto`. */
+  auto: boolean;
 }
 
 // ---------------------------------------------------------------------------------------

@@ -68,6 +68,14 @@ class PathNotFound(NotFoundError): ...
 class CheckpointNotFound(NotFoundError): ...
 
 
+class CheckpointGone(NotFoundError):
+    """`checkpoint_gone`: an automatic checkpoint pruned by retention.
+
+    `details["operation"]` is the operation whose state it was, for `op restore`, when the
+    op log still has it.
+    """
+
+
 class OperationNotFound(NotFoundError): ...
 
 
@@ -186,6 +194,7 @@ ERRORS: dict[str, type[AvfsError]] = {
     "fork_not_found": ForkNotFound,
     "path_not_found": PathNotFound,
     "checkpoint_not_found": CheckpointNotFound,
+    "checkpoint_gone": CheckpointGone,
     "operation_not_found": OperationNotFound,
     "session_not_found": SessionNotFound,
     "already_exists": AlreadyExists,

@@ -117,6 +117,7 @@ class CheckpointInfo:
     root: str
     files: int
     bytes: int
+    auto: bool  # taken by the proxy before a command; pruned by retention
     message: str | None = None
 
 

@@ -28,7 +28,8 @@ pub use quota::Quota;
 pub use vault::{CheckpointInfo, ForkInfo, GcReport, StatsReport, Vault, VaultInfo};
 pub use view::{Child, View};
 pub use workspace::{
-    Actor, BatchEnd, Edit, LoggedOp, Origin, PathVersion, Workspace, WriteOptions,
+    Actor, BatchEnd, DEFAULT_KEEP_AUTO, Edit, LoggedOp, Origin, PathVersion, Workspace,
+    WriteOptions,
 };
 
 /// Nanoseconds since the Unix epoch, now.

@@ -56,6 +56,8 @@ pub struct CheckpointInfo {
     pub root: String,
     pub files: u64,
     pub bytes: u64,
+    /// Taken by the proxy before a command; retention keeps the newest `keep_auto` of these.
+    pub auto: bool,
 }
 
 impl From<crate::store::CheckpointRecord> for CheckpointInfo {
@@ -67,6 +69,7 @@ impl From<crate::store::CheckpointRecord> for CheckpointInfo {
             root: c.root.to_hex(),
             files: c.files,
             bytes: c.bytes,
+            auto: c.auto,
         }
     }
 }
@@ -382,9 +385,10 @@ fn view_for<'a>(r: &'a dyn StoreRead, vault: &'a Vault, state: &StateRef) -> Res
         }
         StateRef::Checkpoint { workspace, name } => {
             let w = ws(workspace)?;
-            let cp = r
-                .checkpoint(w.id, name)?
-                .ok_or_else(|| Error::CheckpointNotFound { name: name.clone() })?;
+            let cp = match r.checkpoint(w.id, name)? {
+                Some(cp) => cp,
+                None => return Err(super::workspace::missing_checkpoint(r, w.id, name)),
+            };
             bare(cp.root)
         }
         StateRef::ForkBase(name) => {

@@ -35,9 +35,13 @@ pub fn state_ref(ws: &Workspace, spec: &str) -> Result<StateRef> {
     if ws.vault().forks()?.iter().any(|f| f.name == spec) {
         return Ok(StateRef::Live(spec.to_string()));
     }
-    Err(Error::CheckpointNotFound {
-        name: spec.to_string(),
-    })
+    // Neither: not found, or a checkpoint that retention pruned (the error says which).
+    Err(ws
+        .checkpoint(spec)
+        .err()
+        .unwrap_or(Error::CheckpointNotFound {
+            name: spec.to_string(),
+        }))
 }
 
 /// The default "from" side: the last checkpoint, else where the workspace started.

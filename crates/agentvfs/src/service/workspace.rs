@@ -51,6 +51,15 @@ pub struct InfoOutput {
     pub info: VaultInfo,
 }
 
+// `checkpoint retention` data.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct RetentionOutput {
+    /// Automatic checkpoints each workspace of the vault keeps (the newest ones).
+    pub keep_auto: u64,
+    /// What `keep_auto` is when the vault does not set it.
+    pub default_keep_auto: u64,
+}
+
 // `vault fork` data.
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct ForkOutput {

@@ -48,6 +48,8 @@ pub struct CheckpointRecord {
     pub created_at: i64,
     pub files: u64,
     pub bytes: u64,
+    /// Taken by the proxy before a command (pruned by retention), not saved by someone.
+    pub auto: bool,
 }
 
 /// One operation-log entry: a state change of a workspace.

@@ -1,11 +1,23 @@
-//! Checkpoints: saving, restoring, deleting and listing a workspace's named states.
+//! Checkpoints: saving, restoring, deleting and listing a workspace's named states, and
+//! the retention of the automatic ones the proxy takes before each command: the newest
+//! `keep` stay (a vault setting, [`DEFAULT_KEEP_AUTO`] unless set), named ones always, and
+//! any a fork was made at. Undo and rollback do not need them (the op log keeps the
+//! states); asking for a pruned one says so and names the operation that still has it.
 
 use crate::error::{Error, Result};
 use crate::model::id::ObjectId;
 use crate::model::node::NodeKind;
 use crate::model::workspace::validate_name;
 use crate::model::{Edit, Workspace};
-use crate::store::CheckpointRecord;
+use crate::store::{CheckpointRecord, StoreRead};
+
+/// Automatic checkpoints kept per workspace unless the vault says otherwise.
+pub const DEFAULT_KEEP_AUTO: u64 = 20;
+/// The vault setting holding the number of automatic checkpoints kept per workspace.
+pub(crate) const KEEP_AUTO_KEY: &str = "checkpoints.keep_auto";
+/// The settings key prefix of each workspace's next `cp-N` number (names are never reused,
+/// so a pruned one is never confused with a newer one).
+const NEXT_CP_PREFIX: &str = "checkpoints.next:";
 
 impl Workspace {
     /// Save a checkpoint of the live state: fold the overlay into immutable objects (cost in
@@ -15,6 +27,43 @@ impl Workspace {
         name: Option<&str>,
         message: Option<&str>,
     ) -> Result<CheckpointRecord> {
+        self.save_checkpoint(name, message, false)
+            .map(|(rec, _)| rec)
+    }
+
+    /// Save an automatic checkpoint (the proxy's, before a command), then prune this
+    /// workspace's automatic checkpoints down to the vault's `keep_auto`, in the same
+    /// transaction. Returns it and the names pruned.
+    pub fn checkpoint_save_auto(&self, message: &str) -> Result<(CheckpointRecord, Vec<String>)> {
+        self.save_checkpoint(None, Some(message), true)
+    }
+
+    /// How many automatic checkpoints each workspace of the vault keeps.
+    pub fn keep_auto(&self) -> Result<u64> {
+        self.vault.store.read(keep_auto)
+    }
+
+    /// Set how many automatic checkpoints each workspace of the vault keeps (at least 1:
+    /// the one taken before the command running now). Each workspace is brought down to
+    /// it at its next automatic checkpoint.
+    pub fn set_keep_auto(&self, keep: u64) -> Result<()> {
+        if keep == 0 {
+            return Err(Error::OutOfRange {
+                option: "--keep-auto".into(),
+                value: "0".into(),
+                limit: "at least 1: the checkpoint taken before the running command".into(),
+            });
+        }
+        self.vault
+            .set_setting(KEEP_AUTO_KEY, Some(&keep.to_string()))
+    }
+
+    fn save_checkpoint(
+        &self,
+        name: Option<&str>,
+        message: Option<&str>,
+        auto: bool,
+    ) -> Result<(CheckpointRecord, Vec<String>)> {
         if let Some(n) = name {
             validate_name(n, "checkpoint")?;
         }
@@ -40,21 +89,25 @@ impl Workspace {
                 created_at: e.now,
                 files: e.ws.files,
                 bytes: e.ws.bytes,
+                auto,
             };
             rec.id = e.w.insert_checkpoint(&rec)?;
             e.describe(format!("save {}", rec.name));
-            Ok(rec)
+            let pruned = if auto { e.prune_auto()? } else { Vec::new() };
+            if !pruned.is_empty() {
+                e.op_extra = Some(serde_json::json!({ "pruned": pruned }).to_string());
+            }
+            Ok((rec, pruned))
         })
     }
 
     /// Point the workspace at a checkpoint and drop the overlay, atomically.
     pub fn checkpoint_restore(&self, name: &str) -> Result<CheckpointRecord> {
         self.edit("checkpoint.restore", &[], |e| {
-            let cp =
-                e.w.checkpoint(e.ws.id, name)?
-                    .ok_or_else(|| Error::CheckpointNotFound {
-                        name: name.to_string(),
-                    })?;
+            let cp = match e.w.checkpoint(e.ws.id, name)? {
+                Some(cp) => cp,
+                None => return Err(missing(&*e.w, e.ws.id, name)),
+            };
             e.reset_to(cp.root, cp.files, cp.bytes)?;
             e.describe(format!("restore {}", cp.name));
             Ok(cp)
@@ -63,11 +116,10 @@ impl Workspace {
 
     pub fn checkpoint_delete(&self, name: &str) -> Result<CheckpointRecord> {
         self.edit("checkpoint.delete", &[], |e| {
-            let cp =
-                e.w.checkpoint(e.ws.id, name)?
-                    .ok_or_else(|| Error::CheckpointNotFound {
-                        name: name.to_string(),
-                    })?;
+            let cp = match e.w.checkpoint(e.ws.id, name)? {
+                Some(cp) => cp,
+                None => return Err(missing(&*e.w, e.ws.id, name)),
+            };
             e.w.delete_checkpoint(cp.id)?;
             Ok(cp)
         })
@@ -83,11 +135,52 @@ impl Workspace {
     pub fn checkpoint(&self, name: &str) -> Result<CheckpointRecord> {
         self.vault.store.read(|r| {
             let ws = self.record(r)?;
-            r.checkpoint(ws.id, name)?
-                .ok_or_else(|| Error::CheckpointNotFound {
-                    name: name.to_string(),
-                })
+            match r.checkpoint(ws.id, name)? {
+                Some(cp) => Ok(cp),
+                None => Err(missing(r, ws.id, name)),
+            }
         })
+    }
+}
+
+/// The vault's `keep_auto`.
+pub(crate) fn keep_auto(r: &dyn StoreRead) -> Result<u64> {
+    Ok(r.setting(KEEP_AUTO_KEY)?
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(DEFAULT_KEEP_AUTO))
+}
+
+/// Why checkpoint `name` of workspace `ws` is not there: pruned by retention, with the
+/// operation whose state it was if the op log still has it; else (never there, or deleted
+/// by someone) not found.
+pub(crate) fn missing(r: &dyn StoreRead, ws: i64, name: &str) -> Error {
+    let Ok(ops) = r.ops(Some(ws), usize::MAX >> 1) else {
+        return Error::CheckpointNotFound {
+            name: name.to_string(),
+        };
+    };
+    let saved = ops
+        .iter()
+        .find(|o| o.kind == "checkpoint.save" && o.description == format!("save {name}"));
+    let pruned = ops.iter().any(|o| {
+        o.extra
+            .as_deref()
+            .and_then(|x| serde_json::from_str::<serde_json::Value>(x).ok())
+            .is_some_and(|x| {
+                x["pruned"]
+                    .as_array()
+                    .is_some_and(|a| a.iter().any(|n| n == name))
+            })
+    });
+    if !pruned {
+        return Error::CheckpointNotFound {
+            name: name.to_string(),
+        };
+    }
+    Error::CheckpointGone {
+        name: name.to_string(),
+        keep: keep_auto(r).unwrap_or(DEFAULT_KEEP_AUTO),
+        operation: saved.map(|o| o.id),
     }
 }
 
@@ -101,16 +194,57 @@ impl<'a> Edit<'a> {
         Ok(())
     }
 
-    fn next_checkpoint_name(&self) -> Result<String> {
-        let n = self.w.checkpoints(self.ws.id)?.len() + 1;
-        (n..)
-            .map(|i| format!("cp-{i}"))
-            .find_map(|name| match self.w.checkpoint(self.ws.id, &name) {
-                Ok(None) => Some(Ok(name)),
-                Ok(Some(_)) => None,
-                Err(e) => Some(Err(e)),
-            })
-            .unwrap_or_else(|| Err(Error::Storage("no free checkpoint name".into())))
+    /// The next `cp-N`: above every `cp-N` there is and every one handed out before.
+    fn next_checkpoint_name(&mut self) -> Result<String> {
+        let key = format!("{NEXT_CP_PREFIX}{}", self.ws.name);
+        let counted: u64 = self
+            .w
+            .setting(&key)?
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1);
+        let existing = self
+            .w
+            .checkpoints(self.ws.id)?
+            .iter()
+            .filter_map(|c| c.name.strip_prefix("cp-")?.parse::<u64>().ok())
+            .max()
+            .map_or(1, |n| n.saturating_add(1));
+        let n = counted.max(existing);
+        self.w
+            .set_setting(&key, Some(&n.saturating_add(1).to_string()))?;
+        Ok(format!("cp-{n}"))
+    }
+
+    /// Delete this workspace's automatic checkpoints beyond the newest `keep_auto`, except
+    /// one a fork was made at. Returns the names deleted.
+    fn prune_auto(&mut self) -> Result<Vec<String>> {
+        let keep = keep_auto(&*self.w)?;
+        let autos: Vec<CheckpointRecord> = self
+            .w
+            .checkpoints(self.ws.id)?
+            .into_iter()
+            .filter(|c| c.auto)
+            .collect();
+        let excess = (autos.len() as u64).saturating_sub(keep) as usize;
+        if excess == 0 {
+            return Ok(Vec::new());
+        }
+        let forked_at: std::collections::HashSet<String> = self
+            .w
+            .workspaces()?
+            .into_iter()
+            .filter(|w| w.parent.as_deref() == Some(self.ws.name.as_str()))
+            .filter_map(|w| w.fork_checkpoint)
+            .collect();
+        let mut pruned = Vec::new();
+        for cp in autos.into_iter().take(excess) {
+            if forked_at.contains(&cp.name) {
+                continue;
+            }
+            self.w.delete_checkpoint(cp.id)?;
+            pruned.push(cp.name);
+        }
+        Ok(pruned)
     }
 
     /// Make the live state exactly `root`, dropping pending changes.

@@ -19,6 +19,8 @@ mod unlogged;
 use std::sync::{Arc, Mutex};
 
 pub use actor::Actor;
+pub use checkpoints::DEFAULT_KEEP_AUTO;
+pub(crate) use checkpoints::missing as missing_checkpoint;
 pub(crate) use edit::Logging;
 pub use edit::{Edit, WriteOptions};
 pub use origin::Origin;

@@ -499,9 +499,9 @@ impl ProxyRuntime<'_> {
             CheckpointMode::Auto => !readonly && decision.action != Action::Allow,
         };
         let before = if take_checkpoint {
-            let cp = self
+            let (cp, _pruned) = self
                 .ws
-                .checkpoint_save(None, Some(&format!("before: {text}")))
+                .checkpoint_save_auto(&format!("before: {text}"))
                 .map_err(rearm)?;
             envelope.checkpoint = Some(cp.name);
             cp.root

@@ -10,7 +10,7 @@ use rusqlite::{Connection, OpenFlags};
 use crate::error::{Error, Result};
 
 /// The newest on-disk format this build reads and writes.
-pub const FORMAT_VERSION: u32 = 3;
+pub const FORMAT_VERSION: u32 = 4;
 
 pub(super) const APPLICATION_ID: i32 = 0x6176_6673; // "avfs"
 const BUSY_TIMEOUT: Duration = Duration::from_secs(60);
@@ -91,6 +91,13 @@ CREATE TRIGGER audit_append_only_delete BEFORE DELETE ON audit
     // v3: trees may hold device nodes, sockets and hard links to any non-directory (the
     // `CharDevice`, `BlockDevice`, `Socket` and `Shared` kinds). No table changes, as v2.
     "",
+    // v4: checkpoints say whether the proxy took them (`auto`), so retention can prune
+    // those and never a named one. The proxy's earlier ones are `cp-N` saved with
+    // "before: COMMAND".
+    r#"
+ALTER TABLE checkpoints ADD COLUMN auto INTEGER NOT NULL DEFAULT 0;
+UPDATE checkpoints SET auto = 1 WHERE name GLOB 'cp-[0-9]*' AND message LIKE 'before: %';
+"#,
 ];
 
 /// Create the empty vault file readable and writable by its owner alone (0600, whatever the

@@ -52,6 +52,7 @@ fn checkpoint_row(row: &Row<'_>) -> rusqlite::Result<CheckpointRecord> {
         created_at: row.get(5)?,
         files: row.get(6)?,
         bytes: row.get(7)?,
+        auto: row.get(8)?,
     })
 }
 
@@ -61,7 +62,7 @@ macro_rules! ws_cols {
     };
 }
 const WS_COLS: &str = ws_cols!();
-const CP_COLS: &str = "id, ws, name, root, message, created_at, files, bytes";
+const CP_COLS: &str = "id, ws, name, root, message, created_at, files, bytes, auto";
 
 type OverlayRows = Vec<(String, Option<Vec<u8>>)>;
 
@@ -404,8 +405,8 @@ impl StoreWrite for Tx<'_> {
 
     fn insert_checkpoint(&mut self, rec: &CheckpointRecord) -> Result<i64> {
         let mut stmt = self.0.prepare_cached(
-            "INSERT INTO checkpoints(ws, name, root, message, created_at, files, bytes)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            "INSERT INTO checkpoints(ws, name, root, message, created_at, files, bytes, auto)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
         )?;
         stmt.execute(params![
             rec.workspace,
@@ -414,7 +415,8 @@ impl StoreWrite for Tx<'_> {
             rec.message,
             rec.created_at,
             rec.files,
-            rec.bytes
+            rec.bytes,
+            rec.auto
         ])?;
         Ok(self.0.last_insert_rowid())
     }
