@@ -492,8 +492,12 @@ fn an_older_format_is_migrated_forward_on_open() {
     {
         let conn = rusqlite::Connection::open(env.vault_file("v")).unwrap();
         // As a version-1 vault was: without what later versions added.
-        conn.execute_batch("ALTER TABLE checkpoints DROP COLUMN auto")
-            .unwrap();
+        conn.execute_batch(
+            "ALTER TABLE checkpoints DROP COLUMN auto;
+             DROP INDEX audit_by_step;
+             ALTER TABLE audit DROP COLUMN step;",
+        )
+        .unwrap();
         conn.pragma_update(None, "user_version", 1).unwrap();
     }
     env.avfs(&["cat", "f"]).success().stdout("data");

@@ -24,6 +24,12 @@ for (const [name, [lo, hi]] of Object.entries(ranges)) {
   ajv.addFormat(name, { type: "number", validate: (n) => Number.isInteger(n) && n >= lo && n <= hi });
 }
 
+// `<time>_iso`: an RFC 3339 UTC time to the nanosecond, as avfs prints it.
+ajv.addFormat("date-time", {
+  type: "string",
+  validate: (s) => /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{9}Z$/.test(s) && !Number.isNaN(Date.parse(s)),
+});
+
 const envelope = ajv.compile(schema.envelope);
 const commands = new Map();
 function commandValidator(command) {

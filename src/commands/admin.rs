@@ -8,7 +8,7 @@ use agentvfs::service::{maintenance, quota};
 use agentvfs::store::AuditRecord;
 
 use super::Ctx;
-use crate::output::{Reply, size, table, time};
+use crate::output::{Reply, one_line, size, table, time};
 
 #[derive(Subcommand)]
 pub enum QuotaCmd {
@@ -39,6 +39,11 @@ pub struct AuditArgs {
     /// Only records since a time: a duration ago (`10m`, `2h`) or an RFC 3339 timestamp.
     #[arg(long)]
     pub since: Option<String>,
+    /// Every step too: each file operation of a mount or session, and a proxied command's
+    /// checkpoint and ingest. Without it, one record per operation (a proxied command, a
+    /// mount's or import's commit) with the paths it changed.
+    #[arg(long)]
+    pub detail: bool,
 }
 
 #[derive(Args)]
@@ -86,9 +91,12 @@ fn quota_set(ctx: &Ctx, a: QuotaSetArgs) -> Result<Reply> {
 }
 
 pub fn cmd_audit(ctx: &Ctx, a: AuditArgs) -> Result<Reply> {
-    let records: Vec<AuditRecord> =
-        ctx.service
-            .audit(ctx.workspace.as_deref(), a.limit, a.since.as_deref())?;
+    let records: Vec<AuditRecord> = ctx.service.audit(
+        ctx.workspace.as_deref(),
+        a.limit,
+        a.since.as_deref(),
+        a.detail,
+    )?;
     let mut rows = vec![vec![
         "ID".into(),
         "WHEN".into(),
@@ -106,7 +114,7 @@ pub fn cmd_audit(ctx: &Ctx, a: AuditArgs) -> Result<Reply> {
             r.workspace.clone(),
             r.operation.clone(),
             r.result.clone(),
-            r.paths.join(" "),
+            one_line(&r.paths.join(" "), 100),
         ]);
     }
     Ok(Reply::new(&records, table(&rows)))

@@ -293,8 +293,10 @@ impl Vault {
         self.store.write(|w| quota.save(w))
     }
 
-    pub fn audit(&self, limit: usize, since: Option<i64>) -> Result<Vec<AuditRecord>> {
-        self.store.read(|r| r.audit(limit, since))
+    /// The newest `limit` audit records since `since`; the steps of larger operations too
+    /// with `steps` (see [`AuditRecord::step`]).
+    pub fn audit(&self, limit: usize, since: Option<i64>, steps: bool) -> Result<Vec<AuditRecord>> {
+        self.store.read(|r| r.audit(limit, since, steps))
     }
 
     pub fn stats(&self) -> Result<StatsReport> {

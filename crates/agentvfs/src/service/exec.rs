@@ -50,6 +50,9 @@ pub fn exec(
         Place::Session(_) => unreachable!("handled above"),
     };
     let registry = service.registry();
+    // The command's envelope is audited as one record; its checkpoint, ingest and mount
+    // file operations are that record's steps.
+    let ws = ws.as_steps();
     ProxyRuntime {
         ws: &ws,
         policy: &policy,

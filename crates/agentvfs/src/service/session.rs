@@ -405,6 +405,9 @@ pub fn serve(
     mut rec: SessionRecord,
     mounter: &dyn Mounter,
 ) -> Result<()> {
+    // Each command's envelope is audited as one record; what its runs change underneath
+    // (checkpoints, ingests, the mount's file operations) are its steps.
+    let ws = ws.as_steps();
     rec.pid = std::process::id();
     if let Some(dir) = &rec.dir {
         std::fs::create_dir_all(dir).map_err(|e| Error::io("creating", dir, e))?;

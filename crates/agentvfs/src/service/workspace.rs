@@ -196,18 +196,20 @@ impl WorkspaceService {
 
     /// The audit log of the selected vault, newest first: at most `limit` records, since
     /// `since` (a duration ago like `10m`, or an RFC 3339 time; typed `invalid_argument`
-    /// otherwise).
+    /// otherwise). One record per operation (a proxied command, a mount's commit), with
+    /// its paths; `detail` adds every step (each file operation of a mount).
     pub fn audit(
         &self,
         selector: Option<&str>,
         limit: usize,
         since: Option<&str>,
+        detail: bool,
     ) -> Result<Vec<crate::store::AuditRecord>> {
         let since = since
             .map(|s| crate::model::limits::parse_time_or_age("--since", s, crate::model::now_ns()))
             .transpose()?;
         let (_, ws) = self.open(selector)?;
-        ws.vault().audit(limit, since)
+        ws.vault().audit(limit, since, detail)
     }
 
     pub fn check(&self, selector: Option<&str>) -> Result<CheckReport> {
@@ -453,13 +455,16 @@ mod tests {
         let opts = WriteOptions::default();
         files::write(&h.ws, "/a", b"1", opts).unwrap();
         assert!(h.service.verify(Some("demo")).unwrap().ok);
-        let all = h.service.audit(Some("demo"), 50, None).unwrap();
+        let all = h.service.audit(Some("demo"), 50, None, true).unwrap();
         assert!(!all.is_empty());
         let before_1970 = h
             .service
-            .audit(Some("demo"), 50, Some("1969-12-31T23:59:59Z"));
+            .audit(Some("demo"), 50, Some("1969-12-31T23:59:59Z"), true);
         assert_eq!(before_1970.unwrap().len(), all.len());
-        let bad = h.service.audit(Some("demo"), 50, Some("soon")).unwrap_err();
+        let bad = h
+            .service
+            .audit(Some("demo"), 50, Some("soon"), true)
+            .unwrap_err();
         assert_eq!(bad.kind(), "invalid_argument");
         // A chunk whose bytes no longer match its id: a typed error naming it.
         let file = h.dir.path().join("home/vaults/demo.avfs");

@@ -83,6 +83,10 @@ pub struct AuditRecord {
     /// `ok` or the error kind.
     pub result: String,
     pub detail: Option<String>,
+    /// One step of a larger operation (a mount's file operation; a proxied command's
+    /// checkpoint and ingest), summed up by that operation's own record; `avfs audit`
+    /// lists steps only with --detail.
+    pub step: bool,
 }
 
 /// Read access, inside a consistent snapshot.
@@ -123,7 +127,8 @@ pub trait StoreRead {
     fn settings_with_prefix(&self, prefix: &str) -> Result<Vec<(String, String)>>;
 
     fn ops(&self, ws: Option<i64>, limit: usize) -> Result<Vec<OpRecord>>;
-    fn audit(&self, limit: usize, since: Option<i64>) -> Result<Vec<AuditRecord>>;
+    /// The newest `limit` records since `since`, steps included only if `steps`.
+    fn audit(&self, limit: usize, since: Option<i64>, steps: bool) -> Result<Vec<AuditRecord>>;
 }
 
 /// Write access, inside one `BEGIN IMMEDIATE` transaction. Reads see the transaction's writes.

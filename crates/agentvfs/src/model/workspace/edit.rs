@@ -46,6 +46,22 @@ pub struct Edit<'a> {
     pub(crate) undo_target: Option<i64>,
     /// Side effects to record with the op (see `OpRecord::extra`).
     pub(crate) op_extra: Option<String>,
+    /// Audit records summing up operations this edit recorded for others (a batch's
+    /// commit), written with the edit's own record.
+    pub(crate) summaries: Vec<AuditSummary>,
+}
+
+/// One operation's audit record: what it is, the paths it changed (at most
+/// [`AuditSummary::MAX_PATHS`]) and a JSON detail.
+pub(crate) struct AuditSummary {
+    pub operation: String,
+    pub paths: Vec<String>,
+    pub detail: String,
+}
+
+impl AuditSummary {
+    /// Paths listed in one record; the detail counts them all.
+    pub const MAX_PATHS: usize = 1000;
 }
 
 impl<'a> Edit<'a> {

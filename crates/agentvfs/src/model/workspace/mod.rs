@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 pub use actor::Actor;
 pub use checkpoints::DEFAULT_KEEP_AUTO;
 pub(crate) use checkpoints::missing as missing_checkpoint;
-pub(crate) use edit::Logging;
+pub(crate) use edit::{AuditSummary, Logging};
 pub use edit::{Edit, WriteOptions};
 pub use origin::Origin;
 pub(crate) use origin::{ORIGIN_PREFIX, origin_of, origin_roots};
@@ -45,6 +45,9 @@ pub struct Workspace {
     pub(crate) vault: Arc<Vault>,
     name: String,
     actor: Actor,
+    /// Audit the edits of this handle as steps of a larger operation (a proxied command's
+    /// checkpoint and ingest, its mount's file operations), which records its own summary.
+    steps: bool,
     /// The workspace row and quota as this handle's (or a clone's) last edit left them,
     /// with the batch tag of that write (see `Store::batch_tag`): a busy mount's next edit,
     /// or a read in between, takes them from here instead of querying them again.
@@ -99,6 +102,7 @@ impl Workspace {
             vault,
             name,
             actor,
+            steps: false,
             batch_state: Arc::default(),
         }
     }
@@ -109,6 +113,15 @@ impl Workspace {
 
     pub fn vault(&self) -> &Arc<Vault> {
         &self.vault
+    }
+
+    /// This workspace, with the audit records of its edits marked as steps of one larger
+    /// operation that records its own summary ([`Workspace::record_audit`]).
+    pub fn as_steps(&self) -> Workspace {
+        Workspace {
+            steps: true,
+            ..self.clone()
+        }
     }
 
     pub(crate) fn record(&self, r: &dyn StoreRead) -> Result<WorkspaceRecord> {
@@ -300,6 +313,7 @@ impl Workspace {
                 description: None,
                 undo_target: None,
                 op_extra: None,
+                summaries: Vec::new(),
             };
             let (before, batch_open) = match logging {
                 Logging::Op => {
@@ -340,9 +354,19 @@ impl Workspace {
                 }
             }
             edit.flush_totals()?;
-            let Edit { w, ws, quota, .. } = edit;
+            let Edit {
+                w,
+                ws,
+                quota,
+                summaries,
+                ..
+            } = edit;
+            for s in summaries {
+                self.audit_as(w, &s.operation, &s.paths, "ok", Some(s.detail), self.steps)?;
+            }
             if !matches!(logging, Logging::None) {
-                self.audit(w, operation, &paths, "ok", None)?;
+                let step = self.steps || matches!(logging, Logging::AuditOnly);
+                self.audit_as(w, operation, &paths, "ok", None, step)?;
             }
             self.save_batch_state(tag.map(|tag| BatchState { tag, ws, quota }));
             Ok((out, op_id))
@@ -353,7 +377,8 @@ impl Workspace {
         if let Err(e) = &result {
             // Best effort: the failure itself is worth recording, but must not mask `e`.
             let _ = self.vault.store.write(|w| {
-                self.audit(w, operation, &paths, e.kind(), Some(e.to_string()))
+                let step = self.steps || matches!(logging, Logging::AuditOnly);
+                self.audit_as(w, operation, &paths, e.kind(), Some(e.to_string()), step)
                     .map(|_| ())
             });
         }
@@ -387,7 +412,8 @@ impl Workspace {
         Ok(path)
     }
 
-    /// Append an audit record outside any change (e.g. a denied command) and return its id.
+    /// Append an audit record outside any change (a proxied command's summary, a denied
+    /// command) and return its id. It is never a step.
     pub fn record_audit(
         &self,
         operation: &str,
@@ -397,16 +423,17 @@ impl Workspace {
     ) -> Result<i64> {
         self.vault
             .store
-            .write(|w| self.audit(w, operation, paths, result, detail.clone()))
+            .write(|w| self.audit_as(w, operation, paths, result, detail.clone(), false))
     }
 
-    fn audit(
+    fn audit_as(
         &self,
         w: &mut dyn StoreWrite,
         operation: &str,
         paths: &[String],
         result: &str,
         detail: Option<String>,
+        step: bool,
     ) -> Result<i64> {
         w.append_audit(&AuditRecord {
             id: 0,
@@ -418,6 +445,7 @@ impl Workspace {
             paths: paths.to_vec(),
             result: result.to_string(),
             detail,
+            step,
         })
     }
 

@@ -6,8 +6,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Edit, Logging, Workspace};
+use super::{AuditSummary, Edit, Logging, Workspace};
 use crate::error::{Error, Result};
+use crate::model::diff::diff_views;
 use crate::model::id::ObjectId;
 use crate::store::OpRecord;
 
@@ -74,7 +75,8 @@ impl Edit<'_> {
         from: ObjectId,
         to: ObjectId,
     ) -> Result<i64> {
-        self.w.append_op(&OpRecord {
+        let changes = diff_views(&self.view_at(from), &self.view_at(to))?;
+        let id = self.w.append_op(&OpRecord {
             id: 0,
             workspace: self.ws.id,
             at: self.now,
@@ -84,7 +86,24 @@ impl Edit<'_> {
             root_after: Some(to),
             target: None,
             extra: None,
-        })
+        })?;
+        // The batch's one audit record, with the paths it changed: its steps (each file
+        // operation of a mount) are only in `avfs audit --detail`.
+        self.summaries.push(AuditSummary {
+            operation: kind.to_string(),
+            paths: changes
+                .iter()
+                .take(AuditSummary::MAX_PATHS)
+                .map(|c| c.path.clone())
+                .collect(),
+            detail: serde_json::json!({
+                "operation": id,
+                "description": description,
+                "changes": changes.len(),
+            })
+            .to_string(),
+        });
+        Ok(id)
     }
 
     /// Before a logged change at live root `root`: record the pending batch (if it changed

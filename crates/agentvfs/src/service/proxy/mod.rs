@@ -32,6 +32,8 @@ use sandboxed::{Sandboxed, program_and_args, sandbox_config};
 pub const ENVELOPE_VERSION: u32 = 2;
 /// The op-log kind of a proxied command: `avfs rollback` undoes these.
 pub const EXEC_OP: &str = "proxy.exec";
+/// Changed paths listed in a command's audit record; `changes` in its detail counts all.
+const MAX_AUDIT_PATHS: usize = 1000;
 
 /// Exit codes of `avfs proxy exec` besides the child's own.
 pub mod exit {
@@ -606,8 +608,19 @@ impl ProxyRuntime<'_> {
         }
     }
 
+    /// The command's one audit record: the paths it changed (the listed ones, at most
+    /// [`MAX_AUDIT_PATHS`]) and what became of it; its checkpoint, ingest and file
+    /// operations are steps (`avfs audit --detail`).
     fn audit(&self, cwd: &VPath, outcome: &str, e: &Envelope) -> Result<i64> {
+        let paths: Vec<String> = e
+            .changes
+            .iter()
+            .take(MAX_AUDIT_PATHS)
+            .map(|c| c.path.clone())
+            .collect();
         let detail = serde_json::json!({
+            "cwd": cwd.display(),
+            "exec_id": e.exec_id,
             "command": e.request.shell.clone().or_else(|| e.request.argv.as_ref().map(|a| a.join(" "))),
             "action": e.decision.action,
             "categories": e.decision.categories,
@@ -620,7 +633,7 @@ impl ProxyRuntime<'_> {
             "ignored": e.ignored.values().sum::<u64>(),
         });
         self.ws
-            .record_audit(EXEC_OP, &[cwd.display()], outcome, Some(detail.to_string()))
+            .record_audit(EXEC_OP, &paths, outcome, Some(detail.to_string()))
     }
 
     fn child_env(&self, opts: &ExecOptions, cwd: &std::path::Path) -> Vec<(String, String)> {

@@ -93,10 +93,18 @@ CREATE TRIGGER audit_append_only_delete BEFORE DELETE ON audit
     "",
     // v4: checkpoints say whether the proxy took them (`auto`), so retention can prune
     // those and never a named one. The proxy's earlier ones are `cp-N` saved with
-    // "before: COMMAND".
+    // "before: COMMAND". Audit records say whether they are one step of a larger
+    // operation (`step`: a mount's file operations), which `avfs audit` shows only with
+    // --detail; the append-only trigger is lifted for this one marking.
     r#"
 ALTER TABLE checkpoints ADD COLUMN auto INTEGER NOT NULL DEFAULT 0;
 UPDATE checkpoints SET auto = 1 WHERE name GLOB 'cp-[0-9]*' AND message LIKE 'before: %';
+ALTER TABLE audit ADD COLUMN step INTEGER NOT NULL DEFAULT 0;
+DROP TRIGGER audit_append_only_update;
+UPDATE audit SET step = 1 WHERE operation GLOB 'mount.*';
+CREATE TRIGGER audit_append_only_update BEFORE UPDATE ON audit
+    BEGIN SELECT RAISE(ABORT, 'audit log is append-only'); END;
+CREATE INDEX audit_by_step ON audit(step, id);
 "#,
 ];
 

@@ -275,13 +275,14 @@ impl StoreRead for Tx<'_> {
         Ok(rows)
     }
 
-    fn audit(&self, limit: usize, since: Option<i64>) -> Result<Vec<AuditRecord>> {
+    fn audit(&self, limit: usize, since: Option<i64>, steps: bool) -> Result<Vec<AuditRecord>> {
         let mut stmt = self.0.prepare_cached(
-            "SELECT id, at, actor, source, workspace, operation, paths, result, detail FROM audit
-             WHERE at >= ?1 ORDER BY id DESC LIMIT ?2",
+            "SELECT id, at, actor, source, workspace, operation, paths, result, detail, step
+             FROM audit WHERE at >= ?1 AND (?3 OR step = 0) ORDER BY id DESC LIMIT ?2",
         )?;
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let rows = stmt
-            .query_map(params![since.unwrap_or(i64::MIN), limit as i64], |r| {
+            .query_map(params![since.unwrap_or(i64::MIN), limit, steps], |r| {
                 let paths: String = r.get(6)?;
                 Ok(AuditRecord {
                     id: r.get(0)?,
@@ -293,6 +294,7 @@ impl StoreRead for Tx<'_> {
                     paths: serde_json::from_str(&paths).unwrap_or_default(),
                     result: r.get(7)?,
                     detail: r.get(8)?,
+                    step: r.get(9)?,
                 })
             })?
             .collect::<rusqlite::Result<Vec<_>>>()?;
@@ -474,8 +476,8 @@ impl StoreWrite for Tx<'_> {
 
     fn append_audit(&mut self, rec: &AuditRecord) -> Result<i64> {
         let mut stmt = self.0.prepare_cached(
-            "INSERT INTO audit(at, actor, source, workspace, operation, paths, result, detail)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            "INSERT INTO audit(at, actor, source, workspace, operation, paths, result, detail, step)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
         )?;
         let paths = serde_json::to_string(&rec.paths).map_err(|e| Error::Storage(e.to_string()))?;
         stmt.execute(params![
@@ -486,7 +488,8 @@ impl StoreWrite for Tx<'_> {
             rec.operation,
             paths,
             rec.result,
-            rec.detail
+            rec.detail,
+            rec.step
         ])?;
         Ok(self.0.last_insert_rowid())
     }
