@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The Python package end to end: build the wheel (the `avfs` binary plus the `agentvfs`
-# client) with maturin, install it into a fresh venv without network, and run its pytest
-# suite against real vaults and real proxy/session mounts.
+# The Python package end to end: `pip install ./python` into a fresh venv (maturin builds
+# the `avfs` binary plus the `agentvfs` client from source), then its pytest suite against
+# real vaults and real proxy/session mounts.
 #
 #   scripts/test_python.sh            # PYTHON=python3.12 to pick another interpreter
 #
@@ -25,22 +25,20 @@ if ! "$python" -m venv "$tmp/probe" >/dev/null 2>&1; then
   "$python" -m venv "$tmp/probe"
 fi
 
-echo "== building the wheel (maturin, release)"
-"$python" -m venv "$tmp/build"
-"$tmp/build/bin/pip" install -q 'maturin>=1.5,<2'
-(cd python && "$tmp/build/bin/maturin" build --release --locked --out "$tmp/wheels")
-wheel=$(ls "$tmp"/wheels/agentvfs-*.whl)
-
-echo "== fresh venv: pytest and jsonschema from PyPI, then the wheel offline"
+# Exactly the README's way to get the client from a clone: `pip install ./python`, which
+# builds the `avfs` binary from source with maturin (fetched from PyPI by pip's isolated
+# build) and installs it with the client into the venv.
+echo "== fresh venv: pytest and jsonschema from PyPI, then pip install ./python"
 "$python" -m venv "$tmp/venv"
 "$tmp/venv/bin/pip" install -q pytest jsonschema
-"$tmp/venv/bin/pip" install -q --no-index --no-deps "$wheel"
+MATURIN_PEP517_ARGS="--locked" "$tmp/venv/bin/pip" install -q "$repo/python"
+wheel=$("$tmp/venv/bin/pip" show agentvfs | sed -n 's/^Version: /agentvfs /p')
 
 if [ ! -e /dev/fuse ]; then
   echo "WARNING: /dev/fuse is missing: the proxy and session tests will fail" \
     "unless AVFS_CI_ALLOW_NO_FUSE=1 (set: '${AVFS_CI_ALLOW_NO_FUSE:-}')"
 fi
 
-echo "== pytest ($(basename "$wheel"))"
+echo "== pytest ($wheel)"
 cd "$repo/python"
 "$tmp/venv/bin/python" -m pytest -p no:cacheprovider -rs tests

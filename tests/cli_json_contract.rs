@@ -133,6 +133,9 @@ fn every_command_in_the_schema_is_exercised_and_valid() {
     // Lines on stdin print their own documents; with none, only the shell's summary.
     env.data_in(&["shell"], b"");
     env.data(&["checkpoint", "retention"]);
+    env.data(&["approvals", "grant", "make *", "--for", "1m"]);
+    env.data(&["approvals", "list"]);
+    env.data(&["approvals", "revoke", "1"]);
     env.data(&["policy", "show"]);
     env.data(&["policy", "test"]);
     env.data(&["proxy", "check", "--", "ls", "-la"]);

@@ -166,6 +166,10 @@ pub enum Command {
     Proxy(ProxyCmd),
     /// Restore the state before a proxied command (default: the last one).
     Rollback(proxy::RollbackArgs),
+    /// Standing approvals: let commands matching a pattern run in a fork for a while
+    /// without an approval token each (`pip install *` for the next hour).
+    #[command(subcommand)]
+    Approvals(proxy::ApprovalsCmd),
     /// Keep a sandbox (or a mount) for a fork, so consecutive `proxy exec --session NAME`
     /// calls skip setting one up.
     #[command(subcommand)]
@@ -312,6 +316,7 @@ pub fn run(ctx: &Ctx, command: Command) -> (&'static str, Result<Reply, Error>) 
         Command::Proxy(ProxyCmd::Exec(a)) => ("proxy exec", proxy::cmd_exec(ctx, a)),
         Command::Proxy(ProxyCmd::Check(a)) => ("proxy check", policy::cmd_check(ctx, a)),
         Command::Rollback(a) => ("rollback", proxy::cmd_rollback(ctx, a)),
+        Command::Approvals(c) => proxy::run_approvals(ctx, c),
         Command::Session(c) => session::run(ctx, c),
         Command::Completions(a) => ("completions", help::cmd_completions(a)),
         Command::Man(a) => ("man", help::cmd_man(ctx, a)),

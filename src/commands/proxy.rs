@@ -2,11 +2,12 @@
 
 use std::path::PathBuf;
 
-use clap::Args;
 use clap::builder::TypedValueParser;
+use clap::{Args, Subcommand};
 
 use agentvfs::Result;
 use agentvfs::model::{OpInfo, limits};
+use agentvfs::service::approvals::{self, Grant};
 use agentvfs::service::confine::Confinement;
 use agentvfs::service::exec::{self, Place};
 use agentvfs::service::policy::CommandRequest;
@@ -14,7 +15,7 @@ use agentvfs::service::proxy::{CheckpointMode, EXEC_OP, Envelope, ExecOptions};
 use agentvfs::service::sandbox::{Lower, Mode};
 
 use super::Ctx;
-use crate::output::Reply;
+use crate::output::{Reply, time};
 
 #[derive(Args)]
 pub struct ExecArgs {
@@ -200,6 +201,73 @@ pub fn cmd_exec(ctx: &Ctx, a: ExecArgs) -> Result<Reply> {
     let mut reply = Reply::bytes(&envelope, human.into_bytes());
     reply.exit_code = Some(envelope.exit_code());
     Ok(reply)
+}
+
+#[derive(Subcommand)]
+pub enum ApprovalsCmd {
+    /// List the standing approvals in force, of every fork of the vault.
+    List,
+    /// Let commands matching PATTERN run in the selected fork without asking, for a while.
+    ///
+    /// PATTERN is a glob over the whole command text (`*` any run of characters), e.g.
+    /// 'pip install *'. A grant only answers the policy's `ask` (it never lets a denied
+    /// command run) and covers single commands: text with `;`, `&&`, `|`, `$(`, a
+    /// backtick or a newline still asks. The grant, its revocation and every command it
+    /// lets run are in the audit log.
+    Grant {
+        pattern: String,
+        /// How long it holds: 30m, 1h, 2d (at most 366 days).
+        #[arg(long = "for", value_name = "DURATION", default_value = "1h")]
+        duration: String,
+    },
+    /// Revoke a standing approval by its id.
+    Revoke { id: u64 },
+}
+
+pub fn run_approvals(ctx: &Ctx, cmd: ApprovalsCmd) -> (&'static str, Result<Reply>) {
+    let render = |g: &Grant| {
+        format!(
+            "{}  {}  `{}`  until {}  by {}",
+            g.id,
+            g.workspace,
+            g.pattern,
+            time(g.expires_at),
+            g.actor
+        )
+    };
+    match cmd {
+        ApprovalsCmd::List => (
+            "approvals list",
+            ctx.open()
+                .and_then(|(_, ws)| approvals::list(&ws))
+                .map(|list| {
+                    let human = if list.is_empty() {
+                        "no standing approvals".to_string()
+                    } else {
+                        list.iter().map(render).collect::<Vec<_>>().join("\n")
+                    };
+                    Reply::new(&list, human)
+                }),
+        ),
+        ApprovalsCmd::Grant { pattern, duration } => (
+            "approvals grant",
+            limits::parse_duration("--for", &duration).and_then(|d| {
+                let (_, ws) = ctx.open()?;
+                let g = approvals::grant(&ws, &pattern, d)?;
+                let human = format!("granted {}", render(&g));
+                Ok(Reply::new(&g, human))
+            }),
+        ),
+        ApprovalsCmd::Revoke { id } => (
+            "approvals revoke",
+            ctx.open()
+                .and_then(|(_, ws)| approvals::revoke(&ws, id))
+                .map(|g| {
+                    let human = format!("revoked {}", render(&g));
+                    Reply::new(&g, human)
+                }),
+        ),
+    }
 }
 
 #[derive(Args)]

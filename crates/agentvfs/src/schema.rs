@@ -20,6 +20,7 @@ use crate::store::AuditRecord;
 use crate::model::OpInfo;
 use crate::model::merge::MergeReport;
 use crate::service::apply::ApplyReport;
+use crate::service::approvals::Grant;
 
 use crate::service::mounts::MountRecord;
 
@@ -66,7 +67,15 @@ fn s<T: JsonSchema>() -> Value {
 
 /// Output fields holding a time as nanoseconds since the Unix epoch. In `--json` output each
 /// also comes as an RFC 3339 string beside it, `<field>_iso` (`at` and `at_iso`).
-pub const TIME_FIELDS: [&str; 6] = ["at", "atime", "ctime", "mtime", "created_at", "since"];
+pub const TIME_FIELDS: [&str; 7] = [
+    "at",
+    "atime",
+    "ctime",
+    "mtime",
+    "created_at",
+    "since",
+    "expires_at",
+];
 /// Maps with names chosen by users or workspaces (ignore counts, metadata, xattrs): their
 /// keys are never time fields.
 const FREE_FORM: [&str; 3] = ["ignored", "meta", "xattrs"];
@@ -251,6 +260,9 @@ pub fn commands() -> Vec<(&'static str, Value)> {
         ("proxy check", s::<crate::service::policy::Decision>()),
         ("proxy exec", s::<crate::service::proxy::Envelope>()),
         ("rollback", s::<OpInfo>()),
+        ("approvals list", s::<Vec<Grant>>()),
+        ("approvals grant", s::<Grant>()),
+        ("approvals revoke", s::<Grant>()),
         ("completions", s::<CompletionsOutput>()),
         ("man", s::<ManOutput>()),
         ("shell", s::<ShellOutput>()),

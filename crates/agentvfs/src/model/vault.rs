@@ -189,6 +189,11 @@ impl Vault {
     }
 
     /// A vault-wide setting (the settings table holds quotas, approval tokens, …).
+    /// Every setting whose key starts with `prefix`, in key order.
+    pub fn settings_with_prefix(&self, prefix: &str) -> Result<Vec<(String, String)>> {
+        self.store.read(|r| r.settings_with_prefix(prefix))
+    }
+
     pub fn setting(&self, key: &str) -> Result<Option<String>> {
         self.store.read(|r| r.setting(key))
     }

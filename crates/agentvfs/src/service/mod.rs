@@ -2,6 +2,7 @@
 //! resolve names to vaults and workspaces and orchestrate the model; no parsing, no printing.
 
 pub mod apply;
+pub mod approvals;
 pub mod confine;
 pub mod daemon;
 pub mod exec;

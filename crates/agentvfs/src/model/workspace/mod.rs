@@ -115,6 +115,11 @@ impl Workspace {
         &self.vault
     }
 
+    /// Who acts through this handle, as the audit log names them.
+    pub fn actor_name(&self) -> &str {
+        &self.actor.actor
+    }
+
     /// This workspace, with the audit records of its edits marked as steps of one larger
     /// operation that records its own summary ([`Workspace::record_audit`]).
     pub fn as_steps(&self) -> Workspace {

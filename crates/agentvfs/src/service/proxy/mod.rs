@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use super::approvals;
 use super::confine::Confinement;
 use super::history::{DiffSummary, summarize};
 use super::mount::MountFs;
@@ -468,9 +469,20 @@ impl ProxyRuntime<'_> {
                 envelope.audit_id = self.audit(&cwd, "denied", &envelope)?;
                 return Ok(envelope);
             }
-            Action::Ask => match &opts.approve {
-                Some(token) => self.consume_approval(token, &req)?,
-                None => {
+            Action::Ask => match (&opts.approve, approvals::covering(self.ws, &text)?) {
+                (Some(token), _) => self.consume_approval(token, &req)?,
+                (None, Some(g)) => {
+                    decision.reason = format!(
+                        "{} (standing approval {}: `{}` in {}, until {})",
+                        decision.reason,
+                        g.id,
+                        g.pattern,
+                        g.workspace,
+                        crate::schema::iso_time(g.expires_at)
+                    );
+                    envelope.decision = decision.clone();
+                }
+                (None, None) => {
                     let token = random_token();
                     let vault = self.ws.vault();
                     vault.set_setting(&self.approval_key(&token), Some(&self.binding(&req)))?;
