@@ -47,6 +47,23 @@ pub fn json_data<T: Serialize>(data: &T) -> Value {
     v
 }
 
+/// Set when `proxy exec --stream --json` prints NDJSON events: the closing document then
+/// says it is the `finished` event.
+static FINISHED_EVENT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+pub fn mark_finished_event() {
+    FINISHED_EVENT.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+fn finished_event(mut doc: Value) -> Value {
+    if FINISHED_EVENT.load(std::sync::atomic::Ordering::Relaxed)
+        && let Value::Object(map) = &mut doc
+    {
+        map.insert("event".into(), Value::String("finished".into()));
+    }
+    doc
+}
+
 /// Print the outcome and return the process exit code.
 pub fn finish(json_mode: bool, command: &str, result: Result<Reply, Error>) -> i32 {
     let mut stdout = std::io::stdout().lock();
@@ -54,7 +71,8 @@ pub fn finish(json_mode: bool, command: &str, result: Result<Reply, Error>) -> i
         Ok(reply) => {
             let code = reply.exit_code.unwrap_or(exit::OK);
             if json_mode {
-                let doc = json!({ "ok": true, "command": command, "data": reply.data });
+                let doc =
+                    finished_event(json!({ "ok": true, "command": command, "data": reply.data }));
                 let _ = writeln!(stdout, "{doc}");
             } else {
                 match reply.human {
@@ -71,7 +89,7 @@ pub fn finish(json_mode: bool, command: &str, result: Result<Reply, Error>) -> i
         }
         Err(e) => {
             if json_mode {
-                let doc = error_doc(command, e.kind(), &e.to_string(), e.details());
+                let doc = finished_event(error_doc(command, e.kind(), &e.to_string(), e.details()));
                 let _ = writeln!(stdout, "{doc}");
             } else {
                 eprintln!("error: {e}");

@@ -135,6 +135,10 @@ pub struct ExecParams {
     /// `[sandbox] workspace_path`, built in "/workspace").
     #[serde(default)]
     pub workspace_path: Option<String>,
+    /// stdout and stderr as one stream in the order written: the envelope's `stdout` holds
+    /// both (`interleaved: true`) and `stderr` is empty.
+    #[serde(default)]
+    pub interleave: bool,
     /// List the changes the workspace's ignore rules leave out too (.gitignore,
     /// .avfsignore, .git/info/exclude, .git/) instead of counting them in `ignored`.
     #[serde(default)]
@@ -416,6 +420,7 @@ impl AvfsServer {
                 mode: p.mode.unwrap_or(defaults.mode),
                 workspace_path: p.workspace_path,
                 include_ignored: p.include_ignored,
+                interleave: p.interleave,
                 ..defaults
             };
             let place = match p.session {
@@ -429,6 +434,7 @@ impl AvfsServer {
                 policy.as_deref(),
                 req,
                 opts,
+                None,
             )
         })
         .await

@@ -12,7 +12,10 @@ use agentvfs::service::confine::Confinement;
 use agentvfs::service::exec::{self, Place};
 use agentvfs::service::policy::CommandRequest;
 use agentvfs::service::proxy::{CheckpointMode, EXEC_OP, Envelope, ExecOptions};
+use agentvfs::service::runner::{Event, Observer};
 use agentvfs::service::sandbox::{Lower, Mode};
+use std::io::Write;
+use std::sync::{Arc, Mutex};
 
 use super::Ctx;
 use crate::output::{Reply, time};
@@ -96,6 +99,15 @@ pub struct ExecArgs {
     /// counted in `ignored`, per top-level name; rollback covers them either way.
     #[arg(long)]
     pub include_ignored: bool,
+    /// Print the command's output as it comes, then the summary line. With --json: NDJSON,
+    /// one event per line as it happens ({"event":"started"}, {"event":"stdout","text":…},
+    /// {"event":"stderr","text":…}), and last the usual document with "event":"finished".
+    #[arg(long)]
+    pub stream: bool,
+    /// stdout and stderr as one stream, in the order the command wrote them: the
+    /// envelope's `stdout` holds both (`interleaved: true`) and `stderr` is empty.
+    #[arg(long)]
+    pub interleave: bool,
     /// Shell text to run with /bin/sh -c (parsed by the policy like a shell would).
     #[arg(long, conflicts_with = "argv")]
     pub shell: Option<String>,
@@ -104,9 +116,85 @@ pub struct ExecArgs {
     pub argv: Vec<String>,
 }
 
-fn render(e: &Envelope) -> String {
+/// `--stream`: the command's output as it comes, raw (text mode) or as NDJSON events.
+struct Streamer {
+    json: bool,
+    /// Per stream, the bytes of a UTF-8 character split between two reads.
+    carry: Arc<Mutex<[Vec<u8>; 2]>>,
+}
+
+impl Streamer {
+    fn new(json: bool) -> Streamer {
+        Streamer {
+            json,
+            carry: Arc::default(),
+        }
+    }
+
+    fn observer(&self) -> Observer {
+        let (json, carry) = (self.json, self.carry.clone());
+        Arc::new(move |ev: Event<'_>| {
+            let (name, i, bytes): (&str, usize, &[u8]) = match ev {
+                Event::Started => {
+                    if json {
+                        emit(&serde_json::json!({ "event": "started" }));
+                    }
+                    return;
+                }
+                Event::Stdout(b) => ("stdout", 0, b),
+                Event::Stderr(b) => ("stderr", 1, b),
+            };
+            if !json {
+                let _ = if i == 0 {
+                    let mut o = std::io::stdout().lock();
+                    o.write_all(bytes).and_then(|_| o.flush())
+                } else {
+                    std::io::stderr().lock().write_all(bytes)
+                };
+                return;
+            }
+            let mut carry = carry.lock().unwrap_or_else(|p| p.into_inner());
+            let buf = &mut carry[i];
+            buf.extend_from_slice(bytes);
+            // Up to the last whole character; an incomplete one waits for the next read.
+            let whole = match std::str::from_utf8(buf) {
+                Ok(_) => buf.len(),
+                Err(e) if e.error_len().is_none() => e.valid_up_to(),
+                Err(_) => buf.len(),
+            };
+            if whole > 0 {
+                let text = String::from_utf8_lossy(&buf[..whole]).into_owned();
+                buf.drain(..whole);
+                emit(&serde_json::json!({ "event": name, "text": text }));
+            }
+        })
+    }
+
+    /// What is left of a split character, when the command has ended.
+    fn flush(&self) {
+        if !self.json {
+            return;
+        }
+        let mut carry = self.carry.lock().unwrap_or_else(|p| p.into_inner());
+        for (i, name) in ["stdout", "stderr"].into_iter().enumerate() {
+            if !carry[i].is_empty() {
+                let text = String::from_utf8_lossy(&carry[i]).into_owned();
+                carry[i].clear();
+                emit(&serde_json::json!({ "event": name, "text": text }));
+            }
+        }
+    }
+}
+
+/// One NDJSON line on stdout, flushed at once.
+fn emit(v: &serde_json::Value) {
+    let mut o = std::io::stdout().lock();
+    let _ = writeln!(o, "{v}").and_then(|_| o.flush());
+}
+
+fn render(e: &Envelope, streamed: bool) -> String {
     let mut s = String::new();
-    if e.ran {
+    if e.ran && !streamed {
         s.push_str(&e.stdout.text);
         if e.stdout.truncated {
             s.push_str(&format!(
@@ -134,7 +222,14 @@ fn render(e: &Envelope) -> String {
         .map(|c| format!(", checkpoint {c}"))
         .unwrap_or_default();
     let id = e.exec_id.map(|i| format!(", exec {i}")).unwrap_or_default();
-    eprint!("{}", if e.ran { e.stderr.text.as_str() } else { "" });
+    eprint!(
+        "{}",
+        if e.ran && !streamed {
+            e.stderr.text.as_str()
+        } else {
+            ""
+        }
+    );
     let ignored: u64 = e.ignored.values().sum();
     let ignored = if ignored > 0 {
         format!(" (+{ignored} ignored)")
@@ -176,6 +271,7 @@ pub fn cmd_exec(ctx: &Ctx, a: ExecArgs) -> Result<Reply> {
         workspace_path: a.workspace_path.clone(),
         lower: a.lower,
         include_ignored: a.include_ignored,
+        interleave: a.interleave,
     };
     let place = match (&a.session, &a.fork) {
         (Some(name), _) => Place::Session(name.clone()),
@@ -185,6 +281,10 @@ pub fn cmd_exec(ctx: &Ctx, a: ExecArgs) -> Result<Reply> {
         },
         (None, None) => Place::Selected(ctx.workspace.clone()),
     };
+    let streamer = a.stream.then(|| Streamer::new(ctx.json));
+    if ctx.json && a.stream {
+        crate::output::mark_finished_event();
+    }
     let envelope = exec::exec(
         &ctx.service,
         super::mounter(),
@@ -192,11 +292,16 @@ pub fn cmd_exec(ctx: &Ctx, a: ExecArgs) -> Result<Reply> {
         a.policy.as_deref(),
         req,
         opts,
-    )?;
+        streamer.as_ref().map(Streamer::observer),
+    );
+    if let Some(s) = &streamer {
+        s.flush();
+    }
+    let envelope = envelope?;
     let human = if ctx.json {
         String::new()
     } else {
-        render(&envelope)
+        render(&envelope, a.stream)
     };
     let mut reply = Reply::bytes(&envelope, human.into_bytes());
     reply.exit_code = Some(envelope.exit_code());

@@ -27,6 +27,11 @@ impl Env {
         }
     }
 
+    /// The `$AVFS_HOME` every command of this environment runs with.
+    pub fn home(&self) -> &Path {
+        self.home.path()
+    }
+
     /// A fresh, not yet existing path under the scratch directory.
     pub fn host(&self, name: &str) -> PathBuf {
         let p = self.scratch.path().join(name);

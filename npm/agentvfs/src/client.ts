@@ -198,6 +198,8 @@ export interface ProxyExecOptions extends CallOptions {
   /** Where an overlay's lower layer comes from: `tree` (the fork written out, cached by
    * root) or `fuse` (a FUSE view of it); default: the policy's `[sandbox] lower`. */
   lower?: "tree" | "fuse";
+  /** stdout and stderr as one stream in the order written (in `stdout`). */
+  interleave?: boolean;
   /** List the changes the ignore rules leave out (`.gitignore`, `.avfsignore`,
    * `.git/info/exclude`, `.git/`) instead of counting them in `ignored`. */
   includeIgnored?: boolean;
@@ -470,6 +472,7 @@ export class Avfs {
       ...opt("--workspace-path", o.workspacePath),
       ...opt("--lower", o.lower),
       ...flag("--include-ignored", o.includeIgnored),
+      ...flag("--interleave", o.interleave),
       ...(o.shell !== undefined ? ["--shell", o.shell] : ["--", ...(o.argv as string[])]),
     ];
     const { data } = await this.invoke<Envelope>(["proxy", "exec"], args, o);

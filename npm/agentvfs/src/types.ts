@@ -460,6 +460,8 @@ export interface Envelope {
   duration_ms: number;
   stdout: Captured;
   stderr: Captured;
+  /** True when `stdout` holds stdout and stderr in the order written (`interleave`). */
+  interleaved?: boolean;
   /** Every path the command added, modified, deleted, renamed or re-moded, except those
    * the ignore rules leave out: they are counted in `ignored`. Rollback covers both. */
   changes: Change[];

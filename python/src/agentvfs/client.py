@@ -317,6 +317,7 @@ class Client:
         workspace_path: str | None = None,
         lower: Literal["tree", "fuse"] | None = None,
         include_ignored: bool = False,
+        interleave: bool = False,
     ) -> Envelope:
         """Run `argv` (or `shell` text) through the policy-checked proxy.
 
@@ -329,7 +330,8 @@ class Client:
         command's sandbox, and `lower` where an overlay's lower layer comes from ("tree":
         the fork written out and cached by root; "fuse": a FUSE view of it).
         `include_ignored` lists the changes the ignore rules leave out instead of counting
-        them in `ignored`.
+        them in `ignored`; `interleave` returns stdout and stderr as one stream in the order
+        written (in `stdout`).
         """
         fork = _renamed("task", task, "fork", fork)
         if (argv is None) == (shell is None):
@@ -347,6 +349,7 @@ class Client:
         args += _flag("--confine", confine) + _flag("--offline", offline)
         args += _opt("--mode", mode) + _opt("--workspace-path", workspace_path)
         args += _opt("--lower", lower) + _flag("--include-ignored", include_ignored)
+        args += _flag("--interleave", interleave)
         args += ["--shell", shell] if shell is not None else ["--", *argv]  # type: ignore[misc]
         return self._one(Envelope, *args)
 

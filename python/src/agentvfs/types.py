@@ -306,6 +306,8 @@ class Envelope:
     audit_id: int
     # Ignored changes (not in `changes`) per top-level name; rollback covers them too.
     ignored: dict[str, int] = field(default_factory=dict)
+    # True when `stdout` holds stdout and stderr in the order written (interleave=True).
+    interleaved: bool = False
     exit_code: int | None = None
     signal: int | None = None
     checkpoint: str | None = None

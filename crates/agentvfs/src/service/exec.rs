@@ -26,6 +26,7 @@ pub enum Place {
 
 /// Run one command through the proxy at `place`, under the policy in file `policy` (else
 /// the built-in one; a session's own policy when it has one and `policy` is `None`).
+/// `observer` sees the command's output as it comes (in a session too).
 pub fn exec(
     service: &WorkspaceService,
     mounter: &dyn Mounter,
@@ -33,6 +34,7 @@ pub fn exec(
     policy: Option<&Path>,
     req: CommandRequest,
     mut opts: ExecOptions,
+    observer: Option<super::runner::Observer>,
 ) -> Result<Envelope> {
     if let Place::Session(name) = place {
         let rec = session::find(service.registry(), name)?;
@@ -40,7 +42,7 @@ pub fn exec(
         if opts.env.is_none() {
             opts.env = Some(std::env::vars().collect());
         }
-        return session::exec(&rec, req, opts, policy);
+        return session::exec(&rec, req, opts, policy, observer);
     }
     // The policy first: one that does not load must not leave a new fork behind.
     let policy = PolicyEngine::from_path(policy)?;
@@ -65,6 +67,7 @@ pub fn exec(
         ],
         tree_cache: Some(registry.private_dir("trees")?),
         session: None,
+        observer,
     }
     .exec(req, &opts)
 }

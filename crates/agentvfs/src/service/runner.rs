@@ -32,6 +32,37 @@ pub struct Captured {
     pub truncated: bool,
 }
 
+/// What a command's output does as it comes, for a caller that streams it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event<'a> {
+    /// The command's process was started.
+    Started,
+    Stdout(&'a [u8]),
+    Stderr(&'a [u8]),
+}
+
+/// Called for each event as it happens (from the threads that read the output).
+pub type Observer = Arc<dyn Fn(Event<'_>) + Send + Sync>;
+
+/// How a command's output is collected besides being captured.
+#[derive(Clone, Default)]
+pub struct Output {
+    /// Shown every chunk as it is read, before the cap (see [`Event`]).
+    pub observer: Option<Observer>,
+    /// stdout and stderr are one pipe, so the captured stdout holds both in the order the
+    /// command wrote them (and stderr is empty).
+    pub interleave: bool,
+}
+
+impl std::fmt::Debug for Output {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Output")
+            .field("observer", &self.observer.is_some())
+            .field("interleave", &self.interleave)
+            .finish()
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct RunSpec<'a> {
     pub program: &'a str,
@@ -49,6 +80,8 @@ pub struct RunSpec<'a> {
     /// The child is killed when the calling thread ends (so `kill -9` of this process ends
     /// a sandbox, and with it the command).
     pub die_with_parent: bool,
+    /// Streaming and interleaving of the output.
+    pub output: Output,
 }
 
 #[derive(Debug, Clone)]
@@ -69,7 +102,11 @@ struct Sink {
     total: u64,
 }
 
-fn drain(mut r: impl Read + Send + 'static, cap: usize) -> (Arc<Mutex<Sink>>, JoinHandle<()>) {
+fn drain(
+    mut r: impl Read + Send + 'static,
+    cap: usize,
+    observer: Option<(Observer, bool)>,
+) -> (Arc<Mutex<Sink>>, JoinHandle<()>) {
     let sink = Arc::new(Mutex::new(Sink::default()));
     let s2 = sink.clone();
     let h = std::thread::spawn(move || {
@@ -78,6 +115,13 @@ fn drain(mut r: impl Read + Send + 'static, cap: usize) -> (Arc<Mutex<Sink>>, Jo
             match r.read(&mut buf) {
                 Ok(0) | Err(_) => break,
                 Ok(n) => {
+                    if let Some((see, is_stderr)) = &observer {
+                        see(if *is_stderr {
+                            Event::Stderr(&buf[..n])
+                        } else {
+                            Event::Stdout(&buf[..n])
+                        });
+                    }
                     let mut s = s2.lock().unwrap_or_else(|p| p.into_inner());
                     s.total += n as u64;
                     let room = cap.saturating_sub(s.data.len());
@@ -360,16 +404,45 @@ pub fn run(spec: &RunSpec<'_>) -> Result<RunResult> {
     // Orphaned descendants (setsid, double fork) are reparented to us, so we can find them.
     let _ = rustix::process::set_child_subreaper(Some(rustix::process::getpid()));
     let mut cmd = command(spec)?;
+    // Interleaved: both streams are the write end of one pipe, read as stdout.
+    let merged = if spec.output.interleave {
+        let (r, w) =
+            std::io::pipe().map_err(|e| Error::io("making a pipe for", spec.program, e))?;
+        let w2 = w
+            .try_clone()
+            .map_err(|e| Error::io("making a pipe for", spec.program, e))?;
+        cmd.stdout(w).stderr(w2);
+        Some(r)
+    } else {
+        None
+    };
     let start = Instant::now();
-    let mut child = cmd.spawn().map_err(|e| Error::SpawnFailed {
+    let spawned = cmd.spawn();
+    // Our copies of the pipe's write end go now, or the reader never sees the end.
+    drop(cmd);
+    let mut child = spawned.map_err(|e| Error::SpawnFailed {
         program: spec.program.to_string(),
         reason: spawn_reason(spec.program, spec.cwd, &e),
         os_error: e.raw_os_error(),
     })?;
     let pgid = child.id() as i32;
     let _running = Running::set(pgid);
-    let (out, out_h) = drain(child.stdout.take().expect("piped stdout"), spec.cap);
-    let (err, err_h) = drain(child.stderr.take().expect("piped stderr"), spec.cap);
+    let observe = |is_stderr| spec.output.observer.clone().map(|o| (o, is_stderr));
+    if let Some(o) = &spec.output.observer {
+        o(Event::Started);
+    }
+    let (out, out_h) = match merged {
+        Some(r) => drain(r, spec.cap, observe(false)),
+        None => drain(
+            child.stdout.take().expect("piped stdout"),
+            spec.cap,
+            observe(false),
+        ),
+    };
+    let (err, err_h) = match child.stderr.take() {
+        Some(e) => drain(e, spec.cap, observe(true)),
+        None => drain(std::io::empty(), spec.cap, None),
+    };
     let mut timed_out = false;
     let mut term_sent: Option<Instant> = None;
     // Wake when the child exits (a pidfd turns readable) or at the next deadline; without
@@ -461,6 +534,7 @@ mod tests {
             confine: None,
             pass_fds: Vec::new(),
             die_with_parent: false,
+            output: Output::default(),
         });
         let err = missing.expect_err("no such working directory");
         assert_eq!(err.kind(), "spawn_failed", "{err}");
@@ -478,6 +552,7 @@ mod tests {
             confine: None,
             pass_fds: Vec::new(),
             die_with_parent: false,
+            output: Output::default(),
         })
         .unwrap()
     }

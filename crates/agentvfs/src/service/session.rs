@@ -67,6 +67,10 @@ pub enum Request {
         /// A policy file for this command instead of the session's (an absolute path).
         #[serde(default)]
         policy: Option<PathBuf>,
+        /// Send the command's output as it comes (`Response::Output` lines), before the
+        /// envelope.
+        #[serde(default)]
+        stream: bool,
     },
     Ping,
     Stop,
@@ -77,6 +81,12 @@ pub enum Request {
 #[serde(rename_all = "snake_case")]
 pub enum Response {
     Envelope(Box<Envelope>),
+    /// One piece of a streamed command's output: `started`, `stdout` or `stderr`, and the
+    /// bytes (base64).
+    Output {
+        event: String,
+        data: String,
+    },
     Pong {
         pid: u32,
     },
@@ -233,6 +243,15 @@ pub fn find(reg: &Registry, name: &str) -> Result<SessionRecord> {
 
 /// Send one request to a session daemon and wait for its answer.
 pub fn call(rec: &SessionRecord, req: &Request) -> Result<Response> {
+    call_observed(rec, req, None)
+}
+
+/// [`call`], handing each `Output` line to `observer` until the answer comes.
+fn call_observed(
+    rec: &SessionRecord,
+    req: &Request,
+    observer: Option<&super::runner::Observer>,
+) -> Result<Response> {
     let failed = |reason: String| Error::SessionFailed {
         name: rec.name.clone(),
         reason,
@@ -244,14 +263,31 @@ pub fn call(rec: &SessionRecord, req: &Request) -> Result<Response> {
     stream
         .write_all(&line)
         .map_err(|e| failed(format!("sending the request: {e}")))?;
-    let mut answer = String::new();
-    BufReader::new(stream)
-        .read_line(&mut answer)
-        .map_err(|e| failed(format!("reading the answer: {e}")))?;
-    if answer.is_empty() {
-        return Err(failed("the daemon ended without answering".into()));
+    let mut reader = BufReader::new(stream);
+    loop {
+        let mut answer = String::new();
+        reader
+            .read_line(&mut answer)
+            .map_err(|e| failed(format!("reading the answer: {e}")))?;
+        if answer.is_empty() {
+            return Err(failed("the daemon ended without answering".into()));
+        }
+        let response: Response =
+            serde_json::from_str(&answer).map_err(|e| failed(format!("unreadable answer: {e}")))?;
+        let Response::Output { event, data } = &response else {
+            return Ok(response);
+        };
+        let Some(see) = observer else { continue };
+        use base64::Engine;
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(data)
+            .map_err(|e| failed(format!("unreadable output: {e}")))?;
+        see(match event.as_str() {
+            "started" => super::runner::Event::Started,
+            "stderr" => super::runner::Event::Stderr(&bytes),
+            _ => super::runner::Event::Stdout(&bytes),
+        });
     }
-    serde_json::from_str(&answer).map_err(|e| failed(format!("unreadable answer: {e}")))
 }
 
 /// Run one command in the session (under `policy` instead of the session's, if given).
@@ -260,6 +296,7 @@ pub fn exec(
     req: CommandRequest,
     options: ExecOptions,
     policy: Option<&Path>,
+    observer: Option<super::runner::Observer>,
 ) -> Result<Envelope> {
     let policy = match policy {
         Some(p) => Some(
@@ -273,8 +310,9 @@ pub fn exec(
         shell: req.shell,
         options: Box::new(options),
         policy,
+        stream: observer.is_some(),
     };
-    match call(rec, &request)? {
+    match call_observed(rec, &request, observer.as_ref())? {
         Response::Envelope(e) => Ok(*e),
         Response::Error {
             kind,
@@ -464,6 +502,7 @@ pub fn serve(
                 shell,
                 options,
                 policy: policy_file,
+                stream: streamed,
             }) => {
                 // A client that goes away (killed, or given up) ends its command.
                 let _watch = HangupWatch::start(&stream);
@@ -479,10 +518,11 @@ pub fn serve(
                     rec: &rec,
                     kept: &kept,
                 };
+                let observer = streamed.then(|| forward_output(&stream));
                 let answer = match policy_file.as_deref().map(PolicyEngine::from_file) {
                     Some(Err(e)) => Err(e),
-                    Some(Ok(own)) => place.run_one(&own, &mut live, req, &options),
-                    None => place.run_one(&policy, &mut live, req, &options),
+                    Some(Ok(own)) => place.run_one(&own, &mut live, req, &options, observer),
+                    None => place.run_one(&policy, &mut live, req, &options, observer),
                 };
                 // Audit and checkpoint rows must be visible to the client's next command.
                 let _ = ws.vault().flush_batch();
@@ -514,6 +554,32 @@ pub fn serve(
     }
     let _ = std::fs::remove_file(record_path(reg, &rec.name));
     result
+}
+
+/// An observer that sends each piece of a command's output to the client as an `Output`
+/// line. A client that stops reading only loses its stream (the write times out).
+fn forward_output(stream: &UnixStream) -> super::runner::Observer {
+    let sink = std::sync::Mutex::new(stream.try_clone().ok());
+    Arc::new(move |ev: super::runner::Event<'_>| {
+        use base64::Engine;
+        let (event, bytes): (&str, &[u8]) = match ev {
+            super::runner::Event::Started => ("started", &[]),
+            super::runner::Event::Stdout(b) => ("stdout", b),
+            super::runner::Event::Stderr(b) => ("stderr", b),
+        };
+        let response = Response::Output {
+            event: event.to_string(),
+            data: base64::engine::general_purpose::STANDARD.encode(bytes),
+        };
+        let mut line = serde_json::to_vec(&response).unwrap_or_default();
+        line.push(b'\n');
+        let mut sink = sink.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(s) = sink.as_mut()
+            && s.write_all(&line).is_err()
+        {
+            *sink = None;
+        }
+    })
 }
 
 /// Watches a client's connection while its request is served, and cancels the request's
@@ -605,6 +671,7 @@ impl Place<'_> {
         live: &mut Option<Live>,
         req: CommandRequest,
         options: &ExecOptions,
+        observer: Option<super::runner::Observer>,
     ) -> Result<Envelope> {
         let (ws, rec, mounter) = (self.ws, self.rec, self.mounter);
         let mut runtime = ProxyRuntime {
@@ -616,6 +683,7 @@ impl Place<'_> {
             hide: Vec::new(),
             tree_cache: None,
             session: None,
+            observer,
         };
         let Some(dir) = &rec.dir else {
             // A sandboxed session: the kept namespace follows the fork by itself.
@@ -718,6 +786,7 @@ pub fn start(
         hide: Vec::new(),
         tree_cache: None,
         session: None,
+        observer: None,
     }
     .plan(req.mode, super::sandbox::Lower::Fuse)?;
     if mode == Mode::Fuse {

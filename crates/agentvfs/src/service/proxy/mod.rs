@@ -105,6 +105,10 @@ pub struct ExecOptions {
     /// them in `ignored`.
     #[serde(default)]
     pub include_ignored: bool,
+    /// stdout and stderr as one stream, in the order the command wrote them: the
+    /// envelope's `stdout` holds both and `stderr` is empty.
+    #[serde(default)]
+    pub interleave: bool,
 }
 
 fn auto_mode() -> Mode {
@@ -127,6 +131,7 @@ impl Default for ExecOptions {
             workspace_path: None,
             lower: None,
             include_ignored: false,
+            interleave: false,
         }
     }
 }
@@ -178,6 +183,10 @@ pub struct Envelope {
     pub duration_ms: u64,
     pub stdout: Captured,
     pub stderr: Captured,
+    /// True when `stdout` holds stdout and stderr interleaved in the order they were
+    /// written (asked with `interleave`), and `stderr` is empty.
+    #[serde(default)]
+    pub interleaved: bool,
     /// Every path the command added, modified, deleted, renamed or re-moded, except
     /// those the workspace's ignore rules leave out (`.gitignore`, `.avfsignore`,
     /// `.git/info/exclude`, `.git/`): they are counted in `ignored`. Rollback covers both.
@@ -281,6 +290,8 @@ pub struct ProxyRuntime<'a> {
     pub tree_cache: Option<PathBuf>,
     /// The sandboxed session the command runs in, if any.
     pub session: Option<SandboxSession<'a>>,
+    /// Sees the command's output as it comes (`proxy exec --stream`).
+    pub observer: Option<runner::Observer>,
 }
 
 impl ProxyRuntime<'_> {
@@ -457,6 +468,7 @@ impl ProxyRuntime<'_> {
             duration_ms: 0,
             stdout: Captured::default(),
             stderr: Captured::default(),
+            interleaved: opts.interleave,
             changes: Vec::new(),
             ignored: IgnoredCounts::new(),
             summary: DiffSummary::default(),
@@ -648,6 +660,14 @@ impl ProxyRuntime<'_> {
             .record_audit(EXEC_OP, &paths, outcome, Some(detail.to_string()))
     }
 
+    /// How the command's output is collected: streamed to the observer, interleaved.
+    fn output(&self, opts: &ExecOptions) -> runner::Output {
+        runner::Output {
+            observer: self.observer.clone(),
+            interleave: opts.interleave,
+        }
+    }
+
     fn child_env(&self, opts: &ExecOptions, cwd: &std::path::Path) -> Vec<(String, String)> {
         let base = match &opts.env {
             Some(env) => env.clone(),
@@ -707,6 +727,7 @@ impl ProxyRuntime<'_> {
             confine: prepared,
             pass_fds: Vec::new(),
             die_with_parent: false,
+            output: self.output(opts),
         });
         if let Some(t) = tmp {
             let _ = std::fs::remove_dir_all(&t);

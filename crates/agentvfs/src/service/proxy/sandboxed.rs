@@ -87,6 +87,7 @@ impl ProxyRuntime<'_> {
                 timeout: run.opts.timeout,
                 cap: run.opts.output_cap,
                 confinement: run.confinement,
+                output: self.output(run.opts),
             };
             let secrets = self.policy.secret_paths().clone();
             let start = |secrets| sandbox::ingest::Start {

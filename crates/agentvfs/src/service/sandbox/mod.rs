@@ -147,6 +147,8 @@ pub struct Launch<'a> {
     pub timeout: Duration,
     pub cap: usize,
     pub confinement: Confinement,
+    /// Streaming and interleaving of the command's output.
+    pub output: runner::Output,
 }
 
 /// The host paths bound read-only and writable, the private home and the environment a
@@ -424,6 +426,7 @@ pub fn run(
             confine: None,
             pass_fds: pass.clone(),
             die_with_parent: true,
+            output: launch.output.clone(),
         });
         // Our end of the status pipe: the listener sees its end once the sandbox is gone.
         drop(status_w);
@@ -549,6 +552,7 @@ fn hold(
         confine: None,
         pass_fds: vec![status_w.as_raw_fd(), dev.as_raw_fd(), store.fd.as_raw_fd()],
         die_with_parent: true,
+        output: runner::Output::default(),
     })?;
     cmd.stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::inherit());
