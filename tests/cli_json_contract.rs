@@ -133,6 +133,21 @@ fn every_command_in_the_schema_is_exercised_and_valid() {
     // Lines on stdin print their own documents; with none, only the shell's summary.
     env.data_in(&["shell"], b"");
     env.data(&["checkpoint", "retention"]);
+    // handback needs git (CI installs it; AVFS_CI_ALLOW_NO_TOOLS opts out on purpose).
+    if common::skip::require_tool("git") {
+        let repo = env.host("git-repo");
+        fs::create_dir_all(&repo).unwrap();
+        let ok = std::process::Command::new("git")
+            .args(["init", "-q"])
+            .current_dir(&repo)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok);
+        env.data(&["handback", "--git", repo.to_str().unwrap(), "--branch", "b"]);
+    } else {
+        exempt.insert("handback".to_string());
+    }
     env.data(&["approvals", "grant", "make *", "--for", "1m"]);
     env.data(&["approvals", "list"]);
     env.data(&["approvals", "revoke", "1"]);

@@ -472,6 +472,7 @@ fn request(shell: &str) -> Vec<u8> {
         shell: Some(shell.into()),
         options: Box::new(options),
         policy: None,
+        stream: false,
     };
     let mut line = serde_json::to_vec(&req).unwrap();
     line.push(b'\n');

@@ -143,6 +143,9 @@ pub enum Command {
     Mounts,
     /// Copy a host directory into the workspace.
     Import(transfer::ImportArgs),
+    /// Write the fork's files as one commit on a branch of a host git repository, through
+    /// git's objects: the repository's worktree, index and HEAD are not touched.
+    Handback(transfer::HandbackArgs),
     /// Copy a workspace path out to a host directory (all or nothing: staged, then moved into place)
     Export(transfer::ExportArgs),
     /// Show or set quotas.
@@ -305,6 +308,7 @@ pub fn run(ctx: &Ctx, command: Command) -> (&'static str, Result<Reply, Error>) 
         Command::Unmount(a) => ("unmount", mount::cmd_unmount(ctx, a)),
         Command::Mounts => ("mounts", mount::cmd_mounts(ctx)),
         Command::Import(a) => ("import", transfer::cmd_import(ctx, a)),
+        Command::Handback(a) => ("handback", transfer::cmd_handback(ctx, a)),
         Command::Export(a) => ("export", transfer::cmd_export(ctx, a)),
         Command::Quota(c) => admin::run_quota(ctx, c),
         Command::Audit(a) => ("audit", admin::cmd_audit(ctx, a)),

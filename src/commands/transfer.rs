@@ -7,18 +7,26 @@ use clap::Args;
 use agentvfs::Result;
 use agentvfs::service::apply;
 use agentvfs::service::apply::ExportOutput;
-use agentvfs::service::transfer::{self, ImportOptions, TransferReport};
+use agentvfs::service::git;
+use agentvfs::service::transfer::{self, ImportOptions, ImportOutput, TransferReport};
 
 use super::Ctx;
 use crate::output::{Reply, size};
 
 #[derive(Args)]
 pub struct ImportArgs {
-    /// The host directory whose contents are imported.
-    pub host_dir: PathBuf,
+    /// The host directory whose contents are imported (with --git: the workspace path,
+    /// as `avfs import --git REPO[@REV] [VAULT_PATH]`).
+    #[arg(required_unless_present = "git")]
+    pub host_dir: Option<PathBuf>,
     /// Where in the workspace (default: the root); created if missing.
-    #[arg(default_value = "/")]
-    pub vault_path: String,
+    pub vault_path: Option<String>,
+    /// Take exactly the tracked files of a commit of a git repository, REPO[@REV]
+    /// (default HEAD): git's modes and symlinks, no untracked or ignored files, no .git/,
+    /// submodules listed as skipped. Read through git's objects; the repository's
+    /// worktree is not looked at.
+    #[arg(long, value_name = "REPO[@REV]", conflicts_with_all = ["gitignore", "no_git_dir"])]
+    pub git: Option<String>,
     /// Skip what .gitignore, .ignore and .git/info/exclude exclude (a virtualenv,
     /// node_modules, build output). .git/ itself is still taken.
     #[arg(long)]
@@ -26,6 +34,42 @@ pub struct ImportArgs {
     /// Leave .git/ directories out.
     #[arg(long)]
     pub no_git_dir: bool,
+}
+
+#[derive(Args)]
+pub struct HandbackArgs {
+    /// The host git repository (a worktree or a bare repository).
+    #[arg(long = "git", value_name = "HOST_REPO")]
+    pub repo: PathBuf,
+    /// The branch to write, e.g. agent/task-7: made from the commit the workspace was
+    /// imported from (else HEAD), or moved on if this fork handed back to it before and
+    /// nobody moved it since; refused (branch_moved) otherwise.
+    #[arg(long)]
+    pub branch: String,
+    /// The commit message (default: "avfs: hand back FORK").
+    #[arg(short, long)]
+    pub message: Option<String>,
+}
+
+pub fn cmd_handback(ctx: &Ctx, a: HandbackArgs) -> Result<Reply> {
+    let (_, ws) = ctx.open()?;
+    let r = git::handback(&ws, &a.repo, &a.branch, a.message.as_deref())?;
+    let mut human = match (&r.commit, &r.note) {
+        (Some(c), _) => format!(
+            "{} {} at {} ({} files, parent {})",
+            if r.created { "made" } else { "moved" },
+            r.branch,
+            &c[..12],
+            r.files,
+            r.parent.as_deref().map(|p| &p[..12]).unwrap_or("none")
+        ),
+        (None, Some(note)) => note.clone(),
+        (None, None) => String::new(),
+    };
+    for s in &r.skipped {
+        human.push_str(&format!("\nskipped {s}"));
+    }
+    Ok(Reply::new(&r, human))
 }
 
 #[derive(Args)]
@@ -78,7 +122,37 @@ fn summary(verb: &str, r: &TransferReport) -> String {
 
 pub fn cmd_import(ctx: &Ctx, a: ImportArgs) -> Result<Reply> {
     let (_, ws) = ctx.open()?;
-    let dest = ws.resolve_path(&a.vault_path)?;
+    if let Some(spec) = &a.git {
+        // With --git the one positional is the workspace path.
+        if a.vault_path.is_some() {
+            return Err(agentvfs::Error::invalid(
+                "with --git, give only the workspace path: avfs import --git REPO[@REV] [VAULT_PATH]",
+            ));
+        }
+        let at = a
+            .host_dir
+            .as_ref()
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "/".into());
+        let dest = ws.resolve_path(&at)?;
+        let (repo, rev) = git::split_spec(spec);
+        let r = git::import_commit(&ws, &repo, &rev, &dest)?;
+        let mut human = format!(
+            "imported {} files, {} symlinks, {} directories ({}) from {} at {}",
+            r.files,
+            r.symlinks,
+            r.dirs,
+            size(r.bytes),
+            r.repo,
+            &r.commit[..12]
+        );
+        for s in &r.skipped {
+            human.push_str(&format!("\nskipped {s}"));
+        }
+        return Ok(Reply::new(&ImportOutput::Git(r), human));
+    }
+    let host_dir = a.host_dir.clone().expect("required without --git");
+    let dest = ws.resolve_path(a.vault_path.as_deref().unwrap_or("/"))?;
     let bar = ctx.progress("importing");
     let mut progress = |n: u64, b: u64| {
         if let Some(bar) = &bar {
@@ -88,7 +162,7 @@ pub fn cmd_import(ctx: &Ctx, a: ImportArgs) -> Result<Reply> {
     };
     let report = transfer::import(
         &ws,
-        &a.host_dir,
+        &host_dir,
         &dest,
         ImportOptions {
             gitignore: a.gitignore,
@@ -100,7 +174,7 @@ pub fn cmd_import(ctx: &Ctx, a: ImportArgs) -> Result<Reply> {
         bar.finish_and_clear();
     }
     let human = summary("imported", &report);
-    Ok(Reply::new(&report, human))
+    Ok(Reply::new(&ImportOutput::Tree(report), human))
 }
 
 pub fn cmd_export(ctx: &Ctx, a: ExportArgs) -> Result<Reply> {

@@ -117,6 +117,14 @@ pub enum Error {
         "checkpoint `{name}` not found; `avfs checkpoint list` shows this workspace's checkpoints"
     )]
     CheckpointNotFound { name: String },
+    #[error("branch `{branch}` is at {found}, not where this fork left it ({}): hand back to a new branch, or move it back",
+        expected.as_deref().unwrap_or("the fork never handed back to it"))]
+    BranchMoved {
+        branch: String,
+        found: String,
+        /// The commit this fork's last hand-back left the branch at, if any.
+        expected: Option<String>,
+    },
     #[error("checkpoint `{name}` is gone: automatic checkpoints are pruned to the newest {keep} (`avfs checkpoint retention`); {}",
         match operation {
             Some(id) => format!("its state is still the one after operation {id}: `avfs op restore {id}`"),
@@ -239,6 +247,7 @@ impl Error {
             Error::FileTooLarge { .. } => "file_too_large",
             Error::CheckpointNotFound { .. } => "checkpoint_not_found",
             Error::CheckpointGone { .. } => "checkpoint_gone",
+            Error::BranchMoved { .. } => "branch_moved",
             Error::NothingToUndo => "nothing_to_undo",
             Error::NothingToRollBack { .. } => "nothing_to_roll_back",
             Error::MergeConflict { .. } => "merge_conflict",
@@ -276,6 +285,11 @@ impl Error {
                 supported,
             } => json!({ "path": path, "found": found, "supported": supported }),
             Error::CorruptVault { reason } => json!({ "reason": reason }),
+            Error::BranchMoved {
+                branch,
+                found,
+                expected,
+            } => json!({ "branch": branch, "found": found, "expected": expected }),
             Error::CheckpointGone {
                 name,
                 keep,
@@ -357,6 +371,7 @@ impl Error {
             Error::NothingToUndo
             | Error::NothingToRedo
             | Error::NothingToRollBack { .. }
+            | Error::BranchMoved { .. }
             | Error::MergeConflict { .. }
             | Error::RevertConflict { .. }
             | Error::ApplyConflict { .. } => exit::CONFLICT,

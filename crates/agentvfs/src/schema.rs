@@ -12,8 +12,9 @@ use serde::Serialize;
 
 use crate::model::{CheckReport, CheckpointInfo, GcReport, PathVersion, Quota, StatsReport};
 use crate::service::files::NodeInfo;
+use crate::service::git::HandbackReport;
 use crate::service::search::{FoundEntry, GrepMatch};
-use crate::service::transfer::TransferReport;
+use crate::service::transfer::ImportOutput;
 use crate::service::{DeleteReport, Target, VaultListEntry};
 use crate::store::AuditRecord;
 
@@ -236,7 +237,8 @@ pub fn commands() -> Vec<(&'static str, Value)> {
         ("meta get", s::<MetaOutput>()),
         ("meta set", s::<MetaOutput>()),
         ("meta unset", s::<MetaOutput>()),
-        ("import", s::<TransferReport>()),
+        ("import", s::<ImportOutput>()),
+        ("handback", s::<HandbackReport>()),
         ("export", s::<ExportOutput>()),
         ("diff", s::<DiffOutput>()),
         ("merge", s::<MergeReport>()),

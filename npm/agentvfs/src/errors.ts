@@ -78,6 +78,8 @@ export class CheckpointNotFoundError extends NotFoundError {}
 /** `checkpoint_gone`: an automatic checkpoint pruned by retention; `details.operation` is the
  * operation whose state it was, for `op restore`, when the op log still has it. */
 export class CheckpointGoneError extends NotFoundError {}
+/** `branch_moved`: a hand-back's branch moved since this fork left it (or is not its). */
+export class BranchMovedError extends ConflictError {}
 export class SessionNotFoundError extends NotFoundError {}
 export class NoVaultSelectedError extends NotFoundError {}
 export class AlreadyExistsError extends ConflictError {}
@@ -101,6 +103,7 @@ export const ERROR_CLASSES: Readonly<Record<string, new (init: AvfsErrorInit) =>
     path_not_found: PathNotFoundError,
     checkpoint_not_found: CheckpointNotFoundError,
     checkpoint_gone: CheckpointGoneError,
+    branch_moved: BranchMovedError,
     operation_not_found: NotFoundError,
     session_not_found: SessionNotFoundError,
     already_exists: AlreadyExistsError,

@@ -56,6 +56,7 @@ export type ErrorKind =
   | "quota_exceeded"
   | "checkpoint_not_found"
   | "checkpoint_gone"
+  | "branch_moved"
   | "host_path_exists"
   | "merge_conflict"
   | "apply_conflict"

@@ -76,6 +76,10 @@ class CheckpointGone(NotFoundError):
     """
 
 
+class BranchMoved(ConflictError):
+    """`branch_moved`: a hand-back's branch moved since this fork left it (or is not its)."""
+
+
 class OperationNotFound(NotFoundError): ...
 
 
@@ -195,6 +199,7 @@ ERRORS: dict[str, type[AvfsError]] = {
     "path_not_found": PathNotFound,
     "checkpoint_not_found": CheckpointNotFound,
     "checkpoint_gone": CheckpointGone,
+    "branch_moved": BranchMoved,
     "operation_not_found": OperationNotFound,
     "session_not_found": SessionNotFound,
     "already_exists": AlreadyExists,

@@ -7,6 +7,7 @@ pub mod confine;
 pub mod daemon;
 pub mod exec;
 pub mod files;
+pub mod git;
 pub mod history;
 pub mod maintenance;
 pub mod mount;

@@ -30,6 +30,10 @@ pub struct Origin {
     pub at: i64,
     /// The workspace that recorded it (a fork inherits its parent's).
     pub workspace: String,
+    /// The git commit the host directory's repository was at (`HEAD` at the import, or the
+    /// commit `import --git` took): a hand-back's parent.
+    #[serde(default)]
+    pub git_commit: Option<String>,
 }
 
 impl Origin {
@@ -55,12 +59,29 @@ pub(crate) fn origin_roots(r: &dyn StoreRead) -> Result<Vec<ObjectId>> {
 impl Workspace {
     /// Record that host directory `host` (absolute), mapped to workspace path `prefix`,
     /// now matches state `root` of this workspace.
+    /// The git commit stays the one recorded before for the same directory.
     pub fn set_origin(
         &self,
         host: &str,
         prefix: &str,
         root: ObjectId,
         recorded_by: &str,
+    ) -> Result<Origin> {
+        let git_commit = self
+            .origin()?
+            .filter(|o| o.host == host)
+            .and_then(|o| o.git_commit);
+        self.set_origin_git(host, prefix, root, recorded_by, git_commit)
+    }
+
+    /// [`Workspace::set_origin`], with the git commit the directory's repository is at.
+    pub fn set_origin_git(
+        &self,
+        host: &str,
+        prefix: &str,
+        root: ObjectId,
+        recorded_by: &str,
+        git_commit: Option<String>,
     ) -> Result<Origin> {
         let origin = Origin {
             host: host.to_string(),
@@ -69,6 +90,7 @@ impl Workspace {
             recorded_by: recorded_by.to_string(),
             at: now_ns(),
             workspace: self.name.clone(),
+            git_commit,
         };
         let json = serde_json::to_string(&origin).map_err(|e| Error::Storage(e.to_string()))?;
         self.vault

@@ -59,6 +59,14 @@ pub struct ExportOptions {
     pub devices: bool,
 }
 
+/// `import` prints a transfer report, or with `--git` what it took from the commit.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[serde(untagged)]
+pub enum ImportOutput {
+    Tree(TransferReport),
+    Git(crate::service::git::GitImportReport),
+}
+
 /// What `import` takes. By default everything under the directory: dotfiles, `.git/`,
 /// ignored files, FIFOs and device nodes (as metadata), with modes, owners, times, xattrs
 /// and hard links. Symlinks are copied as links, never followed.
@@ -140,11 +148,12 @@ pub fn import(
             ws.record_batch("import", &label, BatchEnd::Always)?;
             // Where the workspace came from: `apply` compares the host with this state.
             let host = fs::canonicalize(host).map_err(|e| Error::io("resolving", host, e))?;
-            ws.set_origin(
+            ws.set_origin_git(
                 &host.to_string_lossy(),
                 &label,
                 ws.snapshot_root()?,
                 "import",
+                crate::service::git::head_commit(&host),
             )?;
             Ok(report)
         }

@@ -1,0 +1,444 @@
+//! Git-native hand-back and import, through git's objects (the `gix` crate), never a
+//! checkout: `handback` writes a fork's files as one commit on a branch of a host
+//! repository without touching its worktree, index or HEAD; `import_commit` takes exactly
+//! the tracked files of a commit into a workspace, with git's modes and symlinks.
+//!
+//! A hand-back's tree is the fork's files as `git add -A` would take them: the workspace's
+//! ignore rules apply (`.gitignore`, `.avfsignore`, `.git/info/exclude`), `.git/` is left
+//! out, a file with any execute bit is 100755, a symlink is a link, empty directories are
+//! not trees, and FIFOs, devices and sockets are skipped (listed). A branch the fork handed
+//! back to before moves on only from where the fork left it; one that moved since, or that
+//! the fork did not make, is refused with `branch_moved`.
+
+use std::path::{Path, PathBuf};
+
+use gix::bstr::{BString, ByteSlice};
+use gix::objs::tree::{Entry, EntryKind};
+use gix::refs::transaction::PreviousValue;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::model::ignore::IgnoreRules;
+use crate::model::node::NodeKind;
+use crate::model::path::VPath;
+use crate::model::{View, Workspace, WriteOptions};
+
+/// The settings key prefix of each fork's last hand-back.
+const LAST_PREFIX: &str = "handback.";
+
+/// What `handback` did.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct HandbackReport {
+    /// The host repository (its git directory's parent, or the bare repository).
+    pub repo: String,
+    /// The full branch name, `refs/heads/…`.
+    pub branch: String,
+    /// The commit written, or `null` when the fork's files equal the parent's tree.
+    pub commit: Option<String>,
+    /// Its parent: the branch's tip when it moves on, else the commit the workspace was
+    /// imported from, else the repository's HEAD (`null` in an empty repository).
+    pub parent: Option<String>,
+    /// The tree of the fork's files.
+    pub tree: String,
+    /// True if the branch was made by this hand-back.
+    pub created: bool,
+    /// Files (blobs and symlinks) in the tree.
+    pub files: u64,
+    /// Paths left out that git cannot hold (FIFOs, devices, sockets).
+    pub skipped: Vec<String>,
+    /// Why nothing was committed, when nothing was.
+    pub note: Option<String>,
+}
+
+/// What `import --git` took.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct GitImportReport {
+    pub repo: String,
+    /// The commit imported.
+    pub commit: String,
+    pub files: u64,
+    pub symlinks: u64,
+    pub dirs: u64,
+    pub bytes: u64,
+    /// Submodules (gitlinks), which are not files of this commit.
+    pub skipped: Vec<String>,
+}
+
+/// The last hand-back of a fork, to move its branch on only from there.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Last {
+    repo: String,
+    branch: String,
+    commit: String,
+}
+
+fn git_error(what: &str, e: impl std::fmt::Display) -> Error {
+    Error::invalid(format!("{what}: {e}"))
+}
+
+fn open(repo: &Path) -> Result<gix::Repository> {
+    gix::open(repo)
+        .map_err(|e| git_error(&format!("{} is not a git repository", repo.display()), e))
+}
+
+/// Where a repository is, for reports and records: the worktree, or the bare directory.
+fn repo_path(repo: &gix::Repository) -> PathBuf {
+    let p = repo.workdir().unwrap_or_else(|| repo.git_dir());
+    std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf())
+}
+
+/// The commit `HEAD` of the git repository at `dir`, if it is one and has a commit.
+pub fn head_commit(dir: &Path) -> Option<String> {
+    let repo = gix::open(dir).ok()?;
+    repo.head_id().ok().map(|id| id.to_string())
+}
+
+/// Write the fork's files as a tree of `repo`: the tree's id, files counted and paths
+/// skipped. Cost: every file's content is read and hashed (git stores whole trees).
+fn write_tree(
+    repo: &gix::Repository,
+    view: &View<'_>,
+    rules: &IgnoreRules<'_, '_>,
+    dir: &VPath,
+    files: &mut u64,
+    skipped: &mut Vec<String>,
+) -> Result<Option<gix::ObjectId>> {
+    let write = |e: gix::object::write::Error| git_error("writing a git object", e);
+    let mut entries = Vec::new();
+    for child in view.list(dir)? {
+        let path = dir.join(&child.name);
+        let node = &child.node;
+        if rules.is_ignored(&path, node.is_dir())? {
+            continue;
+        }
+        let (kind, oid) = match &node.kind {
+            NodeKind::Dir { .. } => match write_tree(repo, view, rules, &path, files, skipped)? {
+                Some(id) => (EntryKind::Tree, id),
+                None => continue,
+            },
+            NodeKind::Symlink { target } => {
+                *files += 1;
+                (
+                    EntryKind::Link,
+                    repo.write_blob(target.as_bytes()).map_err(write)?.detach(),
+                )
+            }
+            NodeKind::File { .. } | NodeKind::Inode { .. } | NodeKind::Link { .. } => {
+                *files += 1;
+                let kind = if node.attrs.mode & 0o111 != 0 {
+                    EntryKind::BlobExecutable
+                } else {
+                    EntryKind::Blob
+                };
+                (
+                    kind,
+                    repo.write_blob(view.read_node(node)?)
+                        .map_err(write)?
+                        .detach(),
+                )
+            }
+            _ => {
+                skipped.push(format!(
+                    "{}: git holds no {}",
+                    path.display(),
+                    node.type_name()
+                ));
+                continue;
+            }
+        };
+        entries.push(Entry {
+            mode: kind.into(),
+            filename: BString::from(child.name.as_bytes()),
+            oid,
+        });
+    }
+    if entries.is_empty() && !dir.is_root() {
+        return Ok(None);
+    }
+    entries.sort();
+    let tree = gix::objs::Tree { entries };
+    Ok(Some(repo.write_object(&tree).map_err(write)?.detach()))
+}
+
+fn signature(repo: &gix::Repository, ws: &Workspace) -> gix::actor::Signature {
+    let time = gix::date::Time::now_local_or_utc();
+    match repo.committer() {
+        Some(Ok(s)) => gix::actor::Signature {
+            name: s.name.into(),
+            email: s.email.into(),
+            time,
+        },
+        _ => gix::actor::Signature {
+            name: ws.actor_name().into(),
+            email: "avfs@localhost".into(),
+            time,
+        },
+    }
+}
+
+/// Write the live files of fork `ws` as one commit on `branch` (a short name like
+/// `agent/task-7`, or `refs/heads/…`) of the repository at `repo_dir`, with `message`.
+pub fn handback(
+    ws: &Workspace,
+    repo_dir: &Path,
+    branch: &str,
+    message: Option<&str>,
+) -> Result<HandbackReport> {
+    let repo = open(repo_dir)?;
+    let full = if branch.starts_with("refs/") {
+        branch.to_string()
+    } else {
+        format!("refs/heads/{branch}")
+    };
+    let name: gix::refs::FullName = full
+        .as_str()
+        .try_into()
+        .map_err(|e| git_error(&format!("`{branch}` is not a branch name"), e))?;
+    let where_ = repo_path(&repo).display().to_string();
+    let last_key = format!("{LAST_PREFIX}{}", ws.name());
+    let last: Option<Last> = ws
+        .vault()
+        .setting(&last_key)?
+        .and_then(|v| serde_json::from_str(&v).ok())
+        .filter(|l: &Last| l.repo == where_ && l.branch == full);
+    let tip = repo
+        .try_find_reference(name.as_ref())
+        .map_err(|e| git_error("reading the branch", e))?
+        .map(|mut r| r.peel_to_id().map(|id| id.detach()))
+        .transpose()
+        .map_err(|e| git_error("reading the branch", e))?;
+    let (parent, expected) = match (tip, &last) {
+        (Some(tip), Some(l)) if tip.to_string() == l.commit => (
+            Some(tip),
+            PreviousValue::MustExistAndMatch(gix::refs::Target::Object(tip)),
+        ),
+        (Some(tip), l) => {
+            return Err(Error::BranchMoved {
+                branch: full,
+                found: tip.to_string(),
+                expected: l.as_ref().map(|l| l.commit.clone()),
+            });
+        }
+        (None, _) => {
+            let recorded = ws
+                .origin()?
+                .and_then(|o| o.git_commit)
+                .and_then(|c| gix::ObjectId::from_hex(c.as_bytes()).ok())
+                .filter(|id| repo.find_object(*id).is_ok());
+            let head = || repo.head_id().ok().map(|id| id.detach());
+            (recorded.or_else(head), PreviousValue::MustNotExist)
+        }
+    };
+    let (mut files, mut skipped) = (0, Vec::new());
+    let tree = ws.read(|view| {
+        let rules = IgnoreRules::new(view);
+        write_tree(
+            &repo,
+            view,
+            &rules,
+            &VPath::root(),
+            &mut files,
+            &mut skipped,
+        )
+    })?;
+    let tree = tree.expect("the root is always a tree");
+    let parent_tree = parent.and_then(|p| {
+        repo.find_object(p)
+            .ok()?
+            .try_into_commit()
+            .ok()?
+            .tree_id()
+            .ok()
+            .map(|t| t.detach())
+    });
+    let mut report = HandbackReport {
+        repo: where_.clone(),
+        branch: full.clone(),
+        commit: None,
+        parent: parent.map(|p| p.to_string()),
+        tree: tree.to_string(),
+        created: false,
+        files,
+        skipped,
+        note: None,
+    };
+    if parent_tree == Some(tree) {
+        report.note =
+            Some("the fork's files equal the parent commit's tree: nothing to commit".into());
+        return Ok(report);
+    }
+    let sig = signature(&repo, ws);
+    let commit = gix::objs::Commit {
+        tree,
+        parents: parent.into_iter().collect(),
+        author: sig.clone(),
+        committer: sig,
+        encoding: None,
+        message: message
+            .map(|m| format!("{}\n", m.trim_end()))
+            .unwrap_or_else(|| format!("avfs: hand back {}\n", ws.name()))
+            .into(),
+        extra_headers: Vec::new(),
+    };
+    let id = repo
+        .write_object(&commit)
+        .map_err(|e| git_error("writing the commit", e))?
+        .detach();
+    repo.reference(
+        name,
+        id,
+        expected,
+        format!("avfs handback of {}", ws.name()),
+    )
+    .map_err(|e| match tip {
+        // Someone moved the branch between our look and our update.
+        _ if e.to_string().contains("expected") || e.to_string().contains("exist") => {
+            Error::BranchMoved {
+                branch: full.clone(),
+                found: "(changed while handing back)".into(),
+                expected: tip.map(|t| t.to_string()),
+            }
+        }
+        _ => git_error("updating the branch", e),
+    })?;
+    let rec = Last {
+        repo: where_,
+        branch: full,
+        commit: id.to_string(),
+    };
+    let json = serde_json::to_string(&rec).map_err(|e| Error::Storage(e.to_string()))?;
+    ws.vault().set_setting(&last_key, Some(&json))?;
+    report.created = tip.is_none();
+    report.commit = Some(id.to_string());
+    Ok(report)
+}
+
+/// `REPO[@REV]`: the repository path and the revision (default `HEAD`). A path that exists
+/// as given is the repository, even with an `@` in it.
+pub fn split_spec(spec: &str) -> (PathBuf, String) {
+    if Path::new(spec).exists() {
+        return (PathBuf::from(spec), "HEAD".into());
+    }
+    match spec.rsplit_once('@') {
+        Some((repo, rev)) if !rev.is_empty() => (PathBuf::from(repo), rev.to_string()),
+        _ => (PathBuf::from(spec), "HEAD".into()),
+    }
+}
+
+/// Import exactly the tracked files of commit `rev` of the repository at `repo_dir` into
+/// `dest`, in one operation, and record the repository and commit as the origin.
+pub fn import_commit(
+    ws: &Workspace,
+    repo_dir: &Path,
+    rev: &str,
+    dest: &VPath,
+) -> Result<GitImportReport> {
+    let repo = open(repo_dir)?;
+    let commit = repo
+        .rev_parse_single(rev.as_bytes().as_bstr())
+        .map_err(|e| git_error(&format!("revision `{rev}`"), e))?
+        .object()
+        .map_err(|e| git_error(&format!("revision `{rev}`"), e))?
+        .peel_to_commit()
+        .map_err(|e| git_error(&format!("revision `{rev}` is no commit"), e))?;
+    let commit_id = commit.id;
+    let tree = commit
+        .tree_id()
+        .map_err(|e| git_error("reading the commit", e))?
+        .detach();
+    let mut report = GitImportReport {
+        repo: repo_path(&repo).display().to_string(),
+        commit: commit_id.to_string(),
+        files: 0,
+        symlinks: 0,
+        dirs: 0,
+        bytes: 0,
+        skipped: Vec::new(),
+    };
+    let label = format!("{}@{}", report.repo, &report.commit[..12]);
+    ws.edit("import", &[dest], |e| {
+        e.describe(format!("import {label}"));
+        e.mkdir(dest, true, 0o755)?;
+        let mut stack = vec![(tree, dest.clone())];
+        while let Some((tree, at)) = stack.pop() {
+            let object = repo
+                .find_object(tree)
+                .map_err(|e| git_error("reading a tree", e))?
+                .try_into_tree()
+                .map_err(|e| git_error("reading a tree", e))?;
+            let decoded = object
+                .decode()
+                .map_err(|e| git_error("reading a tree", e))?;
+            for entry in decoded.entries {
+                let name = entry.filename.to_str().map_err(|_| {
+                    Error::invalid(format!(
+                        "{}: a name that is not UTF-8 ({:?})",
+                        at.display(),
+                        entry.filename
+                    ))
+                })?;
+                let path = at.join(name);
+                VPath::parse(&path.display())?;
+                let data = |oid: &gix::oid| -> Result<Vec<u8>> {
+                    Ok(repo
+                        .find_object(oid.to_owned())
+                        .map_err(|e| git_error("reading a blob", e))?
+                        .detach()
+                        .data)
+                };
+                match entry.mode.kind() {
+                    EntryKind::Tree => {
+                        e.mkdir(&path, true, 0o755)?;
+                        report.dirs += 1;
+                        stack.push((entry.oid.to_owned(), path));
+                    }
+                    EntryKind::Blob | EntryKind::BlobExecutable => {
+                        let bytes = data(entry.oid)?;
+                        let mode = if entry.mode.kind() == EntryKind::BlobExecutable {
+                            0o755
+                        } else {
+                            0o644
+                        };
+                        let opts = WriteOptions {
+                            mode: Some(mode),
+                            parents: true,
+                            append: false,
+                        };
+                        e.write_file(&path, &bytes, opts)?;
+                        // An existing file keeps its mode on write: git's mode wins.
+                        e.update(&path, |n| {
+                            n.attrs.mode = mode;
+                            Ok(())
+                        })?;
+                        report.files += 1;
+                        report.bytes += bytes.len() as u64;
+                    }
+                    EntryKind::Link => {
+                        let target = String::from_utf8(data(entry.oid)?).map_err(|_| {
+                            Error::invalid(format!(
+                                "{}: a symlink target that is not UTF-8",
+                                path.display()
+                            ))
+                        })?;
+                        e.symlink(&path, &target)?;
+                        report.symlinks += 1;
+                    }
+                    EntryKind::Commit => {
+                        report
+                            .skipped
+                            .push(format!("{}: a submodule", path.display()));
+                    }
+                }
+            }
+        }
+        Ok(())
+    })?;
+    ws.set_origin_git(
+        &report.repo,
+        &dest.display(),
+        ws.snapshot_root()?,
+        "import",
+        Some(report.commit.clone()),
+    )?;
+    Ok(report)
+}

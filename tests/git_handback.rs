@@ -1,0 +1,319 @@
+//! Git-native hand-back and import through the real binary and real git: the branch's
+//! tree equals the fork's files byte for byte (ignore rules applied, `.git/` left out,
+//! modes and symlinks as git keeps them); the host's worktree, index and HEAD are not
+//! touched; a branch that moved is refused and left alone; `import --git REPO[@REV]` takes
+//! exactly a commit's tracked files.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+use common::history::Env;
+use common::skip::require_tool;
+use serde_json::json;
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = std::process::Command::new("git")
+        .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Every file of a commit: path -> (mode, content), read with git itself.
+fn commit_files(repo: &Path, rev: &str) -> BTreeMap<String, (String, Vec<u8>)> {
+    let mut out = BTreeMap::new();
+    for line in git(repo, &["ls-tree", "-r", "-z", rev]).split('\0') {
+        let Some((meta, path)) = line.split_once('\t') else {
+            continue;
+        };
+        let mut parts = meta.split(' ');
+        let (mode, _, oid) = (parts.next().unwrap(), parts.next(), parts.next().unwrap());
+        let data = std::process::Command::new("git")
+            .args(["cat-file", "blob", oid])
+            .current_dir(repo)
+            .output()
+            .unwrap()
+            .stdout;
+        out.insert(path.to_string(), (mode.to_string(), data));
+    }
+    out
+}
+
+/// A committed repository with a file, an executable, a symlink, a nested file, an ignore
+/// rule and an untracked file.
+fn repo(env: &Env) -> std::path::PathBuf {
+    let repo = env.host("repo");
+    fs::create_dir_all(repo.join("src/deep")).unwrap();
+    fs::write(repo.join(".gitignore"), "*.log\nbuild/\n").unwrap();
+    fs::write(repo.join("README.md"), "# r\n").unwrap();
+    fs::write(repo.join("src/deep/lib.rs"), "pub fn f() {}\n").unwrap();
+    fs::write(repo.join("run.sh"), "#!/bin/sh\necho run\n").unwrap();
+    fs::set_permissions(repo.join("run.sh"), fs::Permissions::from_mode(0o755)).unwrap();
+    std::os::unix::fs::symlink("README.md", repo.join("readme-link")).unwrap();
+    git(&repo, &["init", "-q", "-b", "main"]);
+    git(&repo, &["add", "-A"]);
+    git(&repo, &["commit", "-qm", "base"]);
+    fs::write(repo.join("untracked.txt"), "noise\n").unwrap();
+    repo
+}
+
+/// What of the host repository a hand-back must leave alone.
+fn host_state(repo: &Path) -> (Vec<u8>, String, String) {
+    (
+        fs::read(repo.join(".git/index")).unwrap(),
+        fs::read_to_string(repo.join(".git/HEAD")).unwrap(),
+        git(repo, &["status", "--porcelain"]),
+    )
+}
+
+#[test]
+fn a_handback_commits_the_forks_files_and_leaves_the_host_alone() {
+    if !require_tool("git") {
+        return;
+    }
+    let env = Env::new();
+    let repo = repo(&env);
+    let base = git(&repo, &["rev-parse", "HEAD"]).trim().to_string();
+    env.create("v");
+    // A plain import keeps .git/: the hand-back leaves it out and starts from its HEAD.
+    env.data("v", &["import", repo.to_str().unwrap()]);
+    env.fork("v", "t");
+    env.write("t", "README.md", b"# changed\n");
+    env.write("t", "src/new.rs", b"// new\n");
+    env.write("t", "debug.log", b"ignored\n");
+    env.write("t", "build/out", b"ignored too\n");
+    env.ok("t", &["rm", "src/deep/lib.rs"]);
+    env.ok("t", &["chmod", "644", "run.sh"]);
+    let before = host_state(&repo);
+
+    let r = env.data(
+        "t",
+        &[
+            "handback",
+            "--git",
+            repo.to_str().unwrap(),
+            "--branch",
+            "agent/t",
+            "-m",
+            "agent work",
+        ],
+    );
+    assert_eq!(r["created"], true, "{r}");
+    assert_eq!(r["parent"], base.as_str());
+    assert_eq!(r["branch"], "refs/heads/agent/t");
+    assert_eq!(
+        host_state(&repo),
+        before,
+        "worktree, index and HEAD untouched"
+    );
+
+    // The branch's tree is the fork's files, byte for byte, as git keeps them.
+    let files = commit_files(&repo, "agent/t");
+    let want: BTreeMap<String, (String, Vec<u8>)> = [
+        (".gitignore", "100644", &b"*.log\nbuild/\n"[..]),
+        ("README.md", "100644", b"# changed\n"),
+        ("readme-link", "120000", b"README.md"),
+        ("run.sh", "100644", b"#!/bin/sh\necho run\n"),
+        ("src/new.rs", "100644", b"// new\n"),
+        ("untracked.txt", "100644", b"noise\n"),
+    ]
+    .into_iter()
+    .map(|(p, m, d)| (p.to_string(), (m.to_string(), d.to_vec())))
+    .collect();
+    assert_eq!(files, want);
+    assert_eq!(
+        git(&repo, &["log", "--format=%s %P", "-1", "agent/t"]).trim(),
+        format!("agent work {base}")
+    );
+    git(&repo, &["fsck", "--strict"]);
+
+    // The next hand-back moves the branch on from there.
+    env.write("t", "more.txt", b"more\n");
+    let r2 = env.data(
+        "t",
+        &[
+            "handback",
+            "--git",
+            repo.to_str().unwrap(),
+            "--branch",
+            "agent/t",
+        ],
+    );
+    assert_eq!(r2["created"], false);
+    assert_eq!(r2["parent"], r["commit"]);
+    assert_eq!(commit_files(&repo, "agent/t")["more.txt"].1, b"more\n");
+    // Nothing new: nothing committed, and it says so.
+    let r3 = env.data(
+        "t",
+        &[
+            "handback",
+            "--git",
+            repo.to_str().unwrap(),
+            "--branch",
+            "agent/t",
+        ],
+    );
+    assert_eq!(r3["commit"], json!(null));
+    assert!(
+        r3["note"].as_str().unwrap().contains("nothing to commit"),
+        "{r3}"
+    );
+
+    // Someone moved the branch: refused, and the branch stays where they put it.
+    git(&repo, &["branch", "-f", "agent/t", "main"]);
+    env.write("t", "again.txt", b"again\n");
+    let e = env.fail(
+        Some("t"),
+        &[
+            "handback",
+            "--git",
+            repo.to_str().unwrap(),
+            "--branch",
+            "agent/t",
+        ],
+        4,
+        "branch_moved",
+    );
+    assert_eq!(e["details"]["found"], base.as_str(), "{e}");
+    assert_eq!(e["details"]["expected"], r2["commit"]);
+    assert_eq!(git(&repo, &["rev-parse", "agent/t"]).trim(), base);
+    // A branch this fork did not make is refused too.
+    env.fail(
+        Some("t"),
+        &[
+            "handback",
+            "--git",
+            repo.to_str().unwrap(),
+            "--branch",
+            "main",
+        ],
+        4,
+        "branch_moved",
+    );
+    assert_eq!(git(&repo, &["rev-parse", "main"]).trim(), base);
+    assert_eq!(host_state(&repo), before);
+
+    // Bad input is a typed error that writes nothing.
+    let not_repo = env.host("plain");
+    fs::create_dir_all(&not_repo).unwrap();
+    for (args, kind) in [
+        (
+            vec![
+                "handback",
+                "--git",
+                not_repo.to_str().unwrap(),
+                "--branch",
+                "x",
+            ],
+            "invalid_argument",
+        ),
+        (
+            vec![
+                "handback",
+                "--git",
+                repo.to_str().unwrap(),
+                "--branch",
+                "bad..name",
+            ],
+            "invalid_argument",
+        ),
+        (
+            vec!["handback", "--git", repo.to_str().unwrap(), "--branch", ""],
+            "invalid_argument",
+        ),
+    ] {
+        env.fail(Some("t"), &args, 5, kind);
+    }
+    assert_eq!(
+        git(&repo, &["for-each-ref", "--format=%(refname)"]).trim(),
+        "refs/heads/agent/t\nrefs/heads/main"
+    );
+}
+
+#[test]
+fn import_git_takes_exactly_a_commits_tracked_files() {
+    if !require_tool("git") {
+        return;
+    }
+    let env = Env::new();
+    let repo = repo(&env);
+    let first = git(&repo, &["rev-parse", "HEAD"]).trim().to_string();
+    fs::write(repo.join("README.md"), "# second\n").unwrap();
+    git(&repo, &["commit", "-qam", "second"]);
+    env.create("g");
+    let r = env.data("g", &["import", "--git", repo.to_str().unwrap()]);
+    assert_eq!(
+        (r["files"].as_u64(), r["symlinks"].as_u64()),
+        (Some(4), Some(1)),
+        "{r}"
+    );
+    let listed: Vec<String> = env
+        .data("g", &["find", "*"])
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["path"].as_str().unwrap().to_string())
+        .collect();
+    assert!(
+        !listed
+            .iter()
+            .any(|p| p.contains("untracked") || p.contains(".git/")),
+        "{listed:?}"
+    );
+    assert_eq!(env.ok("g", &["cat", "README.md"]), "# second\n");
+    assert_eq!(env.data("g", &["stat", "run.sh"])["mode"], 0o755);
+    assert_eq!(
+        env.data("g", &["stat", "readme-link"])["target"],
+        "README.md"
+    );
+    // An older commit, by REPO@REV, into a subdirectory.
+    let spec = format!("{}@{}", repo.display(), &first[..10]);
+    let r = env.data("g", &["import", "--git", &spec, "/old"]);
+    assert_eq!(r["commit"], first.as_str());
+    assert_eq!(env.ok("g", &["cat", "old/README.md"]), "# r\n");
+    // Bad revisions and repositories are typed errors that import nothing.
+    let bad = format!("{}@no-such-rev", repo.display());
+    env.fail(
+        Some("g"),
+        &["import", "--git", &bad, "/bad"],
+        5,
+        "invalid_argument",
+    );
+    env.fail(Some("g"), &["ls", "bad"], 3, "path_not_found");
+    env.fail(
+        Some("g"),
+        &["import", "--git", "/nonexistent/repo"],
+        5,
+        "invalid_argument",
+    );
+    // A hand-back from a workspace imported this way starts from the commit imported.
+    env.create("h");
+    env.data("h", &["import", "--git", repo.to_str().unwrap()]);
+    env.fork("h", "f");
+    env.write("f", "x.txt", b"x\n");
+    let h = env.data(
+        "f",
+        &[
+            "handback",
+            "--git",
+            repo.to_str().unwrap(),
+            "--branch",
+            "from-import",
+        ],
+    );
+    let head = git(&repo, &["rev-parse", "HEAD"]).trim().to_string();
+    assert_eq!(h["parent"], head.as_str(), "{h}");
+}
