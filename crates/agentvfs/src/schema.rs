@@ -81,29 +81,7 @@ pub const TIME_FIELDS: [&str; 7] = [
 /// keys are never time fields.
 const FREE_FORM: [&str; 3] = ["ignored", "meta", "xattrs"];
 
-/// An RFC 3339 UTC time with nanoseconds, from nanoseconds since the Unix epoch. Every i64
-/// is a time between 1677 and 2262, before the epoch included (a file's mtime can be).
-pub fn iso_time(ns: i64) -> String {
-    let secs = ns.div_euclid(1_000_000_000);
-    let nanos = ns.rem_euclid(1_000_000_000);
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    // Days since 1970-01-01 to a civil date (proleptic Gregorian; Howard Hinnant's method).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{nanos:09}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
-}
+pub use crate::model::iso_time;
 
 /// Add `<field>_iso` beside every time field of an output value (see [`TIME_FIELDS`]).
 pub fn add_iso_times(value: &mut Value) {

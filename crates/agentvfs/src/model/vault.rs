@@ -89,7 +89,7 @@ pub struct VaultInfo {
     pub quota: Quota,
     /// The host directory the workspace (or the one it was forked from) was imported from
     /// or last applied to, and the state it then held; `apply` starts there.
-    pub origin: Option<super::workspace::Origin>,
+    pub origin: Option<super::origin::Origin>,
 }
 
 /// `stats`.
@@ -237,7 +237,7 @@ impl Vault {
             let ws = w.workspace(name)?.ok_or_else(|| Error::ForkNotFound {
                 name: name.to_string(),
             })?;
-            w.set_setting(&format!("{}{name}", super::workspace::ORIGIN_PREFIX), None)?;
+            w.set_setting(&format!("{}{name}", super::origin::ORIGIN_PREFIX), None)?;
             w.delete_workspace(ws.id)
         })
     }
@@ -284,7 +284,7 @@ impl Vault {
                 pending_changes,
                 forks,
                 quota: Quota::load(r)?,
-                origin: super::workspace::origin_of(r, workspace)?,
+                origin: super::origin::origin_of(r, workspace)?,
             })
         })
     }
@@ -394,7 +394,7 @@ fn view_for<'a>(r: &'a dyn StoreRead, vault: &'a Vault, state: &StateRef) -> Res
             let w = ws(workspace)?;
             let cp = match r.checkpoint(w.id, name)? {
                 Some(cp) => cp,
-                None => return Err(super::workspace::missing_checkpoint(r, w.id, name)),
+                None => return Err(super::retention::missing(r, w.id, name)),
             };
             bare(cp.root)
         }
@@ -457,7 +457,7 @@ pub(super) fn roots(r: &dyn StoreRead) -> Result<Vec<ObjectId>> {
         out.extend(op.root_before);
         out.extend(op.root_after);
     }
-    out.extend(super::workspace::origin_roots(r)?);
+    out.extend(super::origin::origin_roots(r)?);
     Ok(out)
 }
 

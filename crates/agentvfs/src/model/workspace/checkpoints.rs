@@ -7,14 +7,11 @@
 use crate::error::{Error, Result};
 use crate::model::id::ObjectId;
 use crate::model::node::NodeKind;
+use crate::model::retention::{KEEP_AUTO_KEY, keep_auto, missing};
 use crate::model::workspace::validate_name;
 use crate::model::{Edit, Workspace};
-use crate::store::{CheckpointRecord, StoreRead};
+use crate::store::CheckpointRecord;
 
-/// Automatic checkpoints kept per workspace unless the vault says otherwise.
-pub const DEFAULT_KEEP_AUTO: u64 = 20;
-/// The vault setting holding the number of automatic checkpoints kept per workspace.
-pub(crate) const KEEP_AUTO_KEY: &str = "checkpoints.keep_auto";
 /// The settings key prefix of each workspace's next `cp-N` number (names are never reused,
 /// so a pruned one is never confused with a newer one).
 const NEXT_CP_PREFIX: &str = "checkpoints.next:";
@@ -140,47 +137,6 @@ impl Workspace {
                 None => Err(missing(r, ws.id, name)),
             }
         })
-    }
-}
-
-/// The vault's `keep_auto`.
-pub(crate) fn keep_auto(r: &dyn StoreRead) -> Result<u64> {
-    Ok(r.setting(KEEP_AUTO_KEY)?
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(DEFAULT_KEEP_AUTO))
-}
-
-/// Why checkpoint `name` of workspace `ws` is not there: pruned by retention, with the
-/// operation whose state it was if the op log still has it; else (never there, or deleted
-/// by someone) not found.
-pub(crate) fn missing(r: &dyn StoreRead, ws: i64, name: &str) -> Error {
-    let Ok(ops) = r.ops(Some(ws), usize::MAX >> 1) else {
-        return Error::CheckpointNotFound {
-            name: name.to_string(),
-        };
-    };
-    let saved = ops
-        .iter()
-        .find(|o| o.kind == "checkpoint.save" && o.description == format!("save {name}"));
-    let pruned = ops.iter().any(|o| {
-        o.extra
-            .as_deref()
-            .and_then(|x| serde_json::from_str::<serde_json::Value>(x).ok())
-            .is_some_and(|x| {
-                x["pruned"]
-                    .as_array()
-                    .is_some_and(|a| a.iter().any(|n| n == name))
-            })
-    });
-    if !pruned {
-        return Error::CheckpointNotFound {
-            name: name.to_string(),
-        };
-    }
-    Error::CheckpointGone {
-        name: name.to_string(),
-        keep: keep_auto(r).unwrap_or(DEFAULT_KEEP_AUTO),
-        operation: saved.map(|o| o.id),
     }
 }
 

@@ -19,12 +19,8 @@ mod unlogged;
 use std::sync::{Arc, Mutex};
 
 pub use actor::Actor;
-pub use checkpoints::DEFAULT_KEEP_AUTO;
-pub(crate) use checkpoints::missing as missing_checkpoint;
 pub(crate) use edit::{AuditSummary, Logging};
 pub use edit::{Edit, WriteOptions};
-pub use origin::Origin;
-pub(crate) use origin::{ORIGIN_PREFIX, origin_of, origin_roots};
 use serde::Serialize;
 pub use unlogged::BatchEnd;
 pub(crate) use unlogged::marker_problem;

@@ -490,7 +490,7 @@ impl ProxyRuntime<'_> {
                         g.id,
                         g.pattern,
                         g.workspace,
-                        crate::schema::iso_time(g.expires_at)
+                        crate::model::iso_time(g.expires_at)
                     );
                     envelope.decision = decision.clone();
                 }
