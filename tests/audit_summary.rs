@@ -134,19 +134,12 @@ fn a_format_3_vault_keeps_its_records_and_its_mount_operations_become_steps() {
         .as_str()
         .unwrap()
         .to_string();
-    {
-        let db = rusqlite::Connection::open(&path).unwrap();
-        // Back to format 3, with a record as a version-3 mount wrote it.
-        db.execute_batch(
-            "DROP INDEX audit_by_step;
-             ALTER TABLE audit DROP COLUMN step;
-             ALTER TABLE checkpoints DROP COLUMN auto;
-             INSERT INTO audit(at, actor, source, workspace, operation, paths, result, detail)
-                 VALUES (1, 'me', 'mount', 'main', 'mount.write', '[\"/a.txt\"]', 'ok', NULL);
-             PRAGMA user_version = 3;",
-        )
-        .unwrap();
-    }
+    // Back to format 3, with a record as a version-3 mount wrote it.
+    common::history::downgrade_to_format_3(
+        &path,
+        "INSERT INTO audit(at, actor, source, workspace, operation, paths, result, detail)
+             VALUES (1, 'me', 'mount', 'main', 'mount.write', '[\"/a.txt\"]', 'ok', NULL);",
+    );
     let summary = env.data("old", &["audit"]);
     assert!(
         ops(&summary).iter().all(|o| o.0 != "mount.write"),

@@ -157,16 +157,7 @@ fn a_format_3_vault_is_migrated_and_its_proxy_checkpoints_become_automatic() {
         .unwrap()
         .to_string();
     // Back to format 3: the column did not exist.
-    {
-        let db = rusqlite::Connection::open(&path).unwrap();
-        db.execute_batch(
-            "ALTER TABLE checkpoints DROP COLUMN auto;
-             DROP INDEX audit_by_step;
-             ALTER TABLE audit DROP COLUMN step;
-             PRAGMA user_version = 3;",
-        )
-        .unwrap();
-    }
+    common::history::downgrade_to_format_3(&path, "");
     let list = env.data("old", &["checkpoint", "list"]);
     assert_eq!(names(&list, true), ["cp-1"], "{list}");
     assert_eq!(names(&list, false), ["mine", "cp-2"], "{list}");

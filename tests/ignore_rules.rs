@@ -10,17 +10,12 @@ use std::collections::BTreeSet;
 use std::fs;
 use std::path::Path;
 
-use common::history::Env;
+use common::history::{Env, changed_paths};
 use common::skip::require_sandbox;
 use serde_json::{Value, json};
 
 fn paths(data: &Value) -> BTreeSet<String> {
-    data["changes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c["path"].as_str().unwrap().to_string())
-        .collect()
+    changed_paths(data).into_iter().collect()
 }
 
 fn set(items: &[&str]) -> BTreeSet<String> {

@@ -7,6 +7,7 @@ mod common;
 
 use std::time::Duration;
 
+use common::history::changed_paths;
 use common::mount::{ProxyEnv, avfs_command, ok};
 use serde_json::Value;
 
@@ -43,15 +44,6 @@ fn cat(e: &ProxyEnv, path: &str) -> Option<String> {
     out.status
         .success()
         .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-fn changed_paths(v: &Value) -> Vec<String> {
-    v["changes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c["path"].as_str().unwrap().to_string())
-        .collect()
 }
 
 /// A fresh environment with a script at `/s.py` (run as `python3 s.py`, which the policy

@@ -154,6 +154,55 @@ pub fn lines(s: &str) -> Vec<&str> {
     s.lines().collect()
 }
 
+/// The changed paths an envelope, diff or merge lists, in its order.
+pub fn changed_paths(data: &Value) -> Vec<String> {
+    data["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["path"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Run real git in `dir` with a fixed identity and no user or system configuration;
+/// its stdout. Fails the test when git fails.
+pub fn git(dir: &Path, args: &[&str]) -> String {
+    let out = std::process::Command::new("git")
+        .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
+        .args([
+            "-c",
+            "core.fileMode=true",
+            "-c",
+            "status.showUntrackedFiles=all",
+        ])
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Turn the vault file at `path` back into format 3, as a vault written before format 4:
+/// without `checkpoints.auto` and `audit.step`.
+pub fn downgrade_to_format_3(path: &str, then: &str) {
+    let db = rusqlite::Connection::open(path).unwrap();
+    db.execute_batch(&format!(
+        "ALTER TABLE checkpoints DROP COLUMN auto;
+         DROP INDEX audit_by_step;
+         ALTER TABLE audit DROP COLUMN step;
+         {then}
+         PRAGMA user_version = 3;"
+    ))
+    .unwrap();
+}
+
 pub fn changes_by_path(data: &Value) -> BTreeMap<String, Value> {
     data["changes"]
         .as_array()
