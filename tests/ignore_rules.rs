@@ -379,3 +379,84 @@ fn git_status_is_classified_by_what_it_writes_and_its_index_refresh_is_not_liste
     );
     assert_eq!(ro["decision"]["action"], "allow", "{ro}");
 }
+
+#[test]
+fn apply_writes_nothing_through_a_host_symlink_and_never_the_git_directory() {
+    let env = Env::new();
+    let host = env.host("proj");
+    let victim = env.host("victim");
+    fs::create_dir_all(&host).unwrap();
+    fs::create_dir_all(&victim).unwrap();
+    fs::set_permissions(&victim, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    fs::write(host.join("a"), "x\n").unwrap();
+    fs::create_dir_all(host.join(".git")).unwrap();
+    fs::write(host.join(".git/config"), "[core]\n").unwrap();
+    std::os::unix::fs::symlink(&victim, host.join("shared")).unwrap();
+    env.create("v");
+    env.data("v", &["import", host.to_str().unwrap()]);
+    env.fork("v", "f");
+    // In the fork the symlink becomes a directory with a file in it.
+    env.ok("f", &["rm", "shared"]);
+    env.write("f", "shared/planted", b"planted\n");
+    env.write(
+        "f",
+        ".git/config",
+        b"[core]\n\tfsmonitor = touch /tmp/owned\n",
+    );
+    env.write("f", ".GIT/config", b"[core]\n");
+    let e = env.fail(Some("f"), &["apply"], 4, "apply_conflict");
+    assert!(
+        e["details"]["conflicts"][0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("symlink"),
+        "{e}"
+    );
+    env.fail(
+        Some("f"),
+        &["apply", "--force", "--include-ignored"],
+        4,
+        "apply_conflict",
+    );
+    assert!(!victim.join("planted").exists());
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        fs::metadata(&victim).unwrap().permissions().mode() & 0o777,
+        0o700
+    );
+    // Without the symlinked directory, the rest applies, and .git/ never does.
+    env.ok("f", &["rm", "-r", "shared"]);
+    env.write("f", "a", b"y\n");
+    let r = env.data("f", &["apply", "--include-ignored"]);
+    assert!(
+        r["written"].as_array().unwrap().iter().all(|p| !p
+            .as_str()
+            .unwrap()
+            .to_lowercase()
+            .contains(".git")),
+        "{r}"
+    );
+    assert_eq!(
+        fs::read_to_string(host.join(".git/config")).unwrap(),
+        "[core]\n"
+    );
+    assert!(!host.join(".GIT").exists());
+    assert_eq!(fs::read_to_string(host.join("a")).unwrap(), "y\n");
+}
+
+#[test]
+fn editing_the_rules_cannot_hide_a_change_to_a_file_that_was_not_ignored() {
+    let env = Env::new();
+    project(&env);
+    env.write("task", "src/app.py", b"backdoor()\n");
+    env.write("task", ".avfsignore", b"*\n");
+    env.write("task", "src/.gitignore", b"*\n");
+    let d = env.data("task", &["diff", "@base"]);
+    let listed = paths(&d);
+    for shown in ["/src/app.py", "/.avfsignore", "/src/.gitignore"] {
+        assert!(listed.contains(shown), "{shown} must be listed: {d}");
+    }
+    // A new file under the new rules is still left out.
+    env.write("task", "src/new.py", b"x\n");
+    assert!(!paths(&env.data("task", &["diff", "@base"])).contains("/src/new.py"));
+}

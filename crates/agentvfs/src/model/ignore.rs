@@ -160,9 +160,11 @@ fn top_name(path: &str) -> String {
         .to_string()
 }
 
-/// Whether a change is ignored: by the rules of the state it leads to (`after`), and for a
-/// deletion by those of the state it was in (`before`). A rename is ignored only when both
-/// its old name (before) and its new one (after) are.
+/// Whether a change is ignored. An added path is judged by the rules of the state it leads
+/// to (`after`), a deleted one by those of the state it was in (`before`); a path that is
+/// in both (modified, re-typed) only if both states' rules ignore it, so editing the rules
+/// cannot hide a change to a file that was not ignored; a rename only when both names
+/// are. A change to a rule file itself is never ignored.
 pub fn change_ignored(
     c: &Change,
     before: &IgnoreRules<'_, '_>,
@@ -170,8 +172,20 @@ pub fn change_ignored(
 ) -> Result<bool> {
     let is_dir = c.kind == "dir";
     let path = VPath::parse(&c.path)?;
+    let rule_file = |p: &VPath| RULE_FILES.contains(&p.name()) || p.as_str() == ".git/info/exclude";
+    if rule_file(&path)
+        || c.old_path
+            .as_deref()
+            .and_then(|o| VPath::parse(o).ok())
+            .is_some_and(|o| rule_file(&o))
+    {
+        return Ok(false);
+    }
     Ok(match c.status {
         ChangeStatus::Deleted => before.is_ignored(&path, is_dir)?,
+        ChangeStatus::Modified | ChangeStatus::TypeChanged => {
+            after.is_ignored(&path, is_dir)? && before.is_ignored(&path, is_dir)?
+        }
         ChangeStatus::Renamed => {
             let old = VPath::parse(c.old_path.as_deref().unwrap_or_default())?;
             after.is_ignored(&path, is_dir)? && before.is_ignored(&old, is_dir)?

@@ -202,6 +202,12 @@ fn apply(
             .filter(|c| VPath::parse(&c.path).is_ok_and(|p| p.starts_with(prefix)))
             .collect();
         let (changes, ignored) = ignore::listed(changes, base, now, include_ignored)?;
+        // A repository's own directory never goes to the host, ignored or not: its config
+        // runs commands (core.fsmonitor, hooks) in the host's next git command.
+        let changes: Vec<Change> = changes
+            .into_iter()
+            .filter(|c| !in_git_dir(&c.path) && !c.old_path.as_deref().is_some_and(in_git_dir))
+            .collect();
         let note = nothing_note(&changes, &ignored, from_label);
         let host_path = |p: &str| -> Result<PathBuf> {
             let vp = VPath::parse(p)?;
@@ -236,7 +242,9 @@ fn apply(
         for (path, old, new) in &plan {
             let hp = host_path(path)?;
             // A directory's children are checked on their own; only its existence matters.
-            let dir_ok = |n: &Option<Node>| n.as_ref().is_some_and(Node::is_dir) && hp.is_dir();
+            // A real directory: a symlink to one is not the directory the workspace has.
+            let real_dir = fs::symlink_metadata(&hp).is_ok_and(|m| m.is_dir());
+            let dir_ok = |n: &Option<Node>| n.as_ref().is_some_and(Node::is_dir) && real_dir;
             if host_matches(now, &hp, new.as_ref())? || (dir_ok(old) && dir_ok(new)) {
                 continue;
             }
@@ -252,6 +260,23 @@ fn apply(
                     },
                 });
             }
+        }
+        // Nothing is written through a symlink on the host: a path whose directories on
+        // the host include one is refused, forced or not.
+        let mut through = Vec::new();
+        for (path, _, _) in &plan {
+            if let Some(link) = host_symlink_above(host, &host_path(path)?) {
+                through.push(HostConflict {
+                    path: path.clone(),
+                    reason: format!(
+                        "{} is a symlink on the host; avfs writes nothing through it",
+                        link.display()
+                    ),
+                });
+            }
+        }
+        if !through.is_empty() {
+            return Err(Error::ApplyConflict { conflicts: through });
         }
         if !conflicts.is_empty() && !force {
             return Err(Error::ApplyConflict { conflicts });
@@ -293,7 +318,13 @@ fn apply(
             }
             let content_same =
                 old.as_ref().is_some_and(|o| o.kind_eq(new)) && fs::symlink_metadata(&hp).is_ok();
-            if content_same || (new.is_dir() && hp.is_dir()) {
+            if content_same || (new.is_dir() && fs::symlink_metadata(&hp).is_ok_and(|m| m.is_dir()))
+            {
+                // A symlink has no mode of its own; chmod would change its target.
+                if hp.is_symlink() {
+                    report.unchanged.push(path.clone());
+                    continue;
+                }
                 if !dry_run {
                     fs::set_permissions(&hp, fs::Permissions::from_mode(new.attrs.mode))
                         .map_err(|e| Error::io("setting mode of", &hp, e))?;
@@ -343,6 +374,27 @@ fn nothing_note(changes: &[Change], ignored: &IgnoredCounts, from: &str) -> Opti
             names.join(", ")
         )
     })
+}
+
+/// Whether a workspace path is in (or is) a `.git` directory, in any letter case (a host
+/// file system may not tell `.GIT` from `.git`).
+fn in_git_dir(path: &str) -> bool {
+    path.split('/').any(|c| c.eq_ignore_ascii_case(".git"))
+}
+
+/// The first directory between `host` (excluded) and `hp` (excluded) that is a symlink on
+/// the host, if any.
+fn host_symlink_above(host: &Path, hp: &Path) -> Option<PathBuf> {
+    let rel = hp.strip_prefix(host).ok()?;
+    let mut at = host.to_path_buf();
+    let parts: Vec<_> = rel.components().collect();
+    for part in parts.iter().take(parts.len().saturating_sub(1)) {
+        at.push(part);
+        if fs::symlink_metadata(&at).is_ok_and(|m| m.file_type().is_symlink()) {
+            return Some(at);
+        }
+    }
+    None
 }
 
 fn write_node(v: &View<'_>, hp: &Path, node: &Node) -> Result<()> {
