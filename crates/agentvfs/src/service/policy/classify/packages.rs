@@ -243,7 +243,13 @@ impl Analyzer<'_> {
         let label = format!("pip {sub}");
         match sub.as_str() {
             "install" | "download" | "wheel" | "index" | "search" => {
-                if !rest.iter().any(|a| matches!(a.known(), Some("--no-index"))) {
+                // --no-index keeps pip off the index, not off a URL it is given (a
+                // requirement, --find-links or a VCS URL), nor off one it cannot see.
+                let url = rest.iter().any(|a| match a.known() {
+                    Some(t) => t.contains("://") || t.starts_with("git+") || t.contains("@git"),
+                    None => true,
+                });
+                if url || !rest.iter().any(|a| matches!(a.known(), Some("--no-index"))) {
                     self.cat(
                         C::Networked,
                         name,
