@@ -220,6 +220,17 @@ fn a_handback_commits_the_forks_files_and_leaves_the_host_alone() {
     ] {
         env.fail(Some("t"), &args, 5, kind);
     }
+    // Branches only: never HEAD, a tag or another ref.
+    for bad in [
+        "HEAD",
+        "refs/tags/v1",
+        "ORIG_HEAD",
+        "refs/remotes/origin/x",
+        "@",
+    ] {
+        let args = ["handback", "--git", repo.to_str().unwrap(), "--branch", bad];
+        env.fail(Some("t"), &args, 5, "invalid_argument");
+    }
     assert_eq!(
         git(&repo, &["for-each-ref", "--format=%(refname)"]).trim(),
         "refs/heads/agent/t\nrefs/heads/main"

@@ -185,11 +185,19 @@ pub fn handback(
     message: Option<&str>,
 ) -> Result<HandbackReport> {
     let repo = open(repo_dir)?;
-    let full = if branch.starts_with("refs/") {
-        branch.to_string()
-    } else {
-        format!("refs/heads/{branch}")
-    };
+    // Branches only (refs/heads/…), never HEAD, tags, remotes or notes.
+    let short = branch.strip_prefix("refs/heads/").unwrap_or(branch);
+    if short.starts_with("refs/")
+        || short.starts_with('-')
+        || short == "HEAD"
+        || short.ends_with("_HEAD")
+        || short == "@"
+    {
+        return Err(Error::invalid(format!(
+            "`{branch}` is not a branch name: hand back to a branch (refs/heads/…), not HEAD, a tag or another ref"
+        )));
+    }
+    let full = format!("refs/heads/{short}");
     let name: gix::refs::FullName = full
         .as_str()
         .try_into()
