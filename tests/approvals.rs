@@ -148,3 +148,32 @@ fn bad_grants_are_typed_errors_and_grant_nothing() {
         "{audit:#}"
     );
 }
+
+#[test]
+fn grants_made_at_once_get_ids_of_their_own() {
+    let env = Env::new();
+    env.create("a");
+    let ids: Vec<u64> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..8)
+            .map(|i| {
+                let env = &env;
+                s.spawn(move || {
+                    let pattern = format!("cmd{i} *");
+                    env.data("a", &["approvals", "grant", &pattern, "--for", "1h"])["id"]
+                        .as_u64()
+                        .unwrap()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let distinct: std::collections::BTreeSet<u64> = ids.iter().copied().collect();
+    assert_eq!(distinct.len(), 8, "{ids:?}");
+    assert_eq!(
+        env.data("a", &["approvals", "list"])
+            .as_array()
+            .unwrap()
+            .len(),
+        8
+    );
+}

@@ -189,6 +189,16 @@ impl Vault {
     }
 
     /// A vault-wide setting (the settings table holds quotas, approval tokens, …).
+    /// The next value of the counter in setting `key` (1 first), taken in one write
+    /// transaction, so two processes never get the same one.
+    pub fn next_counter(&self, key: &str) -> Result<u64> {
+        self.store.write(|w| {
+            let n: u64 = w.setting(key)?.and_then(|v| v.parse().ok()).unwrap_or(1);
+            w.set_setting(key, Some(&n.saturating_add(1).to_string()))?;
+            Ok(n)
+        })
+    }
+
     /// Every setting whose key starts with `prefix`, in key order.
     pub fn settings_with_prefix(&self, prefix: &str) -> Result<Vec<(String, String)>> {
         self.store.read(|r| r.settings_with_prefix(prefix))

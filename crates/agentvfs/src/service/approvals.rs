@@ -81,11 +81,7 @@ pub fn grant(ws: &Workspace, pattern: &str, ttl: Duration) -> Result<Grant> {
         });
     }
     let vault = ws.vault();
-    let id: u64 = vault
-        .setting(NEXT)?
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1);
-    vault.set_setting(NEXT, Some(&(id + 1).to_string()))?;
+    let id = vault.next_counter(NEXT)?;
     let now = now_ns();
     let g = Grant {
         id,
