@@ -90,6 +90,13 @@ fn the_newest_automatic_checkpoints_stay_and_a_pruned_one_says_where_its_state_i
     assert_eq!(gone["details"]["keep"], 3);
     let op = gone["details"]["operation"].as_i64().unwrap();
     env.fail(Some("r"), &["diff", "cp-1"], 3, "checkpoint_gone");
+    env.fail(
+        Some("r"),
+        &["cat", "f1", "--at", "cp-1"],
+        3,
+        "checkpoint_gone",
+    );
+    env.fail(Some("r"), &["ls", "--at", "cp-2"], 3, "checkpoint_gone");
     // A name that never existed is still just not found.
     env.fail(
         Some("r"),

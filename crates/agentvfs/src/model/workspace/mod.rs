@@ -185,11 +185,10 @@ impl Workspace {
         let cache = &self.vault.cache;
         self.vault.store.read(|r| {
             let ws = self.record(r)?;
-            let cp = r
-                .checkpoint(ws.id, name)?
-                .ok_or_else(|| Error::CheckpointNotFound {
-                    name: name.to_string(),
-                })?;
+            let Some(cp) = r.checkpoint(ws.id, name)? else {
+                // Not found, or pruned by retention (the error says which).
+                return Err(crate::model::retention::missing(r, ws.id, name));
+            };
             f(&View {
                 r,
                 cache,
