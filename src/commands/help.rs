@@ -63,6 +63,10 @@ const EXAMPLES: &[(&str, &str)] = &[
     ("checkpoint info", "avfs checkpoint info before-agent"),
     ("checkpoint restore", "avfs checkpoint restore before-agent"),
     ("checkpoint delete", "avfs checkpoint delete cp-3"),
+    (
+        "checkpoint retention",
+        "avfs checkpoint retention\navfs checkpoint retention --keep-auto 50",
+    ),
     ("ls", "avfs ls\navfs ls -la src"),
     (
         "cat",
@@ -118,11 +122,25 @@ const EXAMPLES: &[(&str, &str)] = &[
         "mount",
         "avfs mount demo ./work\navfs mount demo@before-agent ./past --readonly",
     ),
+    (
+        "handback",
+        "avfs --workspace task-1 handback --git ./my-project --branch agent/task-1 -m 'fix parser'",
+    ),
+    (
+        "approvals",
+        "avfs approvals grant 'pip install *' --for 1h\navfs approvals list\navfs approvals revoke 3",
+    ),
+    (
+        "approvals grant",
+        "avfs --workspace task-1 approvals grant 'npm install *' --for 30m",
+    ),
+    ("approvals list", "avfs approvals list\navfs --json approvals list"),
+    ("approvals revoke", "avfs approvals revoke 3"),
     ("unmount", "avfs unmount ./work"),
     ("mounts", "avfs mounts"),
     (
         "import",
-        "avfs import ./my-project\navfs import ./my-project /src --gitignore",
+        "avfs import ./my-project\navfs import ./my-project /src --gitignore\navfs import --git ./my-project@main",
     ),
     (
         "export",

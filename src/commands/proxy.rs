@@ -320,13 +320,17 @@ pub enum ApprovalsCmd {
     /// backtick or a newline still asks. The grant, its revocation and every command it
     /// lets run are in the audit log.
     Grant {
+        /// The command pattern, quoted so the shell leaves `*` alone: 'pip install *'.
         pattern: String,
         /// How long it holds: 30m, 1h, 2d (at most 366 days).
         #[arg(long = "for", value_name = "DURATION", default_value = "1h")]
         duration: String,
     },
     /// Revoke a standing approval by its id.
-    Revoke { id: u64 },
+    Revoke {
+        /// The grant's id, as `avfs approvals list` shows it.
+        id: u64,
+    },
 }
 
 pub fn run_approvals(ctx: &Ctx, cmd: ApprovalsCmd) -> (&'static str, Result<Reply>) {
