@@ -177,3 +177,41 @@ fn grants_made_at_once_get_ids_of_their_own() {
         8
     );
 }
+
+/// A grant goes with its fork: deleting the fork deletes the grant, so a fork made later
+/// under the same name does not inherit it. Other forks' grants stay.
+#[test]
+fn grants_die_with_their_fork() {
+    let env = Env::new();
+    env.create("a");
+    env.fork("a", "t");
+    env.fork("a", "u");
+    env.data("t", &["approvals", "grant", "pip install *", "--for", "1h"]);
+    env.data("u", &["approvals", "grant", "npm ci", "--for", "1h"]);
+    assert_eq!(
+        env.data("a", &["approvals", "list"])
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+    env.ok("a", &["vault", "delete", "t", "--yes"]);
+    env.fork("a", "t");
+    let list = env.data("t", &["approvals", "list"]);
+    let left: Vec<&str> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["workspace"].as_str().unwrap())
+        .collect();
+    assert_eq!(left, ["u"], "{list}");
+    // A revoked id is gone for good; the other fork's grant can be revoked from anywhere.
+    env.fail(
+        Some("t"),
+        &["approvals", "revoke", "1"],
+        5,
+        "invalid_argument",
+    );
+    env.data("t", &["approvals", "revoke", "2"]);
+    assert_eq!(env.data("a", &["approvals", "list"]), json!([]));
+}

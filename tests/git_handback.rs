@@ -311,3 +311,177 @@ fn import_git_takes_exactly_a_commits_tracked_files() {
     let head = git(&repo, &["rev-parse", "HEAD"]).trim().to_string();
     assert_eq!(h["parent"], head.as_str(), "{h}");
 }
+
+/// The parent's tracked files stay tracked: a file a rule ignores but the repository tracks
+/// (`git add -f`) is handed back with the fork's content, and a submodule stays at the commit
+/// the parent records, as `git add -A` would leave them. What the rules ignore and git does
+/// not track stays out.
+#[test]
+fn a_handback_keeps_tracked_ignored_files_and_submodules() {
+    if !require_tool("git") {
+        return;
+    }
+    let env = Env::new();
+    let repo = env.host("repo");
+    fs::create_dir_all(repo.join("dist")).unwrap();
+    fs::write(repo.join(".gitignore"), "dist/\n*.min.js\n").unwrap();
+    fs::write(repo.join("dist/app.js"), "v1\n").unwrap();
+    fs::write(repo.join("lib.min.js"), "min v1\n").unwrap();
+    git(&repo, &["init", "-q", "-b", "main"]);
+    git(&repo, &["add", ".gitignore"]);
+    git(&repo, &["add", "-f", "dist/app.js", "lib.min.js"]);
+    git(&repo, &["commit", "-qm", "base"]);
+    let sub = git(&repo, &["rev-parse", "HEAD"]).trim().to_string();
+    let info = format!("160000,{sub},vendor/sub");
+    git(&repo, &["update-index", "--add", "--cacheinfo", &info]);
+    git(&repo, &["commit", "-qm", "with a submodule"]);
+    let base = git(&repo, &["rev-parse", "HEAD"]).trim().to_string();
+
+    env.create("v");
+    let spec = format!("{}@main", repo.display());
+    let imported = env.data("v", &["import", "--git", &spec]);
+    assert_eq!(imported["skipped"], json!(["/vendor/sub: a submodule"]));
+    env.fork("v", "t");
+    env.write("t", "dist/app.js", b"v2\n");
+    env.write("t", "lib.min.js", b"min v2\n");
+    env.write("t", "dist/extra.js", b"untracked and ignored\n");
+    env.write("t", "other.min.js", b"untracked and ignored\n");
+    env.write("t", "src/new.py", b"print(1)\n");
+
+    let r = env.data(
+        "t",
+        &[
+            "handback",
+            "--git",
+            repo.to_str().unwrap(),
+            "--branch",
+            "agent/t",
+        ],
+    );
+    assert_eq!(r["parent"], base.as_str(), "{r}");
+    assert_eq!(r["submodules"], json!(["/vendor/sub"]), "{r}");
+    let files = commit_files(&repo, "agent/t");
+    let paths: Vec<&str> = files.keys().map(String::as_str).collect();
+    assert_eq!(
+        paths,
+        [
+            ".gitignore",
+            "dist/app.js",
+            "lib.min.js",
+            "src/new.py",
+            "vendor/sub"
+        ]
+    );
+    assert_eq!(files["vendor/sub"].0, "160000");
+    assert_eq!(files["dist/app.js"].1, b"v2\n");
+    assert_eq!(files["lib.min.js"].1, b"min v2\n");
+    // `ls-tree -r` lists the gitlink as a commit entry, not a file.
+    let tree = git(&repo, &["ls-tree", "-r", "agent/t", "vendor"]);
+    assert_eq!(tree.trim(), format!("160000 commit {sub}\tvendor/sub"));
+    // Against the parent, only what the fork changed differs.
+    let changed = git(&repo, &["diff", "--name-status", &base, "agent/t"]);
+    assert_eq!(
+        changed.lines().collect::<Vec<_>>(),
+        ["M\tdist/app.js", "M\tlib.min.js", "A\tsrc/new.py"]
+    );
+}
+
+/// Workspaces racing to make the same new branch take turns: exactly one makes it, the others
+/// are refused with `branch_moved`, and the branch holds the winner's commit. (Separate vaults,
+/// so nothing but the repository lock orders them; without it two won in about one round of
+/// six.)
+#[test]
+fn concurrent_handbacks_to_one_new_branch_make_it_once() {
+    if !require_tool("git") {
+        return;
+    }
+    let env = Env::new();
+    let repo = repo(&env);
+    let forks: Vec<String> = (0..8).map(|i| format!("w{i}")).collect();
+    for (i, f) in forks.iter().enumerate() {
+        env.create(f);
+        env.data(f, &["import", repo.to_str().unwrap()]);
+        env.write(f, "who.txt", format!("fork {i}\n").as_bytes());
+    }
+    for round in 0..12 {
+        let branch = format!("agent/race-{round}");
+        let results: Vec<(serde_json::Value, i32)> = std::thread::scope(|s| {
+            let handles: Vec<_> = forks
+                .iter()
+                .map(|f| {
+                    let (env, repo, branch) = (&env, &repo, &branch);
+                    s.spawn(move || {
+                        env.json(
+                            Some(f),
+                            &[
+                                "handback",
+                                "--git",
+                                repo.to_str().unwrap(),
+                                "--branch",
+                                branch,
+                            ],
+                        )
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let won: Vec<&serde_json::Value> = results
+            .iter()
+            .filter(|(_, code)| *code == 0)
+            .map(|(v, _)| v)
+            .collect();
+        assert_eq!(won.len(), 1, "round {round}: {results:?}");
+        for (v, code) in &results {
+            if *code != 0 {
+                assert_eq!(
+                    (*code, v["error"]["kind"].as_str()),
+                    (4, Some("branch_moved"))
+                );
+            }
+        }
+        let tip = git(&repo, &["rev-parse", &branch]).trim().to_string();
+        assert_eq!(won[0]["data"]["commit"], tip.as_str());
+    }
+}
+
+/// A fork's record of where it left a branch is per branch, and goes with the fork: handing
+/// back to a second branch does not make the first one look moved, and a fork made again
+/// under a deleted one's name cannot move the deleted fork's branch.
+#[test]
+fn handback_records_are_per_branch_and_die_with_the_fork() {
+    if !require_tool("git") {
+        return;
+    }
+    let env = Env::new();
+    let repo = repo(&env);
+    env.create("v");
+    env.data("v", &["import", repo.to_str().unwrap()]);
+    env.fork("v", "t");
+    let hand = |fork: &str, branch: &str| {
+        env.json(
+            Some(fork),
+            &[
+                "handback",
+                "--git",
+                repo.to_str().unwrap(),
+                "--branch",
+                branch,
+            ],
+        )
+    };
+    env.write("t", "a.txt", b"1\n");
+    assert_eq!(hand("t", "agent/a").1, 0);
+    assert_eq!(hand("t", "agent/b").1, 0);
+    env.write("t", "a.txt", b"2\n");
+    let (again, code) = hand("t", "agent/a");
+    assert_eq!(code, 0, "{again}");
+    assert_eq!(again["data"]["created"], false);
+
+    env.ok("v", &["vault", "delete", "t", "--yes"]);
+    env.fork("v", "t");
+    env.write("t", "a.txt", b"someone else\n");
+    let (moved, code) = hand("t", "agent/a");
+    assert_eq!(code, 4, "{moved}");
+    assert_eq!(moved["error"]["kind"], "branch_moved");
+}

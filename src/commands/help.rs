@@ -134,7 +134,10 @@ const EXAMPLES: &[(&str, &str)] = &[
         "approvals grant",
         "avfs --workspace task-1 approvals grant 'npm install *' --for 30m",
     ),
-    ("approvals list", "avfs approvals list\navfs --json approvals list"),
+    (
+        "approvals list",
+        "avfs approvals list\navfs --json approvals list",
+    ),
     ("approvals revoke", "avfs approvals revoke 3"),
     ("unmount", "avfs unmount ./work"),
     ("mounts", "avfs mounts"),

@@ -29,7 +29,7 @@ pub use oplog::{OpInfo, PruneReport};
 pub use origin::Origin;
 pub use quota::Quota;
 pub use retention::DEFAULT_KEEP_AUTO;
-pub use vault::{CheckpointInfo, ForkInfo, GcReport, StatsReport, Vault, VaultInfo};
+pub use vault::{CheckpointInfo, ForkInfo, GcReport, StatsReport, Vault, VaultInfo, fork_key};
 pub use view::{Child, View};
 pub use workspace::{Actor, BatchEnd, Edit, LoggedOp, PathVersion, Workspace, WriteOptions};
 

@@ -22,6 +22,14 @@ use crate::store::{AuditRecord, FORMAT_VERSION, SqliteStore, Store, StoreRead, W
 pub const MAIN: &str = "main";
 
 /// An open vault file.
+/// The settings key of `key` scoped to fork `fork`. Settings that belong to one fork (its
+/// hand-back records, standing approvals, pending approval tokens) live under such keys and
+/// are deleted with the fork, so a fork made later under the same name inherits none of
+/// them. (Fork names hold no `/`.)
+pub fn fork_key(fork: &str, key: &str) -> String {
+    format!("fork:{fork}/{key}")
+}
+
 pub struct Vault {
     pub(crate) store: Arc<dyn Store>,
     path: PathBuf,
@@ -188,7 +196,6 @@ impl Vault {
         &self.path
     }
 
-    /// A vault-wide setting (the settings table holds quotas, approval tokens, …).
     /// The next value of the counter in setting `key` (1 first), taken in one write
     /// transaction, so two processes never get the same one.
     pub fn next_counter(&self, key: &str) -> Result<u64> {
@@ -204,6 +211,7 @@ impl Vault {
         self.store.read(|r| r.settings_with_prefix(prefix))
     }
 
+    /// A vault-wide setting (the settings table holds quotas, approval tokens, …).
     pub fn setting(&self, key: &str) -> Result<Option<String>> {
         self.store.read(|r| r.setting(key))
     }
@@ -248,6 +256,9 @@ impl Vault {
                 name: name.to_string(),
             })?;
             w.set_setting(&format!("{}{name}", super::origin::ORIGIN_PREFIX), None)?;
+            for (key, _) in w.settings_with_prefix(&fork_key(name, ""))? {
+                w.set_setting(&key, None)?;
+            }
             w.delete_workspace(ws.id)
         })
     }

@@ -12,9 +12,10 @@ use globset::GlobBuilder;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::model::{Workspace, now_ns};
+use crate::model::{Workspace, fork_key, now_ns};
 
-/// The settings key prefix of grants, `approval.grant.<id>`.
+/// The settings key prefix of grants, `approval.grant.<id>` in the fork's scope (so they go
+/// with the fork: see `fork_key`).
 const PREFIX: &str = "approval.grant.";
 /// The settings key of the next grant id.
 const NEXT: &str = "approval.next_grant";
@@ -60,13 +61,23 @@ fn compile(pattern: &str) -> Result<globset::GlobMatcher> {
         .map_err(|e| Error::invalid(format!("approval pattern `{pattern}`: {e}")))
 }
 
-fn load_all(ws: &Workspace) -> Result<Vec<Grant>> {
+/// The grants stored for `fork`, with their settings keys.
+fn load(ws: &Workspace, fork: &str) -> Result<Vec<(String, Grant)>> {
     Ok(ws
         .vault()
-        .settings_with_prefix(PREFIX)?
+        .settings_with_prefix(&fork_key(fork, PREFIX))?
         .into_iter()
-        .filter_map(|(_, v)| serde_json::from_str::<Grant>(&v).ok())
+        .filter_map(|(k, v)| Some((k, serde_json::from_str::<Grant>(&v).ok()?)))
         .collect())
+}
+
+/// The grants stored for every fork of the vault, with their settings keys.
+fn load_all(ws: &Workspace) -> Result<Vec<(String, Grant)>> {
+    let mut all = Vec::new();
+    for fork in ws.vault().forks()? {
+        all.extend(load(ws, &fork.name)?);
+    }
+    Ok(all)
 }
 
 /// Grant `pattern` in `ws`'s fork for `ttl` (more than zero, at most 366 days).
@@ -92,7 +103,7 @@ pub fn grant(ws: &Workspace, pattern: &str, ttl: Duration) -> Result<Grant> {
         actor: ws.actor_name().to_string(),
     };
     let json = serde_json::to_string(&g).map_err(|e| Error::Storage(e.to_string()))?;
-    vault.set_setting(&format!("{PREFIX}{id}"), Some(&json))?;
+    vault.set_setting(&fork_key(ws.name(), &format!("{PREFIX}{id}")), Some(&json))?;
     ws.record_audit(GRANTED, &[], "ok", Some(json))?;
     Ok(g)
 }
@@ -102,9 +113,9 @@ pub fn grant(ws: &Workspace, pattern: &str, ttl: Duration) -> Result<Grant> {
 pub fn list(ws: &Workspace) -> Result<Vec<Grant>> {
     let now = now_ns();
     let mut live = Vec::new();
-    for g in load_all(ws)? {
+    for (key, g) in load_all(ws)? {
         if g.expires_at <= now {
-            ws.vault().set_setting(&format!("{PREFIX}{}", g.id), None)?;
+            ws.vault().set_setting(&key, None)?;
         } else {
             live.push(g);
         }
@@ -115,13 +126,11 @@ pub fn list(ws: &Workspace) -> Result<Vec<Grant>> {
 
 /// Revoke grant `id` (lapsed or not); `invalid_argument` if there is no such grant.
 pub fn revoke(ws: &Workspace, id: u64) -> Result<Grant> {
-    let key = format!("{PREFIX}{id}");
-    let vault = ws.vault();
-    let g: Grant = vault
-        .setting(&key)?
-        .and_then(|v| serde_json::from_str(&v).ok())
+    let (key, g) = load_all(ws)?
+        .into_iter()
+        .find(|(_, g)| g.id == id)
         .ok_or_else(|| Error::invalid(format!("there is no approval grant {id}")))?;
-    vault.set_setting(&key, None)?;
+    ws.vault().set_setting(&key, None)?;
     let json = serde_json::to_string(&g).map_err(|e| Error::Storage(e.to_string()))?;
     ws.record_audit(REVOKED, &[], "ok", Some(json))?;
     Ok(g)
@@ -133,7 +142,7 @@ pub fn covering(ws: &Workspace, text: &str) -> Result<Option<Grant>> {
         return Ok(None);
     }
     let now = now_ns();
-    Ok(load_all(ws)?.into_iter().find(|g| {
+    Ok(load(ws, ws.name())?.into_iter().map(|(_, g)| g).find(|g| {
         g.workspace == ws.name()
             && g.expires_at > now
             && compile(&g.pattern).is_ok_and(|m| m.is_match(text.trim()))

@@ -3,13 +3,17 @@
 //! repository without touching its worktree, index or HEAD; `import_commit` takes exactly
 //! the tracked files of a commit into a workspace, with git's modes and symlinks.
 //!
-//! A hand-back's tree is the fork's files as `git add -A` would take them: the workspace's
-//! ignore rules apply (`.gitignore`, `.avfsignore`, `.git/info/exclude`), `.git/` is left
-//! out, a file with any execute bit is 100755, a symlink is a link, empty directories are
-//! not trees, and FIFOs, devices and sockets are skipped (listed). A branch the fork handed
-//! back to before moves on only from where the fork left it; one that moved since, or that
-//! the fork did not make, is refused with `branch_moved`.
+//! A hand-back's tree is the fork's files as `git add -A` would take them against the parent
+//! commit: the workspace's ignore rules apply (`.gitignore`, `.avfsignore`,
+//! `.git/info/exclude`) except to paths the parent tracks, `.git/` is left out, a file with
+//! any execute bit is 100755, a symlink is a link, empty directories are not trees,
+//! submodules stay at the commit the parent records, and FIFOs, devices and sockets are
+//! skipped (listed). A branch the fork handed back to before moves on only from where the
+//! fork left it; one that moved since, or that the fork did not make, is refused with
+//! `branch_moved`. Hand-backs to one repository take turns (a `flock` on its git
+//! directory), so two forks racing for a new branch cannot both make it.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use gix::bstr::{BString, ByteSlice};
@@ -21,10 +25,10 @@ use crate::error::{Error, Result};
 use crate::model::ignore::IgnoreRules;
 use crate::model::node::NodeKind;
 use crate::model::path::VPath;
-use crate::model::{View, Workspace, WriteOptions};
+use crate::model::{View, Workspace, WriteOptions, fork_key};
 
-/// The settings key prefix of each fork's last hand-back.
-const LAST_PREFIX: &str = "handback.";
+/// The settings key prefix, in the fork's scope, of its last hand-back to each branch.
+const LAST_PREFIX: &str = "handback:";
 
 /// What `handback` did.
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
@@ -46,6 +50,9 @@ pub struct HandbackReport {
     pub files: u64,
     /// Paths left out that git cannot hold (FIFOs, devices, sockets).
     pub skipped: Vec<String>,
+    /// Submodules (gitlinks) of the parent commit, kept at the commit the parent records:
+    /// a hand-back does not move or remove submodules.
+    pub submodules: Vec<String>,
     /// Why nothing was committed, when nothing was.
     pub note: Option<String>,
 }
@@ -93,38 +100,74 @@ pub fn head_commit(dir: &Path) -> Option<String> {
     repo.head_id().ok().map(|id| id.to_string())
 }
 
-/// Write the fork's files as a tree of `repo`: the tree's id, files counted and paths
-/// skipped. Cost: every file's content is read and hashed (git stores whole trees).
+/// The entries of tree `id` of `repo`, by name; none for `None`.
+fn tree_entries(
+    repo: &gix::Repository,
+    id: Option<gix::ObjectId>,
+) -> Result<BTreeMap<BString, (EntryKind, gix::ObjectId)>> {
+    let Some(id) = id else {
+        return Ok(BTreeMap::new());
+    };
+    let read = |e: &dyn std::fmt::Display| git_error("reading the parent's tree", e);
+    let tree = repo
+        .find_object(id)
+        .map_err(|e| read(&e))?
+        .try_into_tree()
+        .map_err(|e| read(&e))?;
+    let decoded = tree.decode().map_err(|e| read(&e))?;
+    Ok(decoded
+        .entries
+        .iter()
+        .map(|e| (e.filename.to_owned(), (e.mode.kind(), e.oid.to_owned())))
+        .collect())
+}
+
+/// Write the fork's directory `dir` as a tree of `repo`, as `git add -A` would take it
+/// against `parent`, the same directory's tree in the parent commit: what the ignore rules
+/// ignore is left out unless the parent tracks it (git keeps tracked files up to date even
+/// when a rule matches them), and submodules (gitlinks) of the parent are kept as they are
+/// unless the fork put a file in their place. Cost: every file's content is read and hashed
+/// (git stores whole trees).
 fn write_tree(
     repo: &gix::Repository,
     view: &View<'_>,
     rules: &IgnoreRules<'_, '_>,
     dir: &VPath,
-    files: &mut u64,
-    skipped: &mut Vec<String>,
+    parent: Option<gix::ObjectId>,
+    out: &mut TreeCount,
 ) -> Result<Option<gix::ObjectId>> {
     let write = |e: gix::object::write::Error| git_error("writing a git object", e);
+    let mut tracked = tree_entries(repo, parent)?;
     let mut entries = Vec::new();
     for child in view.list(dir)? {
         let path = dir.join(&child.name);
         let node = &child.node;
-        if rules.is_ignored(&path, node.is_dir())? {
+        let filename = BString::from(child.name.as_bytes());
+        let before = tracked.remove(&filename);
+        if before.is_none() && rules.is_ignored(&path, node.is_dir())? {
             continue;
         }
-        let (kind, oid) = match &node.kind {
-            NodeKind::Dir { .. } => match write_tree(repo, view, rules, &path, files, skipped)? {
-                Some(id) => (EntryKind::Tree, id),
-                None => continue,
-            },
-            NodeKind::Symlink { target } => {
-                *files += 1;
+        let (kind, oid) = match (&node.kind, before) {
+            (NodeKind::Dir { .. }, Some((EntryKind::Commit, oid))) => {
+                out.submodules.push(path.display().to_string());
+                (EntryKind::Commit, oid)
+            }
+            (NodeKind::Dir { .. }, before) => {
+                let sub = before.filter(|(k, _)| *k == EntryKind::Tree).map(|b| b.1);
+                match write_tree(repo, view, rules, &path, sub, out)? {
+                    Some(id) => (EntryKind::Tree, id),
+                    None => continue,
+                }
+            }
+            (NodeKind::Symlink { target }, _) => {
+                out.files += 1;
                 (
                     EntryKind::Link,
                     repo.write_blob(target.as_bytes()).map_err(write)?.detach(),
                 )
             }
-            NodeKind::File { .. } | NodeKind::Inode { .. } | NodeKind::Link { .. } => {
-                *files += 1;
+            (NodeKind::File { .. } | NodeKind::Inode { .. } | NodeKind::Link { .. }, _) => {
+                out.files += 1;
                 let kind = if node.attrs.mode & 0o111 != 0 {
                     EntryKind::BlobExecutable
                 } else {
@@ -138,7 +181,7 @@ fn write_tree(
                 )
             }
             _ => {
-                skipped.push(format!(
+                out.skipped.push(format!(
                     "{}: git holds no {}",
                     path.display(),
                     node.type_name()
@@ -148,9 +191,21 @@ fn write_tree(
         };
         entries.push(Entry {
             mode: kind.into(),
-            filename: BString::from(child.name.as_bytes()),
+            filename,
             oid,
         });
+    }
+    // A submodule the fork never had (an import through git takes none): kept.
+    for (filename, (kind, oid)) in tracked {
+        if kind == EntryKind::Commit {
+            out.submodules
+                .push(dir.join(&filename.to_string()).display().to_string());
+            entries.push(Entry {
+                mode: kind.into(),
+                filename,
+                oid,
+            });
+        }
     }
     if entries.is_empty() && !dir.is_root() {
         return Ok(None);
@@ -158,6 +213,29 @@ fn write_tree(
     entries.sort();
     let tree = gix::objs::Tree { entries };
     Ok(Some(repo.write_object(&tree).map_err(write)?.detach()))
+}
+
+/// What `write_tree` counted on the way.
+#[derive(Default)]
+struct TreeCount {
+    files: u64,
+    skipped: Vec<String>,
+    submodules: Vec<String>,
+}
+
+/// Hold an exclusive `flock` on the repository's git directory while a hand-back reads and
+/// moves a branch, so two hand-backs (from any processes) to the same repository take turns
+/// and the second sees the first's commit.
+fn lock_repo(repo: &gix::Repository) -> Result<std::fs::File> {
+    let dir = repo.common_dir();
+    let file = std::fs::File::open(dir).map_err(|e| Error::io("opening", dir, e))?;
+    loop {
+        match rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive) {
+            Ok(()) => return Ok(file),
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(Error::io("locking", dir, e.into())),
+        }
+    }
 }
 
 fn signature(repo: &gix::Repository, ws: &Workspace) -> gix::actor::Signature {
@@ -203,7 +281,8 @@ pub fn handback(
         .try_into()
         .map_err(|e| git_error(&format!("`{branch}` is not a branch name"), e))?;
     let where_ = repo_path(&repo).display().to_string();
-    let last_key = format!("{LAST_PREFIX}{}", ws.name());
+    let _turn = lock_repo(&repo)?;
+    let last_key = fork_key(ws.name(), &format!("{LAST_PREFIX}{where_}:{full}"));
     let last: Option<Last> = ws
         .vault()
         .setting(&last_key)?
@@ -237,19 +316,6 @@ pub fn handback(
             (recorded.or_else(head), PreviousValue::MustNotExist)
         }
     };
-    let (mut files, mut skipped) = (0, Vec::new());
-    let tree = ws.read(|view| {
-        let rules = IgnoreRules::new(view);
-        write_tree(
-            &repo,
-            view,
-            &rules,
-            &VPath::root(),
-            &mut files,
-            &mut skipped,
-        )
-    })?;
-    let tree = tree.expect("the root is always a tree");
     let parent_tree = parent.and_then(|p| {
         repo.find_object(p)
             .ok()?
@@ -259,6 +325,12 @@ pub fn handback(
             .ok()
             .map(|t| t.detach())
     });
+    let mut count = TreeCount::default();
+    let tree = ws.read(|view| {
+        let rules = IgnoreRules::new(view);
+        write_tree(&repo, view, &rules, &VPath::root(), parent_tree, &mut count)
+    })?;
+    let tree = tree.expect("the root is always a tree");
     let mut report = HandbackReport {
         repo: where_.clone(),
         branch: full.clone(),
@@ -266,8 +338,9 @@ pub fn handback(
         parent: parent.map(|p| p.to_string()),
         tree: tree.to_string(),
         created: false,
-        files,
-        skipped,
+        files: count.files,
+        skipped: count.skipped,
+        submodules: count.submodules,
         note: None,
     };
     if parent_tree == Some(tree) {

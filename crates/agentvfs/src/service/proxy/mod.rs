@@ -24,7 +24,7 @@ use crate::error::{Error, Result};
 use crate::model::diff::{Change, StateRef};
 use crate::model::ignore::IgnoredCounts;
 use crate::model::path::VPath;
-use crate::model::{Workspace, now_ns};
+use crate::model::{Workspace, fork_key, now_ns};
 use sandboxed::{Sandboxed, program_and_args, sandbox_config};
 
 /// Version of the envelope's shape; bumped on incompatible changes (2: `readonly` and
@@ -349,7 +349,7 @@ impl ProxyRuntime<'_> {
     }
 
     fn approval_key(&self, token: &str) -> String {
-        format!("approval.{}.{token}", self.ws.name())
+        fork_key(self.ws.name(), &format!("approval.token.{token}"))
     }
 
     fn binding(&self, req: &CommandRequest) -> String {
