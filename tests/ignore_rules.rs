@@ -151,6 +151,22 @@ fn diff_merge_and_apply_leave_ignored_changes_out_and_count_them() {
         env.ok("p", &["cat", "src/gen_keep.py"]),
         "kept on purpose\n"
     );
+
+    // What was left out is still the fork's own change: a second merge brings nothing
+    // listed, and one with --include-ignored brings exactly what was left.
+    let d = env.data("task", &["diff", "@base"]);
+    assert_eq!(paths(&d), set(&[]), "{d}");
+    assert_eq!(d["ignored"], expected_ignored(), "{d}");
+    let again = env.data("p", &["merge", "task"]);
+    assert_eq!(paths(&again), set(&[]), "{again}");
+    let rest = env.data("p", &["merge", "task", "--include-ignored"]);
+    let left: BTreeSet<String> = paths(&rest);
+    assert!(left.contains("/.venv/lib/site.py"), "{rest}");
+    assert!(left.contains("/scratch/notes"), "{rest}");
+    assert!(!left.contains("/src/app.py"), "{rest}");
+    assert_eq!(env.ok("p", &["cat", ".venv/lib/site.py"]), "x\n");
+    let d = env.data("task", &["diff", "@base", "--include-ignored"]);
+    assert_eq!(paths(&d), set(&[]), "{d}");
 }
 
 #[test]

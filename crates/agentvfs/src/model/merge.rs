@@ -311,6 +311,9 @@ fn reset_to_base(
 /// The result of a three-way merge of roots.
 pub(crate) struct Merged {
     pub root: ObjectId,
+    /// The change's end state as taken: `theirs_root` with the `keep_base` paths as in the
+    /// base (equal to `theirs_root` when none are kept).
+    pub taken: ObjectId,
     pub conflicts: Vec<Conflict>,
     pub text_merged: Vec<String>,
 }
@@ -330,10 +333,12 @@ pub(crate) fn merge_roots(
         cache.root(&*w, &ours_root)?,
         cache.root(&*w, &theirs_root)?,
     );
+    let mut taken = theirs_root;
     if !keep_base.is_empty() {
         let keep: BTreeSet<VPath> = keep_base.iter().cloned().collect();
         theirs = reset_to_base(w, cache, &VPath::root(), Some(&base), Some(theirs), &keep)?
             .ok_or_else(|| Error::Storage("ignoring changes removed the root".into()))?;
+        taken = store_root(w, &theirs)?;
     }
     let mut m = Merger {
         w: &mut *w,
@@ -355,6 +360,7 @@ pub(crate) fn merge_roots(
     let merged = reconcile_merge(w, cache, merged, &base, &ours, &theirs)?;
     Ok(Merged {
         root: store_root(w, &merged)?,
+        taken,
         conflicts,
         text_merged,
     })
@@ -403,6 +409,7 @@ impl Vault {
             };
             let Merged {
                 root: merged_root,
+                taken,
                 conflicts,
                 text_merged,
             } = merge_roots(
@@ -427,12 +434,14 @@ impl Vault {
             let applied = !dry_run;
             if applied {
                 e.reset_to_root(merged_root)?;
-                e.w.set_base_root(f.id, &theirs_root)?;
+                // The fork's base becomes what was taken, so changes left out (ignored
+                // ones) stay pending in the fork for a later `merge --include-ignored`.
+                e.w.set_base_root(f.id, &taken)?;
                 e.op_extra = Some(
                     serde_json::json!({
                         "fork": f.id,
                         "fork_root_before": base_root.to_hex(),
-                        "fork_root_after": theirs_root.to_hex(),
+                        "fork_root_after": taken.to_hex(),
                     })
                     .to_string(),
                 );

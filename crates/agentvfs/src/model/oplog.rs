@@ -75,6 +75,13 @@ fn side_effect(op: &OpRecord, key: &str) -> Option<(i64, ObjectId)> {
     ObjectId::from_slice(&bytes).map(|id| (fork, id))
 }
 
+/// The fork states a merge op's undo and redo put back (kept by gc while the op is).
+pub(super) fn side_effect_roots(op: &OpRecord) -> impl Iterator<Item = ObjectId> + '_ {
+    ["fork_root_before", "fork_root_after"]
+        .into_iter()
+        .filter_map(|k| side_effect(op, k).map(|(_, id)| id))
+}
+
 fn changed(op: &OpRecord) -> bool {
     op.root_before != op.root_after
 }
