@@ -93,12 +93,19 @@ CREATE TRIGGER audit_append_only_delete BEFORE DELETE ON audit
     "",
     // v4: checkpoints say whether the proxy took them (`auto`), so retention can prune
     // those and never a named one. The proxy's earlier ones are `cp-N` saved with
-    // "before: COMMAND". Audit records say whether they are one step of a larger
+    // "before: COMMAND" that a `proxy.exec` audit record of their workspace names (so a
+    // hand-saved look-alike stays a kept one). Audit records say whether they are one step of a larger
     // operation (`step`: a mount's file operations), which `avfs audit` shows only with
     // --detail; the append-only trigger is lifted for this one marking.
     r#"
 ALTER TABLE checkpoints ADD COLUMN auto INTEGER NOT NULL DEFAULT 0;
-UPDATE checkpoints SET auto = 1 WHERE name GLOB 'cp-[0-9]*' AND message LIKE 'before: %';
+UPDATE checkpoints SET auto = 1
+WHERE name GLOB 'cp-[0-9]*' AND message LIKE 'before: %'
+  AND EXISTS (
+    SELECT 1 FROM audit a JOIN workspaces w ON w.name = a.workspace
+    WHERE w.id = checkpoints.ws AND a.operation = 'proxy.exec'
+      AND CASE WHEN json_valid(a.detail)
+               THEN json_extract(a.detail, '$.checkpoint') END = checkpoints.name);
 ALTER TABLE audit ADD COLUMN step INTEGER NOT NULL DEFAULT 0;
 DROP TRIGGER audit_append_only_update;
 UPDATE audit SET step = 1 WHERE operation GLOB 'mount.*';
