@@ -162,6 +162,8 @@ fn one_by_one(flags: &[&str], mode: &str) {
     assert_eq!(entry["session"], "s", "{mounts}");
     assert_eq!(entry["workspace"], "task", "{mounts}");
     assert_eq!(entry["alive"], true, "{mounts}");
+    let mode = list["data"][0]["mode"].as_str().unwrap();
+    assert_eq!(entry["transport"], format!("session-{mode}"), "{mounts}");
     let where_ = mount
         .clone()
         .unwrap_or_else(|| list["data"][0]["socket"].as_str().unwrap().into());

@@ -28,7 +28,8 @@ pub struct MountRecord {
     /// Nanoseconds since the Unix epoch.
     pub since: i64,
     /// How the kernel hands requests to the daemon: `io_uring` (per-CPU queues, Linux
-    /// 6.14+ with the fuse module's `enable_uring` on) or `dev-fuse`.
+    /// 6.14+ with the fuse module's `enable_uring` on) or `dev-fuse`; for a session, its
+    /// mode: `session-overlay`, `session-copy` or `session-fuse`.
     #[serde(default)]
     pub transport: String,
     /// Filled in by `list`: the daemon runs and the kernel still has the mount.

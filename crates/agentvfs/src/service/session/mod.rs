@@ -180,7 +180,7 @@ pub fn all_mounts(reg: &Registry) -> Result<Vec<mounts::MountRecord>> {
         readonly: false,
         pid: s.pid,
         since: s.since,
-        transport: String::new(),
+        transport: format!("session-{}", s.mode.name()),
         alive: s.alive,
         session: Some(s.name),
     }));
