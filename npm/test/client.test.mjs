@@ -3,7 +3,9 @@
 
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { existsSync } from "node:fs";
+import { execFileSync } from "node:child_process";
+import { existsSync, mkdirSync } from "node:fs";
+import { join } from "node:path";
 import {
   AlreadyExistsError,
   AvfsError,
@@ -17,7 +19,7 @@ import {
   PathNotFoundError,
   VaultNotFoundError,
 } from "agentvfs";
-import { changeSet, newClient, newVault } from "./helpers.mjs";
+import { changeSet, newClient, newVault, tempDir } from "./helpers.mjs";
 
 test("vaults: create, list, use, info, fork, delete", async (t) => {
   const { avfs, home } = newClient(t);
@@ -338,4 +340,23 @@ test("an aborted call rejects with kind aborted", async (t) => {
   controller.abort();
   await assert.rejects(avfs.vaultList({ signal: controller.signal }), (e) => e.kind === "aborted");
   await avfs.vaultList();
+});
+
+test("handback: the workspace's files as one commit on a new branch; a moved branch is refused", async (t) => {
+  const { avfs } = await newVault(t);
+  await avfs.write("/a.txt", "one\n");
+  const repo = join(tempDir(t), "repo");
+  mkdirSync(repo);
+  const git = (...args) =>
+    execFileSync("git", ["-c", "user.name=t", "-c", "user.email=t@t", ...args], { cwd: repo, encoding: "utf8" });
+  git("init", "-q", "-b", "main");
+  git("commit", "-q", "--allow-empty", "-m", "base");
+  const r = await avfs.handback(repo, "agent/t", { message: "from node" });
+  assert.equal(r.created, true);
+  assert.equal(r.branch, "refs/heads/agent/t");
+  assert.equal(r.files, 1);
+  assert.deepEqual(r.submodules, []);
+  assert.equal(git("show", "agent/t:a.txt"), "one\n");
+  assert.equal(git("log", "-1", "--format=%s", "agent/t").trim(), "from node");
+  await assert.rejects(avfs.handback(repo, "main"), { kind: "branch_moved" });
 });

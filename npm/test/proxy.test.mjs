@@ -241,3 +241,42 @@ test("proxyExec modes: each runs in its own sandbox and says so; an impossible o
     await avfs.sessionStop(name);
   }
 });
+
+test("proxyExecStream: started, output as written, then the finished document", fuse, async (t) => {
+  requireFuse();
+  const c = await newVault(t);
+  const events = [];
+  for await (const e of c.avfs.proxyExecStream({ shell: "echo out; echo err >&2; echo more" })) {
+    events.push(e);
+  }
+  assert.equal(events[0].event, "started");
+  const last = events.at(-1);
+  assert.equal(last.event, "finished");
+  const out = events.filter((e) => e.event === "stdout").map((e) => e.text).join("");
+  assert.equal(out, "out\nmore\n");
+  assert.ok(events.some((e) => e.event === "stderr"));
+  assert.equal(last.ok, true);
+  assert.equal(last.data.exit_code, 0);
+  assert.deepEqual(last.data.stderr, { text: "err\n", bytes: 4, truncated: false });
+  assert.equal(c.lastExit(), 0);
+  // A denied request ends with a finished event too; a bad call is a TypeError.
+  const denied = [];
+  for await (const e of c.avfs.proxyExecStream({ argv: ["rm", "-rf", "/"] })) denied.push(e);
+  assert.equal(denied.at(-1).data.outcome, "denied");
+  await assert.rejects(async () => {
+    for await (const _ of c.avfs.proxyExecStream({})) {
+      // never reached
+    }
+  }, TypeError);
+});
+
+test("standing approvals: grant, list, revoke; bad input is a typed error", async (t) => {
+  const c = await newVault(t);
+  const g = await c.avfs.approvalsGrant("pip install *", { for: "30m" });
+  assert.equal(g.pattern, "pip install *");
+  assert.equal(g.expires_at - g.created_at, 30 * 60 * 1e9);
+  assert.deepEqual((await c.avfs.approvalsList()).map((x) => x.id), [g.id]);
+  assert.equal((await c.avfs.approvalsRevoke(g.id)).id, g.id);
+  assert.deepEqual(await c.avfs.approvalsList(), []);
+  await assert.rejects(c.avfs.approvalsGrant("pip install *", { for: "1000y" }), { kind: "invalid_argument" });
+});

@@ -53,6 +53,8 @@ const INTERFACES = {
   Envelope: ["commands", "proxy exec"],
   SessionRecord: ["commands", "session start"],
   StopReport: ["commands", "session stop"],
+  HandbackReport: ["commands", "handback"],
+  Grant: ["commands", "approvals grant"],
 };
 
 /** Commands whose data has the same type (checked by title), so one mapping covers them. */
@@ -69,6 +71,8 @@ const SAME_TYPE = {
   redo: "undo",
   rollback: "undo",
   "session list": null,
+  "approvals list": null,
+  "approvals revoke": "approvals grant",
 };
 
 /** Literal-union type alias → where its schema enum is. */

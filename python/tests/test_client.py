@@ -354,3 +354,66 @@ def test_proxy_exec_modes_run_sandboxed(vault: Client, validator: SchemaValidato
         assert [(c.path, c.status) for c in env.changes] == [(f"/{mode}.txt", "added")]
     with pytest.raises(agentvfs.InvalidArgument):
         vault.proxy_exec(["true"], workspace_path="relative")
+
+
+@pytest.mark.usefixtures("fuse")
+def test_proxy_exec_stream(vault: Client, validator: SchemaValidator) -> None:
+    script = "echo out; echo err >&2; echo more"
+    events = list(vault.proxy_exec_stream(shell=script))
+    kinds = [e["event"] for e in events]
+    assert kinds[0] == "started" and kinds[-1] == "finished", kinds
+    streamed = "".join(e.get("text", "") for e in events if e["event"] == "stdout")
+    assert "out\n" in streamed and "more\n" in streamed
+    assert any(e["event"] == "stderr" for e in events)
+    # The last event is the whole document: its data is the envelope, checked by the schema.
+    env = agentvfs.from_json(agentvfs.Envelope, events[-1]["data"])
+    assert env.exit_code == 0 and validator.last_exit_code == 0
+    assert (env.stdout.text, env.stderr.text) == ("out\nmore\n", "err\n")
+    one = list(vault.proxy_exec_stream(shell=script, interleave=True))[-1]["data"]
+    assert one["interleaved"] and one["stdout"]["text"] == "out\nerr\nmore\n"
+    # A request avfs refuses still ends with a finished event, holding the error.
+    denied = list(vault.proxy_exec_stream(["rm", "-rf", "/"]))
+    assert denied[-1]["event"] == "finished" and denied[-1]["data"]["outcome"] == "denied"
+    with pytest.raises(ValueError):
+        list(vault.proxy_exec_stream())
+
+
+def test_handback(vault: Client, tmp_path: os.PathLike[str]) -> None:
+    import subprocess
+
+    repo = os.path.join(os.fspath(tmp_path), "repo")
+    os.makedirs(repo)
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+            cwd=repo,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+
+    git("init", "-q", "-b", "main")
+    git("commit", "-q", "--allow-empty", "-m", "base")
+    r = vault.handback(repo, "agent/t", message="from python")
+    assert r.created and r.branch == "refs/heads/agent/t" and r.commit is not None
+    assert r.files == 1 and r.submodules == [] and r.skipped == []
+    assert git("show", "agent/t:a.txt") == "one\n"
+    assert git("log", "-1", "--format=%s", "agent/t").strip() == "from python"
+    again = vault.handback(repo, "agent/t")
+    assert again.commit is None and again.note is not None
+    with pytest.raises(agentvfs.BranchMoved):
+        vault.handback(repo, "main")
+
+
+def test_approvals(vault: Client) -> None:
+    g = vault.approvals_grant("pip install *", for_="30m")
+    assert (g.pattern, g.workspace) == ("pip install *", "main")
+    assert g.expires_at - g.created_at == 30 * 60 * 10**9
+    assert [x.id for x in vault.approvals_list()] == [g.id]
+    assert vault.approvals_revoke(g.id).id == g.id
+    assert vault.approvals_list() == []
+    with pytest.raises(agentvfs.InvalidArgument):
+        vault.approvals_grant("pip install *", for_="1000y")
+    with pytest.raises(agentvfs.InvalidArgument):
+        vault.approvals_revoke(g.id)

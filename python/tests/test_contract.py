@@ -49,6 +49,8 @@ MODELS: dict[type, tuple[str, str | None]] = {
     t.SandboxReport: ("proxy exec", "SandboxReport"),
     t.SessionRecord: ("session start", None),
     t.StopReport: ("session stop", None),
+    t.HandbackReport: ("handback", None),
+    t.Grant: ("approvals grant", None),
 }
 
 

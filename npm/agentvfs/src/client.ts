@@ -3,6 +3,7 @@
 // The binary is the contract; nothing here re-implements a rule of its own.
 
 import { spawn } from "node:child_process";
+import { createInterface } from "node:readline";
 import { resolveBinary } from "./binary";
 import { AvfsError, ClientError, errorFromBody } from "./errors";
 import type {
@@ -13,6 +14,8 @@ import type {
   DiffOutput,
   Envelope,
   ForkOutput,
+  Grant,
+  HandbackReport,
   MergeReport,
   MoveOutput,
   NodeInfo,
@@ -20,6 +23,7 @@ import type {
   PathsOutput,
   SessionRecord,
   StopReport,
+  StreamEvent,
   Target,
   VaultInfo,
   VaultListEntry,
@@ -448,35 +452,90 @@ export class Avfs {
     rest: Omit<ProxyExecOptions, "argv" | "shell"> = {},
   ): Promise<Envelope> {
     const o: ProxyExecOptions = Array.isArray(first) ? { ...rest, argv: first } : first;
-    if ((o.argv === undefined) === (o.shell === undefined)) {
-      throw new TypeError("proxyExec: give exactly one of `argv` and `shell`");
-    }
-    if (o.argv !== undefined && o.argv.length === 0) {
-      throw new TypeError("proxyExec: `argv` is empty");
-    }
-    const args = [
-      ...opt("--cwd", o.cwd),
-      ...opt("--timeout", duration(o.timeout)),
-      ...flag("--readonly", o.readonly),
-      ...opt("--checkpoint", o.checkpoint),
-      ...opt("--policy", o.policy),
-      ...opt("--approve", o.approve),
-      ...(o.allowEnv ?? []).flatMap((name) => ["--allow-env", name]),
-      ...opt("--max-output", o.maxOutput === undefined ? undefined : String(o.maxOutput)),
-      ...opt("--fork-from", o.forkFrom),
-      ...opt("--fork", renamed("task", o.task, "fork", o.fork)),
-      ...opt("--session", o.session),
-      ...flag("--confine", o.confine),
-      ...flag("--offline", o.offline),
-      ...opt("--mode", o.mode),
-      ...opt("--workspace-path", o.workspacePath),
-      ...opt("--lower", o.lower),
-      ...flag("--include-ignored", o.includeIgnored),
-      ...flag("--interleave", o.interleave),
-      ...(o.shell !== undefined ? ["--shell", o.shell] : ["--", ...(o.argv as string[])]),
-    ];
+    const args = execArgs("proxyExec", o);
     const { data } = await this.invoke<Envelope>(["proxy", "exec"], args, o);
     return data;
+  }
+
+  /**
+   * `proxy exec --stream`: the same request as `proxyExec`, its output yielded while the
+   * command runs. Events come in order: `started`, `stdout`/`stderr` chunks, and last
+   * `finished`, the whole response document (`data` is the envelope, or `error` if avfs
+   * refused the request).
+   */
+  async *proxyExecStream(options: ProxyExecOptions): AsyncGenerator<StreamEvent> {
+    const args = ["--json", "proxy", "exec", "--stream", ...execArgs("proxyExecStream", options)];
+    const child = spawn(this.bin, args, {
+      env: this.env(options) as NodeJS.ProcessEnv,
+      cwd: this.options.cwd,
+      stdio: ["ignore", "pipe", "pipe"],
+      windowsHide: true,
+    });
+    const closed = new Promise<number | null>((resolve) => child.on("close", (code) => resolve(code)));
+    let finished: StreamEvent | undefined;
+    try {
+      for await (const line of createInterface({ input: child.stdout!, crlfDelay: Infinity })) {
+        if (line.trim() === "") continue;
+        let event: StreamEvent;
+        try {
+          event = JSON.parse(line) as StreamEvent;
+        } catch (cause) {
+          throw new ClientError({
+            kind: "invalid_output",
+            message: `avfs proxy exec --stream printed a line that is not JSON: ${line.slice(0, 200)}`,
+            details: { line: line.slice(0, 4096) },
+            command: "proxy exec",
+            cause,
+          });
+        }
+        if (event.event === "finished") {
+          finished = event;
+        } else {
+          yield event;
+        }
+      }
+      const exitCode = await closed;
+      if (finished === undefined) {
+        throw new ClientError({
+          kind: "invalid_output",
+          message: "avfs proxy exec --stream ended without a finished event",
+          details: {},
+          exitCode,
+          command: "proxy exec",
+        });
+      }
+      const { event: _event, ...doc } = finished as { event: "finished" } & AvfsResponse<Envelope>;
+      this.options.onResponse?.(doc, { args, exitCode, signal: null, stderr: "" });
+      yield finished;
+    } finally {
+      if (child.exitCode === null) child.kill("SIGTERM");
+    }
+  }
+
+  // -- git and approvals -----------------------------------------------------------------
+
+  /**
+   * `handback --git REPO --branch B [-m MSG]`: write the workspace's files as one commit on
+   * a branch of a host git repository, through git's objects (its worktree, index and HEAD
+   * are not touched). A branch that moved since this fork left it rejects (`branch_moved`).
+   */
+  handback(repo: string, branch: string, options: CallOptions & { message?: string } = {}): Promise<HandbackReport> {
+    return this.data(["handback"], ["--git", repo, "--branch", branch, ...opt("-m", options.message)], options);
+  }
+
+  /** `approvals grant PATTERN --for D`: let matching commands run in this fork without asking. */
+  approvalsGrant(pattern: string, options: CallOptions & { for?: string } = {}): Promise<Grant> {
+    return this.data(["approvals", "grant"], [...opt("--for", options.for), "--", pattern], options);
+  }
+
+  /** `approvals list`: the standing approvals in force, of every fork of the vault. */
+  approvalsList(options: CallOptions = {}): Promise<Grant[]> {
+    return this.data(["approvals", "list"], [], options);
+  }
+
+  /** `approvals revoke ID`. */
+  approvalsRevoke(id: number, options: CallOptions = {}): Promise<Grant> {
+    return this.data(["approvals", "revoke"], ["--", String(id)], options);
   }
 
   /** `session start FORK [--name S] [--policy F]`: keep a fork mounted in a daemon. */
@@ -623,6 +682,37 @@ export class Avfs {
       });
     });
   }
+}
+
+/** The words of `proxy exec` after `exec` for a request, checked. */
+function execArgs(method: string, o: ProxyExecOptions): string[] {
+  if ((o.argv === undefined) === (o.shell === undefined)) {
+    throw new TypeError(`${method}: give exactly one of \`argv\` and \`shell\``);
+  }
+  if (o.argv !== undefined && o.argv.length === 0) {
+    throw new TypeError(`${method}: \`argv\` is empty`);
+  }
+  return [
+    ...opt("--cwd", o.cwd),
+    ...opt("--timeout", duration(o.timeout)),
+    ...flag("--readonly", o.readonly),
+    ...opt("--checkpoint", o.checkpoint),
+    ...opt("--policy", o.policy),
+    ...opt("--approve", o.approve),
+    ...(o.allowEnv ?? []).flatMap((name) => ["--allow-env", name]),
+    ...opt("--max-output", o.maxOutput === undefined ? undefined : String(o.maxOutput)),
+    ...opt("--fork-from", o.forkFrom),
+    ...opt("--fork", renamed("task", o.task, "fork", o.fork)),
+    ...opt("--session", o.session),
+    ...flag("--confine", o.confine),
+    ...flag("--offline", o.offline),
+    ...opt("--mode", o.mode),
+    ...opt("--workspace-path", o.workspacePath),
+    ...opt("--lower", o.lower),
+    ...flag("--include-ignored", o.includeIgnored),
+    ...flag("--interleave", o.interleave),
+    ...(o.shell !== undefined ? ["--shell", o.shell] : ["--", ...(o.argv as string[])]),
+  ];
 }
 
 function parseResponse<T>(text: string): AvfsResponse<T> {

@@ -159,6 +159,8 @@ export interface Origin {
   at_iso: string;
   /** The workspace that recorded it. */
   workspace: string;
+  /** The git commit imported (`import --git`, or the directory's HEAD), if any. */
+  git_commit?: string | null;
 }
 
 /** `vault fork`. */
@@ -516,3 +518,50 @@ export interface StopReport {
   /** True if the daemon was already gone and its leftovers were cleaned up. */
   stale: boolean;
 }
+
+/** What `handback` wrote: one commit on a branch of a host git repository. */
+export interface HandbackReport {
+  repo: string;
+  /** The full branch name, `refs/heads/…`. */
+  branch: string;
+  /** The commit written, or null when the fork's files equal the parent's tree. */
+  commit?: string | null;
+  /** The branch's tip it moved on from, else the imported commit, else HEAD. */
+  parent?: string | null;
+  tree: string;
+  /** True if the branch was made by this hand-back. */
+  created: boolean;
+  /** Files (blobs and symlinks) in the tree. */
+  files: number;
+  /** Paths git cannot hold (FIFOs, devices, sockets), left out. */
+  skipped: string[];
+  /** Submodules (gitlinks) kept at the commit the parent records. */
+  submodules: string[];
+  /** Why nothing was committed, when nothing was. */
+  note?: string | null;
+}
+
+/** A standing approval: commands matching `pattern` run in `workspace` without asking. */
+export interface Grant {
+  id: number;
+  workspace: string;
+  /** A glob over the whole command text, e.g. `pip install *`. */
+  pattern: string;
+  created_at: number;
+  /** `created_at` as an RFC 3339 UTC time. */
+  created_at_iso: string;
+  expires_at: number;
+  /** `expires_at` as an RFC 3339 UTC time. */
+  expires_at_iso: string;
+  actor: string;
+}
+
+/**
+ * One event of `proxy exec --stream`: `started`, then the command's output as it is
+ * written (`text`, or `base64` for bytes that are not UTF-8), then `finished` carrying the
+ * whole response document (its `data` is the `Envelope`).
+ */
+export type StreamEvent =
+  | { event: "started" }
+  | { event: "stdout" | "stderr"; text?: string; base64?: string }
+  | ({ event: "finished" } & AvfsResponse<Envelope>);

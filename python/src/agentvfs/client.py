@@ -11,7 +11,7 @@ import subprocess
 import sys
 import sysconfig
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -22,6 +22,8 @@ from .types import (
     DiffOutput,
     Envelope,
     ForkOutput,
+    Grant,
+    HandbackReport,
     MergeReport,
     MoveOutput,
     NodeInfo,
@@ -334,24 +336,93 @@ class Client:
         written (in `stdout`).
         """
         fork = _renamed("task", task, "fork", fork)
-        if (argv is None) == (shell is None):
-            raise ValueError("pass exactly one of argv and shell")
-        if isinstance(argv, str):
-            raise TypeError("argv must be a sequence of strings; use shell= for shell text")
-        if isinstance(timeout, (int, float)):
-            timeout = f"{round(timeout * 1000)}ms"
-        args = ["proxy", "exec", *_opt("--cwd", cwd), *_opt("--timeout", timeout)]
-        args += _opt("--session", session) + _flag("--readonly", readonly)
-        args += _opt("--checkpoint", checkpoint) + _opt("--policy", policy)
-        args += _opt("--approve", approve) + [a for n in allow_env for a in ("--allow-env", n)]
-        args += _opt("--max-output", None if max_output is None else str(max_output))
-        args += _opt("--fork-from", fork_from) + _opt("--fork", fork)
-        args += _flag("--confine", confine) + _flag("--offline", offline)
-        args += _opt("--mode", mode) + _opt("--workspace-path", workspace_path)
-        args += _opt("--lower", lower) + _flag("--include-ignored", include_ignored)
-        args += _flag("--interleave", interleave)
-        args += ["--shell", shell] if shell is not None else ["--", *argv]  # type: ignore[misc]
+        args = _exec_args(
+            argv, shell, cwd=cwd, timeout=timeout, session=session, readonly=readonly,
+            checkpoint=checkpoint, policy=policy, approve=approve, allow_env=allow_env,
+            max_output=max_output, fork_from=fork_from, fork=fork, confine=confine,
+            offline=offline, mode=mode, workspace_path=workspace_path, lower=lower,
+            include_ignored=include_ignored, interleave=interleave,
+        )
         return self._one(Envelope, *args)
+
+    def proxy_exec_stream(
+        self,
+        argv: Sequence[str] | None = None,
+        *,
+        shell: str | None = None,
+        **options: Any,
+    ) -> Iterator[Document]:
+        """Run a command as `proxy_exec` does, yielding its output while it runs.
+
+        Yields the NDJSON events of `avfs --json proxy exec --stream`, as dicts: first
+        `{"event": "started", ...}`, then `{"event": "stdout"|"stderr", "text": ...}` (or
+        `"base64"` for bytes that are not UTF-8) as the command writes, and last
+        `{"event": "finished", ...}`, the whole document. `finished`'s `data` is the
+        `Envelope` (see `Envelope` and `from_json`); a request avfs refuses ends with a
+        `finished` event holding the error instead. Takes `proxy_exec`'s keyword options.
+        """
+        words = _exec_args(argv, shell, **options)
+        words.insert(2, "--stream")  # after `proxy exec`, before the command
+        argv_full = [self.binary, "--json", *_opt("--workspace", self.workspace), *words]
+        env = dict(os.environ if self.env is None else self.env)
+        if self.home is not None:
+            env["AVFS_HOME"] = self.home
+        finished: Document | None = None
+        with subprocess.Popen(
+            argv_full, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, env=env
+        ) as proc:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                if not line.strip():
+                    continue
+                try:
+                    event = json.loads(line)
+                    if not isinstance(event, dict):
+                        raise ValueError("not an object")
+                except ValueError as e:
+                    proc.kill()
+                    raise ProtocolError(
+                        "protocol",
+                        f"`avfs proxy exec --stream` printed a line that is not an event: {e}",
+                        {"line": line.decode(errors="replace")[-2000:]},
+                        None,
+                    ) from None
+                if event.get("event") == "finished":
+                    finished = event
+                else:
+                    yield event
+            code = proc.wait()
+        if finished is None:
+            raise ProtocolError(
+                "protocol",
+                "`avfs proxy exec --stream` ended without a finished event",
+                {},
+                code,
+            )
+        if self.on_document is not None:
+            self.on_document({k: v for k, v in finished.items() if k != "event"}, code)
+        yield finished
+
+    # -- git --------------------------------------------------------------------------
+
+    def handback(self, git: StrPath, branch: str, message: str | None = None) -> HandbackReport:
+        """Write the workspace's files as one commit on `branch` of the host repository
+        `git`, through git's objects (its worktree, index and HEAD are not touched)."""
+        args = ["handback", "--git", os.fspath(git), "--branch", branch]
+        return self._one(HandbackReport, *args, *_opt("-m", message))
+
+    # -- standing approvals ------------------------------------------------------------
+
+    def approvals_grant(self, pattern: str, *, for_: str = "1h") -> Grant:
+        """Let commands matching `pattern` (a glob over the command text, such as
+        "pip install *") run in this fork without asking, for `for_` ("30m", "1h", "2d")."""
+        return self._one(Grant, "approvals", "grant", pattern, "--for", for_)
+
+    def approvals_list(self) -> list[Grant]:
+        return self._many(Grant, "approvals", "list")
+
+    def approvals_revoke(self, grant_id: int) -> Grant:
+        return self._one(Grant, "approvals", "revoke", str(grant_id))
 
     def session_start(
         self,
@@ -381,6 +452,50 @@ class Client:
 
     def session_list(self) -> list[SessionRecord]:
         return self._many(SessionRecord, "session", "list")
+
+
+def _exec_args(
+    argv: Sequence[str] | None,
+    shell: str | None,
+    *,
+    cwd: str | None = None,
+    timeout: float | str | None = None,
+    session: str | None = None,
+    readonly: bool = False,
+    checkpoint: str | None = None,
+    policy: StrPath | None = None,
+    approve: str | None = None,
+    allow_env: Sequence[str] = (),
+    max_output: int | None = None,
+    fork_from: str | None = None,
+    fork: str | None = None,
+    confine: bool = False,
+    offline: bool = False,
+    mode: str | None = None,
+    workspace_path: str | None = None,
+    lower: str | None = None,
+    include_ignored: bool = False,
+    interleave: bool = False,
+) -> list[str]:
+    """`proxy exec …` words for a request, checked as `proxy_exec` documents."""
+    if (argv is None) == (shell is None):
+        raise ValueError("pass exactly one of argv and shell")
+    if isinstance(argv, str):
+        raise TypeError("argv must be a sequence of strings; use shell= for shell text")
+    if isinstance(timeout, (int, float)):
+        timeout = f"{round(timeout * 1000)}ms"
+    args = ["proxy", "exec", *_opt("--cwd", cwd), *_opt("--timeout", timeout)]
+    args += _opt("--session", session) + _flag("--readonly", readonly)
+    args += _opt("--checkpoint", checkpoint) + _opt("--policy", policy)
+    args += _opt("--approve", approve) + [a for n in allow_env for a in ("--allow-env", n)]
+    args += _opt("--max-output", None if max_output is None else str(max_output))
+    args += _opt("--fork-from", fork_from) + _opt("--fork", fork)
+    args += _flag("--confine", confine) + _flag("--offline", offline)
+    args += _opt("--mode", mode) + _opt("--workspace-path", workspace_path)
+    args += _opt("--lower", lower) + _flag("--include-ignored", include_ignored)
+    args += _flag("--interleave", interleave)
+    args += ["--shell", shell] if shell is not None else ["--", *argv]  # type: ignore[misc]
+    return args
 
 
 def _opt(flag: str | None, value: StrPath | None) -> list[str]:

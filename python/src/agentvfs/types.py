@@ -80,6 +80,7 @@ class Origin:
     at: int
     at_iso: str  # `at` as an RFC 3339 UTC time
     workspace: str
+    git_commit: str | None = None  # the git HEAD (or commit) imported, if any
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -366,6 +367,36 @@ class StopReport:
     name: str
     stopped: bool
     stale: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HandbackReport:
+    """What `handback` wrote: one commit on a branch of a host git repository."""
+
+    repo: str
+    branch: str  # the full name, refs/heads/...
+    tree: str
+    created: bool  # the branch was made by this hand-back
+    files: int
+    skipped: list[str]  # paths git cannot hold (FIFOs, devices, sockets)
+    submodules: list[str]  # gitlinks kept at the commit the parent records
+    commit: str | None = None  # None when the fork's files equal the parent's tree
+    parent: str | None = None
+    note: str | None = None  # why nothing was committed, when nothing was
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Grant:
+    """A standing approval: commands matching `pattern` run in `workspace` without asking."""
+
+    id: int
+    workspace: str
+    pattern: str
+    created_at: int
+    created_at_iso: str
+    expires_at: int
+    expires_at_iso: str
+    actor: str
 
 
 T = TypeVar("T")
