@@ -127,6 +127,9 @@ fn one_record_per_command_and_per_mount_commit_with_the_detail_on_request() {
 
 #[test]
 fn a_format_3_vault_keeps_its_records_and_its_mount_operations_become_steps() {
+    if !common::skip::only_engine("sqlite") {
+        return;
+    }
     let env = Env::new();
     env.create("old");
     env.write("old", "a.txt", b"a\n");

@@ -151,6 +151,9 @@ fn a_checkpoint_a_fork_was_made_at_is_kept() {
 
 #[test]
 fn a_format_3_vault_is_migrated_and_its_proxy_checkpoints_become_automatic() {
+    if !common::skip::only_engine("sqlite") {
+        return;
+    }
     if !require_sandbox() {
         return;
     }

@@ -255,6 +255,9 @@ fn gc_removes_garbage_but_keeps_what_undo_needs() {
 
 #[test]
 fn compact_reclaims_space_and_keeps_data() {
+    if !common::skip::only_engine("sqlite") {
+        return;
+    }
     let env = TestEnv::with_vault("v");
     env.write(None, "small", b"s");
     env.data(&["vault", "fork", "v", "churn"]);

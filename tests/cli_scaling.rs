@@ -84,6 +84,9 @@ fn costs(files: usize) -> Costs {
 
 #[test]
 fn fork_and_checkpoint_write_the_same_rows_at_100_and_10000_files() {
+    if !common::skip::only_engine("sqlite") {
+        return;
+    }
     let small = costs(100);
     let large = costs(10_000);
     assert_eq!(

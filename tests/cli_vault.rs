@@ -487,6 +487,9 @@ fn foreign_sqlite_file_is_left_byte_identical() {
 
 #[test]
 fn an_older_format_is_migrated_forward_on_open() {
+    if !common::skip::only_engine("sqlite") {
+        return;
+    }
     let env = TestEnv::with_vault("v");
     env.write(None, "f", b"data");
     {
@@ -510,6 +513,9 @@ fn an_older_format_is_migrated_forward_on_open() {
 
 #[test]
 fn newer_format_is_unsupported() {
+    if !common::skip::only_engine("sqlite") {
+        return;
+    }
     let env = TestEnv::with_vault("v");
     env.write(None, "f", b"data");
     {
@@ -569,6 +575,9 @@ fn corrupt_chunks(env: &TestEnv, vault: &str) {
 
 #[test]
 fn check_ok_then_corruption_is_reported() {
+    if !common::skip::only_engine("sqlite") {
+        return;
+    }
     let env = TestEnv::with_vault("v");
     env.write(None, "a.txt", b"alpha content");
     env.write(None, "dir/b.txt", b"beta content");
@@ -615,6 +624,9 @@ fn check_ok_then_corruption_is_reported() {
 /// size, so a wrong one would read short (or past the data) without a word.
 #[test]
 fn check_reports_an_object_whose_recorded_size_is_wrong() {
+    if !common::skip::only_engine("sqlite") {
+        return;
+    }
     let env = TestEnv::with_vault("v");
     env.write(None, "a.txt", b"alpha content");
     let ids = chunk_ids(&env, "v");
@@ -637,6 +649,9 @@ fn check_reports_an_object_whose_recorded_size_is_wrong() {
 /// The human output of a failed check names every damaged object, not just the first.
 #[test]
 fn check_text_output_lists_every_problem() {
+    if !common::skip::only_engine("sqlite") {
+        return;
+    }
     let env = TestEnv::with_vault("v");
     env.write(None, "a.txt", b"alpha content");
     env.write(None, "b.txt", b"beta content");
@@ -663,6 +678,9 @@ fn check_text_output_lists_every_problem() {
 /// row whose value has the wrong type.
 #[test]
 fn damaged_vault_files_are_corrupt_vault_and_check_reports_them() {
+    if !common::skip::only_engine("sqlite") {
+        return;
+    }
     let env = TestEnv::with_vault("v");
     for i in 0..200 {
         env.write(

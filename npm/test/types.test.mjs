@@ -80,6 +80,7 @@ const UNIONS = {
   ChangeStatus: ["commands", "diff", "$defs", "ChangeStatus"],
   Action: ["commands", "proxy exec", "$defs", "Action"],
   Category: ["commands", "proxy exec", "$defs", "Category"],
+  Engine: ["commands", "vault info", "$defs", "Engine"],
 };
 
 function at(path) {

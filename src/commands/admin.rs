@@ -123,6 +123,7 @@ pub fn cmd_audit(ctx: &Ctx, a: AuditArgs) -> Result<Reply> {
 pub fn cmd_stats(ctx: &Ctx) -> Result<Reply> {
     let s: StatsReport = vault(ctx)?.stats()?;
     let human = table(&[
+        vec!["engine".into(), s.engine.name().into()],
         vec!["disk".into(), size(s.disk_bytes)],
         vec![
             "objects".into(),

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use agentvfs::model::ForkInfo;
 use agentvfs::service::workspace::{ForkOutput, InfoOutput};
+use agentvfs::store::Engine;
 use agentvfs::{Error, Result};
 use clap::{Args, Subcommand};
 
@@ -34,6 +35,15 @@ pub struct CreateArgs {
     /// Where to put the vault file.
     #[arg(long)]
     pub path: Option<PathBuf>,
+    /// The storage engine: sqlite (the default), or lmdb in a build with the `lmdb` feature.
+    /// A vault is opened in whichever engine it was made with.
+    #[arg(
+        long,
+        value_name = "ENGINE",
+        env = "AVFS_ENGINE",
+        default_value = "sqlite"
+    )]
+    pub engine: String,
 }
 
 #[derive(Args)]
@@ -71,8 +81,16 @@ pub fn run(ctx: &Ctx, cmd: VaultCmd) -> (&'static str, Result<Reply>) {
 }
 
 fn cmd_create(ctx: &Ctx, a: CreateArgs) -> Result<Reply> {
-    let t = ctx.service.create_vault(&a.name, a.path.as_deref())?;
-    let human = format!("created vault {} at {}", t.name, t.path.display());
+    let engine: Engine = a.engine.parse()?;
+    let t = ctx
+        .service
+        .create_vault(&a.name, a.path.as_deref(), engine)?;
+    let human = format!(
+        "created vault {} at {} ({})",
+        t.name,
+        t.path.display(),
+        engine.name()
+    );
     Ok(Reply::new(&t, human))
 }
 
@@ -179,6 +197,7 @@ fn cmd_info(ctx: &Ctx, name: Option<String>) -> Result<Reply> {
             ),
         ],
         vec!["format".into(), info.format_version.to_string()],
+        vec!["engine".into(), info.engine.name().into()],
     ];
     let out = InfoOutput { name: t.name, info };
     Ok(Reply::new(&out, table(&rows)))

@@ -124,7 +124,7 @@ pub fn exit_code_for(kind: &str) -> i32 {
         | "is_a_directory"
         | "directory_not_empty" => 5,
         "quota_exceeded" | "file_too_large" => 6,
-        "not_a_vault" | "unsupported_format" | "corrupt_vault" => 7,
+        "not_a_vault" | "unsupported_format" | "unsupported_engine" | "corrupt_vault" => 7,
         "io_error" => 8,
         "disk_full" => 9,
         "spawn_failed" => 127,

@@ -40,7 +40,28 @@ impl Env {
     }
 
     pub fn run(&self, vault: Option<&str>, args: &[&str], stdin: Option<&[u8]>) -> Output {
+        self.run_with(vault, args, stdin, &[])
+    }
+
+    /// `run` with extra environment variables.
+    pub fn run_with_env(
+        &self,
+        vault: Option<&str>,
+        args: &[&str],
+        vars: &[(&str, &str)],
+    ) -> Output {
+        self.run_with(vault, args, None, vars)
+    }
+
+    fn run_with(
+        &self,
+        vault: Option<&str>,
+        args: &[&str],
+        stdin: Option<&[u8]>,
+        vars: &[(&str, &str)],
+    ) -> Output {
         let mut cmd = Command::new(super::BIN);
+        cmd.envs(vars.iter().copied());
         cmd.env("AVFS_HOME", self.home.path())
             .env_remove("AVFS_WORKSPACE")
             .env_remove("AVFS_VAULT")

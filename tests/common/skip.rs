@@ -66,3 +66,26 @@ pub fn require_sandbox() -> bool {
         "AVFS_CI_ALLOW_NO_SANDBOX",
     )
 }
+
+/// The engine the binary under test makes new vaults in: `AVFS_ENGINE`, else sqlite. CI
+/// runs the suites once per engine.
+pub fn engine() -> String {
+    std::env::var("AVFS_ENGINE").unwrap_or_else(|_| "sqlite".into())
+}
+
+/// For a test of one engine's own format (SQLite's tables, its page compaction): true when
+/// the suite runs in that engine; otherwise prints `SKIP <test>: …` and returns false, so
+/// the run shows the test did not apply.
+pub fn only_engine(name: &str) -> bool {
+    let engine = engine();
+    if engine == name {
+        return true;
+    }
+    let thread = std::thread::current();
+    let test = thread.name().unwrap_or("?");
+    let _ = writeln!(
+        std::io::stderr(),
+        "SKIP {test}: tests the {name} format itself (AVFS_ENGINE={engine})"
+    );
+    false
+}

@@ -51,6 +51,14 @@ pub enum Error {
         found: u32,
         supported: u32,
     },
+    #[error(
+        "vault `{path}` is kept in the {engine} engine, which this build of avfs lacks: build it with `--features {feature}`"
+    )]
+    UnsupportedEngine {
+        path: PathBuf,
+        engine: String,
+        feature: String,
+    },
     #[error("vault is damaged: {reason}; `avfs vault check` reports what is damaged")]
     CorruptVault { reason: String },
     #[error("vault check found {} problem(s):\n  {}", .problems.len(), .problems.join("\n  "))]
@@ -231,6 +239,7 @@ impl Error {
             Error::NoVaultSelected => "no_vault_selected",
             Error::NotAVault { .. } => "not_a_vault",
             Error::UnsupportedFormat { .. } => "unsupported_format",
+            Error::UnsupportedEngine { .. } => "unsupported_engine",
             Error::CorruptVault { .. } | Error::VaultDamaged { .. } => "corrupt_vault",
             Error::ForkNotFound { .. } => "fork_not_found",
             Error::AlreadyExists { .. } => "already_exists",
@@ -284,6 +293,11 @@ impl Error {
                 found,
                 supported,
             } => json!({ "path": path, "found": found, "supported": supported }),
+            Error::UnsupportedEngine {
+                path,
+                engine,
+                feature,
+            } => json!({ "path": path, "engine": engine, "feature": feature }),
             Error::CorruptVault { reason } => json!({ "reason": reason }),
             Error::BranchMoved {
                 branch,
@@ -388,6 +402,7 @@ impl Error {
             Error::QuotaExceeded { .. } | Error::FileTooLarge { .. } => exit::QUOTA,
             Error::NotAVault { .. }
             | Error::UnsupportedFormat { .. }
+            | Error::UnsupportedEngine { .. }
             | Error::CorruptVault { .. }
             | Error::VaultDamaged { .. } => exit::CORRUPT,
             Error::Io { .. } => exit::IO,

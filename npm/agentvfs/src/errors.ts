@@ -123,6 +123,7 @@ export const ERROR_CLASSES: Readonly<Record<string, new (init: AvfsErrorInit) =>
     quota_exceeded: QuotaExceededError,
     not_a_vault: VaultFormatError,
     unsupported_format: VaultFormatError,
+    unsupported_engine: VaultFormatError,
     corrupt_vault: VaultFormatError,
     io_error: IoError,
     disk_full: IoError,

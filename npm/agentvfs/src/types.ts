@@ -42,6 +42,7 @@ export type ErrorKind =
   | "no_vault_selected"
   | "not_a_vault"
   | "unsupported_format"
+  | "unsupported_engine"
   | "corrupt_vault"
   | "fork_not_found"
   | "already_exists"
@@ -131,6 +132,8 @@ export interface VaultInfo {
   name: string;
   path: string;
   format_version: number;
+  /** The storage engine the vault is kept in. */
+  engine: Engine;
   disk_bytes: number;
   workspace: ForkInfo;
   checkpoints: number;
@@ -565,3 +568,6 @@ export type StreamEvent =
   | { event: "started" }
   | { event: "stdout" | "stderr"; text?: string; base64?: string }
   | ({ event: "finished" } & AvfsResponse<Envelope>);
+
+/** The storage engine a vault is kept in. */
+export type Engine = "sqlite" | "lmdb";

@@ -139,6 +139,10 @@ class NotAVault(AvfsError): ...
 class UnsupportedFormat(AvfsError): ...
 
 
+class UnsupportedEngine(AvfsError):
+    """The vault is kept in a storage engine this build of avfs lacks (see `feature`)."""
+
+
 class CorruptVault(AvfsError): ...
 
 
@@ -219,6 +223,7 @@ ERRORS: dict[str, type[AvfsError]] = {
     "quota_exceeded": QuotaExceeded,
     "not_a_vault": NotAVault,
     "unsupported_format": UnsupportedFormat,
+    "unsupported_engine": UnsupportedEngine,
     "corrupt_vault": CorruptVault,
     "mount_failed": MountFailed,
     "fuse_unavailable": FuseUnavailable,

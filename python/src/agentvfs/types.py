@@ -28,6 +28,8 @@ ExecOutcome = Literal["denied", "approval_required", "completed", "timed_out", "
 # How a proxied command's file system is made (`auto` only as a request).
 Mode = Literal["auto", "overlay", "fuse", "copy"]
 SandboxKind = Literal["namespace", "none"]
+# The storage engine a vault is kept in.
+Engine = Literal["sqlite", "lmdb"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -88,6 +90,7 @@ class VaultInfo:
     name: str
     path: str
     format_version: int
+    engine: Engine
     disk_bytes: int
     workspace: ForkInfo
     checkpoints: int

@@ -16,7 +16,10 @@ use super::now_ns;
 use super::quota::Quota;
 use super::view::{ObjectCache, View};
 use crate::error::{Error, Result};
-use crate::store::{AuditRecord, FORMAT_VERSION, SqliteStore, Store, StoreRead, WorkspaceRecord};
+use crate::store::{
+    AuditRecord, Engine, FORMAT_VERSION, Store, StoreRead, WorkspaceRecord, create_store,
+    open_store,
+};
 
 /// The name of every vault's main workspace.
 pub const MAIN: &str = "main";
@@ -86,6 +89,8 @@ impl From<crate::store::CheckpointRecord> for CheckpointInfo {
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct VaultInfo {
     pub path: String,
+    /// The storage engine the vault is kept in.
+    pub engine: Engine,
     pub format_version: u32,
     pub disk_bytes: u64,
     pub workspace: ForkInfo,
@@ -103,6 +108,8 @@ pub struct VaultInfo {
 /// `stats`.
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct StatsReport {
+    /// The storage engine the vault is kept in.
+    pub engine: Engine,
     pub disk_bytes: u64,
     pub objects: u64,
     pub stored_bytes: u64,
@@ -139,9 +146,14 @@ pub(super) fn fork_info(ws: &WorkspaceRecord) -> ForkInfo {
 }
 
 impl Vault {
-    /// Create a new vault file with an empty main workspace.
+    /// Create a new vault file with an empty main workspace, in the default engine.
     pub fn create(path: &Path) -> Result<Arc<Vault>> {
-        let store = SqliteStore::create(path)?;
+        Self::create_in(path, Engine::default())
+    }
+
+    /// Create a new vault file with an empty main workspace, kept in `engine`.
+    pub fn create_in(path: &Path, engine: Engine) -> Result<Arc<Vault>> {
+        let store = create_store(path, engine)?;
         let vault = Self::wrap(store);
         let now = now_ns();
         let root = EncodedObject::encode(kind::ROOT, &Node::empty_dir(0o755, now))?;
@@ -173,10 +185,10 @@ impl Vault {
                 suggestions: Vec::new(),
             });
         }
-        Ok(Self::wrap(SqliteStore::open(path)?))
+        Ok(Self::wrap(open_store(path)?))
     }
 
-    fn wrap(store: Arc<SqliteStore>) -> Arc<Vault> {
+    fn wrap(store: Arc<dyn Store>) -> Arc<Vault> {
         let path = store.path().to_path_buf();
         let mut open = open_vaults().lock().unwrap_or_else(|p| p.into_inner());
         if let Some(v) = open.get(&path).and_then(Weak::upgrade) {
@@ -298,6 +310,7 @@ impl Vault {
             let pending_changes = diff_views(&bare, &live)?.len() as u64;
             Ok(VaultInfo {
                 path: self.path.display().to_string(),
+                engine: self.store.engine(),
                 format_version: FORMAT_VERSION,
                 disk_bytes,
                 workspace: fork_info(&ws),
@@ -336,6 +349,7 @@ impl Vault {
             }
             let logical_bytes = workspaces.iter().map(|w| w.bytes).sum();
             Ok(StatsReport {
+                engine: self.store.engine(),
                 disk_bytes,
                 objects,
                 stored_bytes,

@@ -48,7 +48,9 @@ pub(crate) mod testing {
             source: "test".into(),
         };
         let service = WorkspaceService::new(Registry::at(dir.path().join("home")), actor);
-        service.create_vault("demo", None).expect("create vault");
+        service
+            .create_vault("demo", None, crate::store::Engine::default())
+            .expect("create vault");
         let (_, ws) = service.open(Some("demo")).expect("open vault");
         Home { dir, service, ws }
     }

@@ -10,6 +10,7 @@ use super::registry::{Registry, RegistryEntry, close_names};
 use crate::error::{Error, Result};
 use crate::model::merge::{MergeOptions, MergeReport};
 use crate::model::{Actor, CheckReport, ForkInfo, Problem, Vault, VaultInfo, Workspace};
+use crate::store::Engine;
 
 const MAIN: &str = "main";
 
@@ -238,8 +239,9 @@ impl WorkspaceService {
         }
     }
 
-    /// Create and register a vault. The first vault created becomes the current one.
-    pub fn create_vault(&self, name: &str, path: Option<&Path>) -> Result<Target> {
+    /// Create and register a vault, kept in `engine`. The first vault created becomes the
+    /// current one.
+    pub fn create_vault(&self, name: &str, path: Option<&Path>, engine: Engine) -> Result<Target> {
         validate_vault_name(name)?;
         let path = match path {
             Some(p) => p.to_path_buf(),
@@ -254,7 +256,7 @@ impl WorkspaceService {
                     name: name.to_string(),
                 });
             }
-            Vault::create(&path)?;
+            Vault::create_in(&path, engine)?;
             let path = path
                 .canonicalize()
                 .map_err(|e| Error::io("resolving", &path, e))?;
@@ -333,13 +335,13 @@ impl WorkspaceService {
                 names
             };
             if target.workspace == MAIN {
-                for suffix in ["", "-wal", "-shm"] {
-                    let mut p = target.path.clone().into_os_string();
-                    p.push(suffix);
+                let files = std::iter::once(target.path.clone())
+                    .chain(crate::store::companion_files(&target.path));
+                for p in files {
                     match std::fs::remove_file(&p) {
                         Ok(()) => {}
                         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                        Err(e) => return Err(Error::io("deleting", PathBuf::from(p), e)),
+                        Err(e) => return Err(Error::io("deleting", p, e)),
                     }
                 }
                 let path = target.path.clone();

@@ -2,15 +2,135 @@
 //! overlay entries, checkpoints, the op log, audit records, settings). It knows nothing about
 //! paths or processes; other engines implement the same trait without touching the layers above.
 
+#[cfg(test)]
+mod conformance;
 pub mod id;
+#[cfg(feature = "lmdb")]
+mod lmdb;
 mod lock;
 mod sqlite;
 mod wal;
 
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
 pub use id::ObjectId;
 pub use sqlite::{FORMAT_VERSION, SqliteStore};
 
-use crate::error::Result;
+use crate::error::{Error, Result};
+
+/// A storage engine a vault file can be kept in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Engine {
+    /// SQLite in WAL mode: the default, and the production engine.
+    #[default]
+    Sqlite,
+    /// LMDB through `heed` (cargo feature `lmdb`).
+    Lmdb,
+}
+
+impl Engine {
+    /// Every engine, as `--engine` spells them.
+    pub const NAMES: [&'static str; 2] = ["sqlite", "lmdb"];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Engine::Sqlite => "sqlite",
+            Engine::Lmdb => "lmdb",
+        }
+    }
+
+    /// The cargo feature that builds this engine in (`None`: always built).
+    pub fn feature(self) -> Option<&'static str> {
+        match self {
+            Engine::Sqlite => None,
+            Engine::Lmdb => Some("lmdb"),
+        }
+    }
+
+    /// Whether this build has the engine.
+    pub fn built(self) -> bool {
+        match self {
+            Engine::Sqlite => true,
+            Engine::Lmdb => cfg!(feature = "lmdb"),
+        }
+    }
+
+    fn unsupported(self, path: &Path) -> Error {
+        Error::UnsupportedEngine {
+            path: path.to_path_buf(),
+            engine: self.name().into(),
+            feature: self.feature().unwrap_or_default().into(),
+        }
+    }
+}
+
+impl std::str::FromStr for Engine {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Engine> {
+        match s {
+            "sqlite" => Ok(Engine::Sqlite),
+            "lmdb" => Ok(Engine::Lmdb),
+            _ => Err(Error::invalid(format!(
+                "engine is one of {}, not `{s}`",
+                Engine::NAMES.join(", ")
+            ))),
+        }
+    }
+}
+
+/// Create a new, empty vault file at `path` in `engine`.
+pub fn create_store(path: &Path, engine: Engine) -> Result<Arc<dyn Store>> {
+    match engine {
+        Engine::Sqlite => Ok(SqliteStore::create(path)?),
+        #[cfg(feature = "lmdb")]
+        Engine::Lmdb => Ok(lmdb::LmdbStore::create(path)?),
+        #[allow(unreachable_patterns)]
+        other => Err(other.unsupported(path)),
+    }
+}
+
+/// The engine a vault file was written by, from its first bytes (SQLite when unsure: its
+/// open reports what is wrong with the file).
+pub fn engine_of(path: &Path) -> Engine {
+    use std::io::Read;
+    let mut head = [0u8; 64];
+    let n = std::fs::File::open(path)
+        .and_then(|mut f| f.read(&mut head))
+        .unwrap_or(0);
+    let head = &head[..n];
+    // LMDB's first meta page: its magic number 0xBEEFC0DE after the 16-byte page header.
+    if head.len() >= 20 && head[16..20] == 0xBEEF_C0DEu32.to_le_bytes() {
+        return Engine::Lmdb;
+    }
+    Engine::Sqlite
+}
+
+/// Open the vault file at `path` in whichever engine wrote it.
+pub fn open_store(path: &Path) -> Result<Arc<dyn Store>> {
+    match engine_of(path) {
+        Engine::Sqlite => Ok(SqliteStore::open(path)?),
+        #[cfg(feature = "lmdb")]
+        Engine::Lmdb => Ok(lmdb::LmdbStore::open(path)?),
+        #[allow(unreachable_patterns)]
+        other => Err(other.unsupported(path)),
+    }
+}
+
+/// The files that make up a vault besides the vault file itself (an engine's log or lock
+/// files), for deleting and moving it whole.
+pub fn companion_files(path: &Path) -> Vec<PathBuf> {
+    ["-wal", "-shm", "-lock"]
+        .iter()
+        .map(|suffix| {
+            let mut p = path.as_os_str().to_owned();
+            p.push(suffix);
+            PathBuf::from(p)
+        })
+        .collect()
+}
 
 /// A stored object: its kind byte and encoded bytes.
 #[derive(Debug, Clone)]
@@ -169,6 +289,9 @@ pub trait StoreWrite: StoreRead {
 /// A vault's storage engine. Closures run inside one read snapshot or one write transaction;
 /// an error from the closure rolls the transaction back.
 pub trait Store: Send + Sync {
+    /// The vault file (canonical).
+    fn path(&self) -> &Path;
+    fn engine(&self) -> Engine;
     fn read_with(&self, f: &mut dyn FnMut(&dyn StoreRead) -> Result<()>) -> Result<()>;
     fn write_with(&self, f: &mut dyn FnMut(&mut dyn StoreWrite) -> Result<()>) -> Result<()>;
     /// Group commit for a single busy writer (a mount daemon): writes share one transaction

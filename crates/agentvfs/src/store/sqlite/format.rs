@@ -118,7 +118,7 @@ CREATE INDEX audit_by_step ON audit(step, id);
 /// Create the empty vault file readable and writable by its owner alone (0600, whatever the
 /// umask). SQLite then initialises it, and gives the `-wal` and `-shm` files it creates
 /// beside it the same mode.
-pub(super) fn create_private_file(path: &Path) -> Result<()> {
+pub(in crate::store) fn create_private_file(path: &Path) -> Result<()> {
     use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     let file = std::fs::OpenOptions::new()
         .write(true)

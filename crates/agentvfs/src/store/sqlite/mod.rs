@@ -15,9 +15,9 @@ use std::time::{Duration, Instant};
 use rusqlite::{Connection, OpenFlags};
 
 pub use self::format::FORMAT_VERSION;
+pub(super) use self::format::create_private_file;
 use self::format::{
-    APPLICATION_ID, check_format, configure, configure_checked, create_private_file, migrate,
-    open_conn,
+    APPLICATION_ID, check_format, configure, configure_checked, migrate, open_conn,
 };
 use self::tx::{Tx, id_col};
 use super::lock::lock;
@@ -188,6 +188,14 @@ impl SqliteStore {
 }
 
 impl Store for SqliteStore {
+    fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn engine(&self) -> super::Engine {
+        super::Engine::Sqlite
+    }
+
     fn read_with(&self, f: &mut dyn FnMut(&dyn StoreRead) -> Result<()>) -> Result<()> {
         {
             // While a batch is open, reads go through the writer so they see it; otherwise

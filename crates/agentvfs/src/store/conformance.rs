@@ -1,0 +1,435 @@
+//! The store trait's contract, run against every engine this build has: each test makes a
+//! fresh vault file per engine and checks the same answers. Engine-specific behaviour (the
+//! SQLite WAL, LMDB's map) is tested beside each engine; this is what the layers above rely
+//! on.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use super::{
+    AuditRecord, CheckpointRecord, Engine, OpRecord, Store, WorkspaceRecord, create_store,
+    open_store,
+};
+use crate::error::Error;
+use crate::store::id::ObjectId;
+
+/// A fresh vault file in each engine this build has.
+fn stores() -> Vec<(Engine, Arc<dyn Store>, tempfile::TempDir)> {
+    [Engine::Sqlite, Engine::Lmdb]
+        .into_iter()
+        .filter(|e| e.built())
+        .map(|e| {
+            let dir = tempfile::tempdir().unwrap();
+            let store = create_store(&dir.path().join("v.avfs"), e).unwrap();
+            (e, store, dir)
+        })
+        .collect()
+}
+
+fn ws(name: &str) -> WorkspaceRecord {
+    WorkspaceRecord {
+        id: 0,
+        name: name.into(),
+        base: ObjectId::of(name.as_bytes()),
+        parent: None,
+        base_root: None,
+        fork_checkpoint: None,
+        created_at: 1,
+        files: 0,
+        bytes: 0,
+    }
+}
+
+fn cp(ws: i64, name: &str, auto: bool) -> CheckpointRecord {
+    CheckpointRecord {
+        id: 0,
+        workspace: ws,
+        name: name.into(),
+        root: ObjectId::of(name.as_bytes()),
+        message: Some(format!("m {name}")),
+        created_at: 2,
+        files: 3,
+        bytes: 4,
+        auto,
+    }
+}
+
+fn op(ws: i64, n: i64) -> OpRecord {
+    OpRecord {
+        id: 0,
+        workspace: ws,
+        at: n,
+        kind: "write".into(),
+        description: format!("op {n}"),
+        root_before: Some(ObjectId::of(&[n as u8])),
+        root_after: None,
+        target: Some(n),
+        extra: None,
+    }
+}
+
+fn audit(at: i64, step: bool) -> AuditRecord {
+    AuditRecord {
+        id: 0,
+        at,
+        actor: "a".into(),
+        source: "cli".into(),
+        workspace: "main".into(),
+        operation: if step { "mount.write" } else { "write" }.into(),
+        paths: vec![format!("/p{at}")],
+        result: "ok".into(),
+        detail: None,
+        step,
+    }
+}
+
+#[test]
+fn objects_are_stored_once_read_whole_or_in_part_and_counted() {
+    for (engine, s, _d) in stores() {
+        let data = b"hello, world";
+        let id = ObjectId::of(data);
+        s.write(|w| {
+            w.put_object(&id, 1, data)?;
+            w.put_object(&id, 1, data)?; // content addressing: a second put is a no-op
+            w.put_object(&ObjectId::of(b"t"), 2, b"tree")
+        })
+        .unwrap();
+        s.read(|r| {
+            let o = r.object(&id)?.expect("stored");
+            assert_eq!((o.kind, o.data.as_slice()), (1, &data[..]), "{engine:?}");
+            let mut buf = [0u8; 5];
+            assert_eq!(r.object_read_at(&id, 7, &mut buf)?, Some((1, 5)));
+            assert_eq!(&buf, b"world");
+            assert_eq!(r.object_read_at(&id, 10, &mut buf)?, Some((1, 2)));
+            assert_eq!(r.object_read_at(&id, u64::MAX, &mut buf)?, Some((1, 0)));
+            assert_eq!(r.object_read_at(&ObjectId::of(b"x"), 0, &mut buf)?, None);
+            assert!(r.has_object(&id)? && !r.has_object(&ObjectId::of(b"x"))?);
+            assert_eq!(r.object_stats()?, (2, 16, 12), "{engine:?}");
+            let mut ids = r.object_ids()?;
+            ids.sort();
+            assert_eq!(ids.len(), 2);
+            Ok(())
+        })
+        .unwrap();
+        s.write(|w| {
+            w.delete_object(&id)?;
+            w.delete_object(&id)
+        })
+        .unwrap();
+        assert_eq!(
+            s.read(|r| r.object_stats()).unwrap(),
+            (1, 4, 0),
+            "{engine:?}"
+        );
+        assert!(s.integrity_problems().unwrap().is_empty(), "{engine:?}");
+    }
+}
+
+#[test]
+fn a_failed_write_changes_nothing_and_reads_see_only_commits() {
+    for (engine, s, _d) in stores() {
+        let err = s.write(|w| {
+            w.put_object(&ObjectId::of(b"a"), 2, b"a")?;
+            w.set_setting("k", Some("v"))?;
+            w.append_op(&op(1, 1))?;
+            Err::<(), _>(Error::invalid("boom"))
+        });
+        assert!(err.is_err());
+        s.read(|r| {
+            assert!(!r.has_object(&ObjectId::of(b"a"))?, "{engine:?}");
+            assert_eq!(r.setting("k")?, None);
+            assert!(r.ops(None, 10)?.is_empty());
+            assert_eq!(r.object_stats()?, (0, 0, 0));
+            Ok(())
+        })
+        .unwrap();
+        // A read snapshot (from its first read on) does not see a later commit.
+        s.read(|r| {
+            assert_eq!(r.setting("late")?, None);
+            s.write(|w| w.set_setting("late", Some("1"))).unwrap();
+            assert_eq!(r.setting("late")?, None, "{engine:?}");
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(s.read(|r| r.setting("late")).unwrap().as_deref(), Some("1"));
+    }
+}
+
+#[test]
+fn workspaces_get_ids_in_order_that_are_never_reused() {
+    for (engine, s, _d) in stores() {
+        let (a, b) = s
+            .write(|w| Ok((w.insert_workspace(&ws("a"))?, w.insert_workspace(&ws("b"))?)))
+            .unwrap();
+        assert!(a < b, "{engine:?}");
+        assert!(
+            s.write(|w| w.insert_workspace(&ws("a"))).is_err(),
+            "{engine:?}"
+        );
+        let root = ObjectId::of(b"r");
+        s.write(|w| {
+            w.update_workspace_state(a, &root, 7, 70)?;
+            w.set_base_root(a, &root)
+        })
+        .unwrap();
+        let got = s.read(|r| r.workspace("a")).unwrap().unwrap();
+        assert_eq!((got.id, got.base, got.files, got.bytes), (a, root, 7, 70));
+        assert_eq!(got.base_root, Some(root));
+        let names: Vec<String> = s
+            .read(|r| r.workspaces())
+            .unwrap()
+            .into_iter()
+            .map(|w| w.name)
+            .collect();
+        assert_eq!(names, ["a", "b"], "{engine:?}");
+        s.write(|w| {
+            w.overlay_put(b, "/x", "/", Some(b"n"))?;
+            w.insert_checkpoint(&cp(b, "c1", false))?;
+            w.append_op(&op(b, 1))?;
+            w.delete_workspace(b)
+        })
+        .unwrap();
+        s.read(|r| {
+            assert!(r.workspace("b")?.is_none(), "{engine:?}");
+            assert!(r.overlay_all(b)?.is_empty() && r.overlay_len(b)? == 0);
+            assert!(r.checkpoints(b)?.is_empty() && r.ops(Some(b), 10)?.is_empty());
+            Ok(())
+        })
+        .unwrap();
+        if engine != Engine::Sqlite {
+            // SQLite's rowids may come back after the newest row is deleted; the others
+            // never hand an id out twice.
+            let c = s.write(|w| w.insert_workspace(&ws("c"))).unwrap();
+            assert!(c > b, "{engine:?}");
+        }
+    }
+}
+
+#[test]
+fn the_overlay_answers_children_subtrees_and_long_paths() {
+    let long_dir = format!("/{}", "d".repeat(600));
+    let long_file = format!("{long_dir}/{}", "f".repeat(200));
+    for (engine, s, _d) in stores() {
+        let w1 = s.write(|w| w.insert_workspace(&ws("w"))).unwrap();
+        s.write(|w| {
+            w.overlay_put(w1, "", "", Some(b"root"))?;
+            w.overlay_put(w1, "/a", "/", Some(b"a"))?;
+            w.overlay_put(w1, "/a/b", "/a", Some(b"ab"))?;
+            w.overlay_put(w1, "/a/b/c", "/a/b", None)?;
+            w.overlay_put(w1, "/a0", "/", Some(b"a0"))?;
+            w.overlay_put(w1, "/a-", "/", Some(b"a-"))?;
+            w.overlay_put(w1, &long_dir, "/", Some(b"ld"))?;
+            w.overlay_put(w1, &long_file, &long_dir, Some(b"lf"))?;
+            w.overlay_put(w1, "/a", "/", Some(b"a2"))
+        })
+        .unwrap();
+        s.read(|r| {
+            assert_eq!(r.overlay_len(w1)?, 8, "{engine:?}");
+            assert_eq!(r.overlay_get(w1, "/a")?, Some(Some(b"a2".to_vec())));
+            assert_eq!(r.overlay_get(w1, "/a/b/c")?, Some(None));
+            assert_eq!(r.overlay_get(w1, "/nope")?, None);
+            assert_eq!(r.overlay_get(w1, &long_file)?, Some(Some(b"lf".to_vec())));
+            let mut kids: Vec<String> = r
+                .overlay_children(w1, "/")?
+                .into_iter()
+                .map(|e| e.0)
+                .collect();
+            kids.sort();
+            let mut want = vec![
+                "/a".to_string(),
+                "/a-".into(),
+                "/a0".into(),
+                long_dir.clone(),
+            ];
+            want.sort();
+            assert_eq!(kids, want, "{engine:?}");
+            let below: Vec<String> = r
+                .overlay_below(w1, "/a")?
+                .into_iter()
+                .map(|e| e.0)
+                .collect();
+            assert_eq!(below, ["/a/b", "/a/b/c"], "{engine:?}");
+            let deep: Vec<String> = r
+                .overlay_below(w1, &long_dir)?
+                .into_iter()
+                .map(|e| e.0)
+                .collect();
+            assert_eq!(deep, std::slice::from_ref(&long_file), "{engine:?}");
+            let all: Vec<String> = r.overlay_all(w1)?.into_iter().map(|e| e.0).collect();
+            let mut sorted = all.clone();
+            sorted.sort();
+            assert_eq!(all, sorted, "{engine:?}: overlay_all is in path order");
+            assert_eq!(all.len(), 8);
+            Ok(())
+        })
+        .unwrap();
+        s.write(|w| {
+            w.overlay_delete_below(w1, "/a")?;
+            w.overlay_delete(w1, &long_dir)?;
+            w.overlay_delete(w1, "/missing")
+        })
+        .unwrap();
+        s.read(|r| {
+            let all: Vec<String> = r.overlay_all(w1)?.into_iter().map(|e| e.0).collect();
+            assert_eq!(
+                all,
+                ["", "/a", "/a-", "/a0", long_file.as_str()],
+                "{engine:?}"
+            );
+            assert_eq!(r.overlay_len(w1)?, 5);
+            assert!(r.overlay_children(w1, &long_dir)?.len() == 1);
+            Ok(())
+        })
+        .unwrap();
+        s.write(|w| w.overlay_clear(w1)).unwrap();
+        assert_eq!(s.read(|r| r.overlay_len(w1)).unwrap(), 0, "{engine:?}");
+        assert!(s.integrity_problems().unwrap().is_empty(), "{engine:?}");
+    }
+}
+
+#[test]
+fn checkpoints_list_in_order_rename_and_delete() {
+    for (engine, s, _d) in stores() {
+        let w1 = s.write(|w| w.insert_workspace(&ws("w"))).unwrap();
+        let w2 = s.write(|w| w.insert_workspace(&ws("v"))).unwrap();
+        let (c1, c2) = s
+            .write(|w| {
+                let c1 = w.insert_checkpoint(&cp(w1, "zeta", false))?;
+                let c2 = w.insert_checkpoint(&cp(w1, "alpha", true))?;
+                w.insert_checkpoint(&cp(w2, "zeta", false))?;
+                Ok((c1, c2))
+            })
+            .unwrap();
+        assert!(
+            s.write(|w| w.insert_checkpoint(&cp(w1, "zeta", false)))
+                .is_err()
+        );
+        let names = |s: &Arc<dyn Store>| -> Vec<String> {
+            s.read(|r| r.checkpoints(w1))
+                .unwrap()
+                .into_iter()
+                .map(|c| c.name)
+                .collect()
+        };
+        assert_eq!(names(&s), ["zeta", "alpha"], "{engine:?}: in id order");
+        let got = s.read(|r| r.checkpoint(w1, "alpha")).unwrap().unwrap();
+        assert_eq!((got.id, got.auto, got.files, got.bytes), (c2, true, 3, 4));
+        assert_eq!(got.message.as_deref(), Some("m alpha"));
+        s.write(|w| w.rename_checkpoint(c1, "omega")).unwrap();
+        assert_eq!(names(&s), ["omega", "alpha"], "{engine:?}");
+        assert!(s.read(|r| r.checkpoint(w1, "zeta")).unwrap().is_none());
+        s.write(|w| w.delete_checkpoint(c2)).unwrap();
+        assert_eq!(names(&s), ["omega"]);
+        assert_eq!(s.read(|r| r.all_checkpoint_roots()).unwrap().len(), 2);
+    }
+}
+
+#[test]
+fn settings_match_by_prefix_in_key_order_long_keys_too() {
+    let long = format!("origin:{}", "x".repeat(700));
+    for (engine, s, _d) in stores() {
+        s.write(|w| {
+            w.set_setting("fork:a/k2", Some("2"))?;
+            w.set_setting("fork:a/k1", Some("1"))?;
+            w.set_setting("fork:ab/k", Some("no"))?;
+            w.set_setting(&long, Some("long"))?;
+            w.set_setting(&format!("{long}y"), Some("longer"))?;
+            w.set_setting("gone", Some("x"))?;
+            w.set_setting("gone", None)
+        })
+        .unwrap();
+        s.read(|r| {
+            let got = r.settings_with_prefix("fork:a/")?;
+            let want = [("fork:a/k1", "1"), ("fork:a/k2", "2")]
+                .map(|(k, v)| (k.to_string(), v.to_string()));
+            assert_eq!(got, want, "{engine:?}");
+            assert_eq!(r.setting(&long)?.as_deref(), Some("long"), "{engine:?}");
+            assert_eq!(r.settings_with_prefix(&long)?.len(), 2, "{engine:?}");
+            assert_eq!(r.setting("gone")?, None);
+            Ok(())
+        })
+        .unwrap();
+    }
+}
+
+#[test]
+fn ops_and_audit_read_newest_first_within_their_limits() {
+    for (engine, s, _d) in stores() {
+        let ids = s
+            .write(|w| {
+                let mut ids = Vec::new();
+                for n in 1..=5 {
+                    ids.push(w.append_op(&op(1 + n % 2, n))?);
+                }
+                for at in 1..=6 {
+                    w.append_audit(&audit(at * 10, at % 2 == 0))?;
+                }
+                Ok(ids)
+            })
+            .unwrap();
+        s.read(|r| {
+            let all: Vec<i64> = r.ops(None, 3)?.into_iter().map(|o| o.at).collect();
+            assert_eq!(all, [5, 4, 3], "{engine:?}");
+            let mine: Vec<i64> = r.ops(Some(2), 10)?.into_iter().map(|o| o.at).collect();
+            assert_eq!(mine, [5, 3, 1], "{engine:?}");
+            assert!(r.ops(None, 0)?.is_empty());
+            let o = &r.ops(None, 1)?[0];
+            assert_eq!(
+                (o.target, o.root_before),
+                (Some(5), Some(ObjectId::of(&[5])))
+            );
+            let main: Vec<i64> = r
+                .audit(10, None, false)?
+                .into_iter()
+                .map(|a| a.at)
+                .collect();
+            assert_eq!(main, [50, 30, 10], "{engine:?}");
+            let steps: Vec<i64> = r.audit(4, None, true)?.into_iter().map(|a| a.at).collect();
+            assert_eq!(steps, [60, 50, 40, 30], "{engine:?}");
+            let since: Vec<i64> = r
+                .audit(10, Some(30), false)?
+                .into_iter()
+                .map(|a| a.at)
+                .collect();
+            assert_eq!(since, [50, 30], "{engine:?}");
+            assert_eq!(r.audit(1, None, false)?[0].paths, ["/p50"]);
+            Ok(())
+        })
+        .unwrap();
+        s.write(|w| w.delete_op(ids[4])).unwrap();
+        let left: Vec<i64> = s
+            .read(|r| r.ops(Some(2), 10))
+            .unwrap()
+            .into_iter()
+            .map(|o| o.at)
+            .collect();
+        assert_eq!(left, [3, 1], "{engine:?}");
+        let next = s.write(|w| w.append_op(&op(2, 9))).unwrap();
+        if engine != Engine::Sqlite {
+            // (SQLite's rowids may come back after the newest row is deleted.)
+            assert!(
+                next > ids[4],
+                "{engine:?}: an op id is never handed out twice"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_vault_reopens_in_the_engine_that_made_it() {
+    for (engine, s, d) in stores() {
+        s.write(|w| w.set_setting("kept", Some("yes"))).unwrap();
+        let path: PathBuf = s.path().to_path_buf();
+        drop(s);
+        assert_eq!(super::engine_of(&path), engine);
+        let again = open_store(&path).unwrap();
+        assert_eq!(again.engine(), engine);
+        assert_eq!(
+            again.read(|r| r.setting("kept")).unwrap().as_deref(),
+            Some("yes")
+        );
+        assert!(again.disk_size() > 0);
+        again.sync().unwrap();
+        drop(d);
+    }
+}

@@ -1,0 +1,219 @@
+//! Storage engines through the real binary: `vault create --engine`, the engine shown by
+//! `vault info` and `stats`, a typed error for an engine this build lacks or a name that is
+//! no engine, and the whole life of a vault (files, forks, checkpoints, undo, merge, a proxied
+//! command, gc, check, delete) in each engine this build has, with the same answers.
+
+mod common;
+
+use common::history::Env;
+use serde_json::json;
+
+/// The engines this build of avfs has (`lmdb` with the cargo feature).
+fn built() -> Vec<&'static str> {
+    let mut out = vec!["sqlite"];
+    if cfg!(feature = "lmdb") {
+        out.push("lmdb");
+    }
+    out
+}
+
+#[test]
+fn a_vault_lives_the_same_life_in_every_engine() {
+    let mut answers = Vec::new();
+    for engine in built() {
+        let env = Env::new();
+        let (made, code) = env.json(None, &["vault", "create", "v", "--engine", engine]);
+        assert_eq!(code, 0, "{made}");
+        let made = &made["data"];
+        let path = made["path"].as_str().unwrap().to_string();
+        let info = env.data("v", &["vault", "info"]);
+        assert_eq!(info["engine"], engine, "{info}");
+        assert_eq!(env.data("v", &["stats"])["engine"], engine);
+        env.write("v", "a.txt", b"one\n");
+        env.ok("v", &["checkpoint", "save", "c1"]);
+        env.fork("v", "t");
+        env.write("t", "b.txt", b"two\n");
+        env.write("t", "a.txt", b"one more\n");
+        env.ok("t", &["rm", "a.txt"]);
+        env.ok("t", &["undo"]);
+        let merged = env.data("v", &["merge", "t"]);
+        env.ok("v", &["checkpoint", "restore", "c1"]);
+        env.ok("v", &["undo"]);
+        let gc = env.data("v", &["gc"]);
+        let check = env.data("v", &["vault", "check"]);
+        let log: Vec<String> = env
+            .data("v", &["op", "log"])
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| o["kind"].as_str().unwrap_or_default().to_string())
+            .collect();
+        answers.push((
+            engine,
+            json!({
+                "a": String::from_utf8(env.cat("v", "a.txt")).unwrap(),
+                "b": String::from_utf8(env.cat("v", "b.txt")).unwrap(),
+                "merged": common::history::changed_paths(&merged),
+                "gc_removed": gc["objects_removed"],
+                "check_ok": check["ok"],
+                "ops": log,
+            }),
+        ));
+        // Deleting the vault removes every file of it (LMDB's lock file too).
+        env.ok("v", &["vault", "delete", "v", "--yes"]);
+        let dir = std::path::Path::new(&path).parent().unwrap();
+        let left: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        assert!(left.is_empty(), "{engine}: {left:?}");
+    }
+    let first = &answers[0].1;
+    for (engine, a) in &answers {
+        assert_eq!(a, first, "{engine} answers as {} does", answers[0].0);
+    }
+    assert_eq!(first["a"], "one more\n");
+    assert_eq!(first["check_ok"], true);
+}
+
+#[test]
+fn an_engine_that_is_not_there_is_a_typed_error_that_creates_nothing() {
+    let env = Env::new();
+    let e = env.fail(
+        None,
+        &["vault", "create", "v", "--engine", "bogus"],
+        5,
+        "invalid_argument",
+    );
+    assert!(
+        e["message"].as_str().unwrap().contains("sqlite, lmdb"),
+        "{e}"
+    );
+    if !cfg!(feature = "lmdb") {
+        let e = env.fail(
+            None,
+            &["vault", "create", "v", "--engine", "lmdb"],
+            7,
+            "unsupported_engine",
+        );
+        assert_eq!(e["details"]["feature"], "lmdb", "{e}");
+    }
+    assert_eq!(env.json(None, &["vault", "list"]).0["data"], json!([]));
+}
+
+/// A vault file is opened in the engine that wrote it, whatever `AVFS_ENGINE` says.
+#[test]
+fn a_vault_opens_in_its_own_engine() {
+    for engine in built() {
+        let env = Env::new();
+        assert_eq!(
+            env.json(None, &["vault", "create", "v", "--engine", engine])
+                .1,
+            0
+        );
+        env.write("v", "f", b"x");
+        for other in built() {
+            let out = env.run_with_env(
+                Some("v"),
+                &["--json", "vault", "info"],
+                &[("AVFS_ENGINE", other)],
+            );
+            let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+            assert_eq!(doc["data"]["engine"], engine, "{doc}");
+        }
+    }
+}
+
+/// A damaged LMDB vault file is a typed `corrupt_vault`, never a crash: cut short (LMDB maps
+/// the file, so a missing page would be a SIGBUS), a header overwritten, pages of noise.
+#[test]
+fn a_damaged_lmdb_vault_is_corrupt_vault_not_a_crash() {
+    if !cfg!(feature = "lmdb") {
+        return;
+    }
+    let env = Env::new();
+    let (made, _) = env.json(None, &["vault", "create", "v", "--engine", "lmdb"]);
+    let file = std::path::PathBuf::from(made["data"]["path"].as_str().unwrap());
+    for i in 0..200 {
+        env.write(
+            "v",
+            &format!("d/f{i}.txt"),
+            format!("content {i}").as_bytes(),
+        );
+    }
+    let good = std::fs::read(&file).unwrap();
+    let damaged = |what: &str, bytes: &[u8]| {
+        std::fs::write(&file, bytes).unwrap();
+        let (ls, code) = env.json(Some("v"), &["ls", "/d"]);
+        let (check, check_code) = env.json(Some("v"), &["vault", "check"]);
+        assert_eq!(check["error"]["kind"], "corrupt_vault", "{what}: {check}");
+        assert_eq!(check_code, 7, "{what}");
+        // A read may still succeed where the damage is not on its way; it never crashes.
+        assert!(
+            code == 0 || ls["error"]["kind"] == "corrupt_vault",
+            "{what}: {ls}"
+        );
+    };
+    damaged("cut in half", &good[..good.len() / 2]);
+    damaged("cut to the header", &good[..100]);
+    let mut header = good.clone();
+    header[16..32].copy_from_slice(b"garbage garbage!");
+    damaged("meta page overwritten", &header);
+    let mut noise = good.clone();
+    for (i, b) in noise[5 * 4096..9 * 4096].iter_mut().enumerate() {
+        *b = (i * 7919 % 251) as u8;
+    }
+    damaged("pages of noise", &noise);
+    std::fs::write(&file, &good).unwrap();
+    assert_eq!(env.data("v", &["vault", "check"])["ok"], true);
+}
+
+/// A build without the `lmdb` feature, given an LMDB vault, says which feature it needs
+/// (`unsupported_engine`, exit 7) and leaves the file alone. CI points
+/// `AVFS_TEST_BIN_WITHOUT_LMDB` at its default-features release binary.
+#[test]
+fn a_build_without_lmdb_names_the_feature_an_lmdb_vault_needs() {
+    if !cfg!(feature = "lmdb") {
+        return; // this build cannot make the vault; the test above covers `create`
+    }
+    let Ok(other) = std::env::var("AVFS_TEST_BIN_WITHOUT_LMDB") else {
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIP a_build_without_lmdb_names_the_feature_an_lmdb_vault_needs: AVFS_TEST_BIN_WITHOUT_LMDB is not set"
+        );
+        return;
+    };
+    let env = Env::new();
+    let (made, _) = env.json(None, &["vault", "create", "v", "--engine", "lmdb"]);
+    let file = std::path::PathBuf::from(made["data"]["path"].as_str().unwrap());
+    env.write("v", "a.txt", b"kept\n");
+    let before = std::fs::read(&file).unwrap();
+    for args in [
+        &["ls", "/"][..],
+        &["write", "b.txt", "x"],
+        &["vault", "info"],
+    ] {
+        let out = std::process::Command::new(&other)
+            .env("AVFS_HOME", env.home())
+            .args(["--json", "--workspace", "v"])
+            .args(args)
+            .output()
+            .unwrap();
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(
+            doc["error"]["kind"], "unsupported_engine",
+            "{args:?}: {doc}"
+        );
+        assert_eq!(doc["error"]["details"]["engine"], "lmdb");
+        assert_eq!(doc["error"]["details"]["feature"], "lmdb");
+        assert_eq!(out.status.code(), Some(7), "{doc}");
+    }
+    assert_eq!(
+        std::fs::read(&file).unwrap(),
+        before,
+        "the vault file is untouched"
+    );
+    assert_eq!(env.cat("v", "a.txt"), b"kept\n");
+}
