@@ -8,6 +8,8 @@
 //!
 //! Small cases (24 per property, at most 12 operations each) so the suite runs in seconds.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -39,7 +41,7 @@ fn actor() -> Actor {
 
 fn fixture() -> Fixture {
     let dir = tempfile::tempdir().unwrap();
-    let vault = Vault::create(&dir.path().join("props.avfs")).unwrap();
+    let vault = Vault::create_in(&dir.path().join("props.avfs"), common::test_engine()).unwrap();
     let main = vault.workspace("main", actor()).unwrap();
     Fixture {
         vault,

@@ -3,6 +3,8 @@
 //! must agree after every step: same tree, same contents, same totals, and the same
 //! success or error kind for every operation.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -418,7 +420,7 @@ proptest! {
 
 /// A new vault in `dir`, with group commit on or off, and its main workspace.
 fn main_of_new_vault(dir: &std::path::Path, batching: bool) -> (Arc<Vault>, Workspace) {
-    let vault = Vault::create(&dir.join("test.avfs")).unwrap();
+    let vault = Vault::create_in(&dir.join("test.avfs"), common::test_engine()).unwrap();
     vault.set_batching(batching).unwrap();
     let actor = Actor {
         actor: "test".into(),

@@ -20,3 +20,9 @@ pub mod wait;
 
 pub use cli::*;
 pub use host::*;
+
+/// The engine library-level tests make their vaults in: `AVFS_ENGINE` (the binary reads the
+/// same variable), else SQLite.
+pub fn test_engine() -> agentvfs::store::Engine {
+    skip::engine().parse().expect("AVFS_ENGINE names an engine")
+}
