@@ -284,6 +284,14 @@ pub trait StoreWrite: StoreRead {
     fn append_op(&mut self, rec: &OpRecord) -> Result<i64>;
     fn delete_op(&mut self, id: i64) -> Result<()>;
     fn append_audit(&mut self, rec: &AuditRecord) -> Result<i64>;
+
+    /// Copying a vault into another engine (`vault migrate`): store each record under the
+    /// id it has, so op ids (exec ids), workspace ids and checkpoint ids survive, and move
+    /// the engine's id counters past it.
+    fn copy_workspace(&mut self, rec: &WorkspaceRecord) -> Result<()>;
+    fn copy_checkpoint(&mut self, rec: &CheckpointRecord) -> Result<()>;
+    fn copy_op(&mut self, rec: &OpRecord) -> Result<()>;
+    fn copy_audit(&mut self, rec: &AuditRecord) -> Result<()>;
 }
 
 /// A vault's storage engine. Closures run inside one read snapshot or one write transaction;

@@ -18,6 +18,8 @@
 //!   that use them, so kill -9 never reuses an id) and running totals (object count and
 //!   bytes, overlay sizes), so no question about the whole vault scans it.
 
+mod read;
+mod rows;
 mod tx;
 
 use std::collections::HashMap;
@@ -27,7 +29,8 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use heed::types::Bytes;
 use heed::{Database, Env, EnvFlags, EnvOpenOptions, WithoutTls};
 
-use self::tx::{Reader, Writer};
+use self::read::Reader;
+use self::tx::Writer;
 use super::sqlite::FORMAT_VERSION;
 use super::{Engine, Store, StoreRead, StoreWrite};
 use crate::error::{Error, Result};

@@ -474,6 +474,84 @@ impl StoreWrite for Tx<'_> {
         Ok(())
     }
 
+    fn copy_workspace(&mut self, rec: &WorkspaceRecord) -> Result<()> {
+        self.0.execute(
+            "INSERT INTO workspaces(id, name, base, parent, fork_root, fork_checkpoint, created_at, files, bytes)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+            params![
+                rec.id,
+                rec.name,
+                &rec.base.0[..],
+                rec.parent,
+                rec.base_root.as_ref().map(|i| i.0.to_vec()),
+                rec.fork_checkpoint,
+                rec.created_at,
+                rec.files,
+                rec.bytes
+            ],
+        )?;
+        Ok(())
+    }
+
+    fn copy_checkpoint(&mut self, rec: &CheckpointRecord) -> Result<()> {
+        self.0.execute(
+            "INSERT INTO checkpoints(id, ws, name, root, message, created_at, files, bytes, auto)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+            params![
+                rec.id,
+                rec.workspace,
+                rec.name,
+                &rec.root.0[..],
+                rec.message,
+                rec.created_at,
+                rec.files,
+                rec.bytes,
+                rec.auto
+            ],
+        )?;
+        Ok(())
+    }
+
+    fn copy_op(&mut self, rec: &OpRecord) -> Result<()> {
+        self.0.execute(
+            "INSERT INTO ops(id, ws, at, kind, description, root_before, root_after, target, extra)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+            params![
+                rec.id,
+                rec.workspace,
+                rec.at,
+                rec.kind,
+                rec.description,
+                rec.root_before.as_ref().map(|i| i.0.to_vec()),
+                rec.root_after.as_ref().map(|i| i.0.to_vec()),
+                rec.target,
+                rec.extra
+            ],
+        )?;
+        Ok(())
+    }
+
+    fn copy_audit(&mut self, rec: &AuditRecord) -> Result<()> {
+        let paths = serde_json::to_string(&rec.paths).map_err(|e| Error::Storage(e.to_string()))?;
+        self.0.execute(
+            "INSERT INTO audit(id, at, actor, source, workspace, operation, paths, result, detail, step)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+            params![
+                rec.id,
+                rec.at,
+                rec.actor,
+                rec.source,
+                rec.workspace,
+                rec.operation,
+                paths,
+                rec.result,
+                rec.detail,
+                rec.step
+            ],
+        )?;
+        Ok(())
+    }
+
     fn append_audit(&mut self, rec: &AuditRecord) -> Result<i64> {
         let mut stmt = self.0.prepare_cached(
             "INSERT INTO audit(at, actor, source, workspace, operation, paths, result, detail, step)
