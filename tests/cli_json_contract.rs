@@ -126,6 +126,17 @@ fn every_command_in_the_schema_is_exercised_and_valid() {
 
     env.data(&["vault", "fork", "c", "f", "--use"]);
     env.data(&["vault", "check"]);
+    // migrate needs a second engine in the build (the `lmdb` feature, as CI builds).
+    if cfg!(feature = "lmdb") {
+        let to = if common::skip::engine() == "lmdb" {
+            "sqlite"
+        } else {
+            "lmdb"
+        };
+        env.data(&["vault", "migrate", "other", "--to", to]);
+    } else {
+        exempt.insert("vault migrate".to_string());
+    }
     env.data(&["vault", "delete", "other", "--yes"]);
     env.data(&["schema"]);
     env.data(&["completions", "bash"]);

@@ -217,3 +217,184 @@ fn a_build_without_lmdb_names_the_feature_an_lmdb_vault_needs() {
     );
     assert_eq!(env.cat("v", "a.txt"), b"kept\n");
 }
+
+/// `vault migrate` moves a vault between engines both ways with everything in it: files of
+/// every fork, checkpoints (restorable), the op log with its ids (an exec id still rolls
+/// back), the audit log, quotas; the copy is verified and swapped in, and the old engine's
+/// side files are gone.
+#[test]
+fn migrate_moves_a_vault_between_engines_both_ways_with_everything() {
+    let engines = built();
+    if engines.len() < 2 {
+        return; // one engine: nothing to move between (the typed errors are tested below)
+    }
+    let env = Env::new();
+    assert_eq!(
+        env.json(None, &["vault", "create", "v", "--engine", "sqlite"])
+            .1,
+        0
+    );
+    env.write("v", "a.txt", b"one\n");
+    env.ok("v", &["checkpoint", "save", "c1"]);
+    env.fork("v", "t");
+    env.write("t", "b.txt", b"two\n");
+    env.ok("v", &["quota", "set", "--max-files", "1000"]);
+    let audit_before = env
+        .data("v", &["audit", "--limit", "1000"])
+        .as_array()
+        .unwrap()
+        .len();
+    let ops_before = env.data("t", &["op", "log", "--limit", "1000"]);
+    let exec_id = env.data("t", &["op", "log", "--limit", "1"])[0]["id"]
+        .as_i64()
+        .unwrap();
+    let mut from = "sqlite";
+    for to in ["lmdb", "sqlite", "lmdb"] {
+        let r = env.data("v", &["vault", "migrate", "v", "--to", to]);
+        assert_eq!(
+            (r["from"].as_str(), r["to"].as_str()),
+            (Some(from), Some(to)),
+            "{r}"
+        );
+        assert_eq!(r["verified"], true);
+        assert_eq!(r["copied"]["workspaces"], 2, "{r}");
+        assert_eq!(env.data("v", &["vault", "info"])["engine"], to);
+        let path = std::path::PathBuf::from(r["path"].as_str().unwrap());
+        let dir = path.parent().unwrap();
+        let mut files: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        files.sort();
+        let want: &[&str] = if to == "lmdb" {
+            &["v.avfs", "v.avfs-lock"]
+        } else {
+            &["v.avfs"]
+        };
+        assert_eq!(files, want, "{to}: no copy or old side file is left");
+        assert_eq!(env.cat("v", "a.txt"), b"one\n");
+        assert_eq!(env.cat("t", "b.txt"), b"two\n");
+        assert_eq!(
+            env.data("t", &["op", "log", "--limit", "1000"]),
+            ops_before,
+            "{to}"
+        );
+        assert_eq!(env.data("v", &["quota", "show"])["max_files"], 1000);
+        assert_eq!(env.data("v", &["vault", "check"])["ok"], true);
+        from = to;
+    }
+    // Each migration added its own audit record and kept every other.
+    let audit = env.data("v", &["audit", "--limit", "1000"]);
+    let audit = audit.as_array().unwrap();
+    assert_eq!(audit.len(), audit_before + 3, "{audit:?}");
+    assert_eq!(audit[0]["operation"], "vault.migrate");
+    // Old ids still name the same operations in the same workspaces.
+    env.ok("t", &["rm", "b.txt"]);
+    env.data("t", &["op", "restore", &exec_id.to_string()]);
+    assert_eq!(env.cat("t", "b.txt"), b"two\n");
+    env.ok("v", &["checkpoint", "restore", "c1"]);
+    assert_eq!(env.cat("v", "a.txt"), b"one\n");
+}
+
+/// Migrating to the engine a vault is in, from a fork, to an unknown engine, or while the copy
+/// cannot be made, is a typed error that leaves the vault file byte for byte as it was.
+#[test]
+fn a_migration_that_cannot_happen_leaves_the_vault_untouched() {
+    let env = Env::new();
+    assert_eq!(
+        env.json(None, &["vault", "create", "v", "--engine", "sqlite"])
+            .1,
+        0
+    );
+    env.write("v", "a.txt", b"one\n");
+    env.fork("v", "t");
+    let path =
+        std::path::PathBuf::from(env.data("v", &["vault", "info"])["path"].as_str().unwrap());
+    let before = std::fs::read(&path).unwrap();
+    for (args, code, kind) in [
+        (
+            vec!["vault", "migrate", "v", "--to", "sqlite"],
+            5,
+            "invalid_argument",
+        ),
+        (
+            vec!["vault", "migrate", "t", "--to", "sqlite"],
+            5,
+            "invalid_argument",
+        ),
+        (
+            vec!["vault", "migrate", "v", "--to", "bogus"],
+            5,
+            "invalid_argument",
+        ),
+        (
+            vec!["vault", "migrate", "nope", "--to", "sqlite"],
+            3,
+            "vault_not_found",
+        ),
+    ] {
+        env.fail(None, &args, code, kind);
+    }
+    if cfg!(feature = "lmdb") {
+        // The copy's place is taken by a directory with something in it: the copy fails
+        // before it starts, and nothing of the vault changes.
+        let blocker = std::path::PathBuf::from(format!("{}.migrating", path.display()));
+        std::fs::create_dir_all(blocker.join("x")).unwrap();
+        let (doc, code) = env.json(None, &["vault", "migrate", "v", "--to", "lmdb"]);
+        assert_ne!(code, 0, "{doc}");
+        assert_eq!(doc["ok"], false);
+        std::fs::remove_dir_all(&blocker).unwrap();
+    } else {
+        env.fail(
+            None,
+            &["vault", "migrate", "v", "--to", "lmdb"],
+            7,
+            "unsupported_engine",
+        );
+    }
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        before,
+        "the vault file is untouched"
+    );
+    assert_eq!(env.data("v", &["vault", "info"])["engine"], "sqlite");
+    assert_eq!(env.cat("t", "a.txt"), b"one\n");
+}
+
+/// A vault a mount is serving is not migrated: the mount would go on writing to the file
+/// being replaced.
+#[test]
+fn migrate_refuses_a_mounted_vault() {
+    if !common::skip::require_fuse() {
+        return;
+    }
+    let env = Env::new();
+    assert_eq!(
+        env.json(None, &["vault", "create", "v", "--engine", "sqlite"])
+            .1,
+        0
+    );
+    let mnt = env.host("mnt");
+    std::fs::create_dir_all(&mnt).unwrap();
+    env.ok("v", &["mount", "v", mnt.to_str().unwrap()]);
+    let target = if cfg!(feature = "lmdb") {
+        "lmdb"
+    } else {
+        "sqlite"
+    };
+    let (doc, code) = env.json(None, &["vault", "migrate", "v", "--to", target]);
+    env.ok("v", &["unmount", mnt.to_str().unwrap()]);
+    assert_eq!(
+        (code, doc["error"]["kind"].as_str()),
+        (5, Some("invalid_argument")),
+        "{doc}"
+    );
+    if cfg!(feature = "lmdb") {
+        assert!(
+            doc["error"]["message"].as_str().unwrap().contains("in use"),
+            "{doc}"
+        );
+    }
+    assert_eq!(env.data("v", &["vault", "info"])["engine"], "sqlite");
+}

@@ -56,6 +56,10 @@ const EXAMPLES: &[(&str, &str)] = &[
     ),
     ("vault check", "avfs vault check\navfs --json vault check"),
     (
+        "vault migrate",
+        "avfs vault migrate demo --to lmdb\navfs vault migrate demo --to sqlite",
+    ),
+    (
         "checkpoint save",
         "avfs checkpoint save\navfs checkpoint save before-agent -m 'clean tree'",
     ),

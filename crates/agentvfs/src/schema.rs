@@ -190,6 +190,10 @@ pub fn commands() -> Vec<(&'static str, Value)> {
         ("vault delete", s::<DeleteReport>()),
         ("vault fork", s::<ForkOutput>()),
         ("vault check", s::<CheckReport>()),
+        (
+            "vault migrate",
+            s::<crate::service::migrate::MigrateReport>(),
+        ),
         ("checkpoint save", s::<CheckpointInfo>()),
         ("checkpoint list", s::<Vec<CheckpointInfo>>()),
         ("checkpoint info", s::<CheckpointInfo>()),

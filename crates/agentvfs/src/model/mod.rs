@@ -14,6 +14,7 @@ pub mod id {
 mod inode;
 pub mod limits;
 pub mod merge;
+pub mod migrate;
 pub mod node;
 mod oplog;
 pub mod origin;
@@ -29,7 +30,9 @@ pub use oplog::{OpInfo, PruneReport};
 pub use origin::Origin;
 pub use quota::Quota;
 pub use retention::DEFAULT_KEEP_AUTO;
-pub use vault::{CheckpointInfo, ForkInfo, GcReport, StatsReport, Vault, VaultInfo, fork_key};
+pub use vault::{
+    CheckpointInfo, ForkInfo, GcReport, MAIN, StatsReport, Vault, VaultInfo, fork_key,
+};
 pub use view::{Child, View};
 pub use workspace::{Actor, BatchEnd, Edit, LoggedOp, PathVersion, Workspace, WriteOptions};
 

@@ -64,6 +64,11 @@ impl VPath {
         self.0.is_empty()
     }
 
+    /// A path as the store keeps it (`as_str` of a parsed one), taken back without parsing.
+    pub(crate) fn from_stored(stored: &str) -> Self {
+        VPath(stored.to_string())
+    }
+
     pub fn as_str(&self) -> &str {
         &self.0
     }

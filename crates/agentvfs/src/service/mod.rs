@@ -10,6 +10,7 @@ pub mod files;
 pub mod git;
 pub mod history;
 pub mod maintenance;
+pub mod migrate;
 pub mod mount;
 pub mod mounter;
 pub mod mounts;

@@ -12,7 +12,7 @@ use crate::model::merge::{MergeOptions, MergeReport};
 use crate::model::{Actor, CheckReport, ForkInfo, Problem, Vault, VaultInfo, Workspace};
 use crate::store::Engine;
 
-const MAIN: &str = "main";
+use crate::model::MAIN;
 
 /// What a selector resolved to.
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
@@ -153,7 +153,7 @@ impl WorkspaceService {
 
     /// Open the vault file of `target`. A registered vault whose file no longer reads as
     /// one is damaged (`corrupt_vault`), not a stranger's file (`not_a_vault`).
-    fn open_vault(&self, target: &Target) -> Result<Arc<Vault>> {
+    pub(super) fn open_vault(&self, target: &Target) -> Result<Arc<Vault>> {
         Vault::open(&target.path).map_err(|e| match e {
             Error::VaultNotFound { .. } => Error::VaultNotFound {
                 name: target.name.clone(),

@@ -433,3 +433,66 @@ fn a_vault_reopens_in_the_engine_that_made_it() {
         drop(d);
     }
 }
+
+#[test]
+fn a_store_copies_into_every_engine_with_its_ids_and_verifies() {
+    use crate::model::migrate::{copy_store, verify_copy};
+    let built: Vec<Engine> = [Engine::Sqlite, Engine::Lmdb]
+        .into_iter()
+        .filter(|e| e.built())
+        .collect();
+    for from in &built {
+        for to in &built {
+            let dir = tempfile::tempdir().unwrap();
+            let src = create_store(&dir.path().join("a.avfs"), *from).unwrap();
+            let w1 = src
+                .write(|w| {
+                    let w1 = w.insert_workspace(&ws("main"))?;
+                    w.overlay_put(w1, "", "", Some(b"root"))?;
+                    w.overlay_put(w1, "d", "", Some(b"dir"))?;
+                    w.overlay_put(w1, "d/f", "d", None)?;
+                    w.insert_checkpoint(&cp(w1, "c", true))?;
+                    for n in 1..=3 {
+                        w.append_op(&op(w1, n))?;
+                    }
+                    w.append_audit(&audit(5, false))?;
+                    w.append_audit(&audit(6, true))?;
+                    w.set_setting("quota.max_files", Some("10"))?;
+                    w.put_object(&crate::model::node::object_id(1, b"x"), 1, b"x")?;
+                    Ok(w1)
+                })
+                .unwrap();
+            // An id gap (a deleted op) must survive the copy too.
+            let second = src.read(|r| r.ops(None, 3)).unwrap()[1].id;
+            src.write(|w| w.delete_op(second)).unwrap();
+            let dst = create_store(&dir.path().join("b.avfs"), *to).unwrap();
+            let counts = src
+                .read(|r| copy_store(r, &*dst, &mut |_, _, _| {}))
+                .unwrap_or_else(|e| panic!("{from:?} -> {to:?}: {e}"));
+            assert_eq!(
+                (counts.objects, counts.ops, counts.audit_records),
+                (1, 2, 2)
+            );
+            src.read(|r| dst.read(|c| verify_copy(r, c, &mut |_, _, _| {})))
+                .unwrap_or_else(|e| panic!("{from:?} -> {to:?}: {e}"));
+            let ids: Vec<i64> = dst
+                .read(|r| r.ops(Some(w1), 10))
+                .unwrap()
+                .iter()
+                .map(|o| o.id)
+                .collect();
+            assert!(
+                !ids.contains(&second) && ids.len() == 2,
+                "{from:?} -> {to:?}: {ids:?}"
+            );
+            // The copy's counters are past every copied id.
+            let next = dst.write(|w| w.append_op(&op(w1, 9))).unwrap();
+            assert!(next > *ids.iter().max().unwrap(), "{from:?} -> {to:?}");
+            // A copy that lost something does not verify.
+            dst.write(|w| w.set_setting("quota.max_files", Some("11")))
+                .unwrap();
+            let e = src.read(|r| dst.read(|c| verify_copy(r, c, &mut |_, _, _| {})));
+            assert!(e.is_err(), "{from:?} -> {to:?}");
+        }
+    }
+}

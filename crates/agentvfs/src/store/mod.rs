@@ -57,7 +57,7 @@ impl Engine {
         }
     }
 
-    fn unsupported(self, path: &Path) -> Error {
+    pub(crate) fn unsupported(self, path: &Path) -> Error {
         Error::UnsupportedEngine {
             path: path.to_path_buf(),
             engine: self.name().into(),

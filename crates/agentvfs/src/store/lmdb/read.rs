@@ -22,11 +22,22 @@ impl<'t> Reader<'t> {
     }
 
     pub(super) fn get(&self, db: &Db, key: &[u8]) -> Result<Option<&'t [u8]>> {
+        if key.is_empty() {
+            return Ok(None); // no record has an empty key (LMDB refuses one)
+        }
         db.get(self.txn, key).map_err(heed_error)
     }
 
     /// Every (key, value) whose key starts with `prefix`, in key order.
     pub(super) fn scan(&self, db: &Db, prefix: &[u8]) -> Result<Vec<(&'t [u8], &'t [u8])>> {
+        // LMDB takes no empty key, not even as a cursor position: the whole table instead.
+        if prefix.is_empty() {
+            return db
+                .iter(self.txn)
+                .map_err(heed_error)?
+                .map(|kv| kv.map_err(heed_error))
+                .collect();
+        }
         db.prefix_iter(self.txn, prefix)
             .map_err(heed_error)?
             .map(|kv| kv.map_err(heed_error))

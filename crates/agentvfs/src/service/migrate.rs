@@ -1,0 +1,145 @@
+//! `vault migrate`: move a vault into another storage engine. The whole store is copied into
+//! a new file beside the vault while a write transaction holds the vault still, the copy is
+//! checked (every object re-hashed, every record compared), and only then is it renamed over
+//! the vault file, one atomic step. Until that rename the vault file is never written; on any
+//! failure the new file is removed and the vault is as it was.
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use super::session;
+use super::workspace::WorkspaceService;
+use crate::error::{Error, Result};
+use crate::model::MAIN;
+use crate::model::migrate::{CopyCounts, Progress, copy_store, verify_copy};
+use crate::store::{Engine, companion_files, create_store};
+
+/// What `vault migrate` did.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct MigrateReport {
+    /// The vault's registered name.
+    pub name: String,
+    pub path: String,
+    pub from: Engine,
+    pub to: Engine,
+    pub copied: CopyCounts,
+    /// Always true in a report: a copy that does not verify is an error and is not swapped in.
+    pub verified: bool,
+    pub disk_bytes_before: u64,
+    pub disk_bytes_after: u64,
+}
+
+/// Remove `path` and the engine files beside it, if there.
+fn remove_all(path: &Path) -> Result<()> {
+    for p in std::iter::once(path.to_path_buf()).chain(companion_files(path)) {
+        match std::fs::remove_file(&p) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(Error::io("removing", p, e)),
+        }
+    }
+    Ok(())
+}
+
+impl WorkspaceService {
+    /// Move vault `name` (with all its forks) into engine `to`.
+    pub fn migrate(&self, name: &str, to: Engine, progress: Progress<'_>) -> Result<MigrateReport> {
+        let target = self.resolve(Some(name))?;
+        if target.workspace != MAIN {
+            return Err(Error::invalid(format!(
+                "`{name}` is a fork; migrate the vault it belongs to (its file holds every fork)"
+            )));
+        }
+        let path = target
+            .path
+            .canonicalize()
+            .map_err(|e| Error::io("resolving", &target.path, e))?;
+        if !to.built() {
+            return Err(to.unsupported(&path));
+        }
+        let busy: Vec<String> = session::all_mounts(self.registry())?
+            .into_iter()
+            .filter(|m| m.alive && m.path.canonicalize().is_ok_and(|p| p == path))
+            .map(|m| match m.session {
+                Some(s) => format!("session {s}"),
+                None => format!("mount {}", m.dir.display()),
+            })
+            .collect();
+        if !busy.is_empty() {
+            return Err(Error::invalid(format!(
+                "vault `{name}` is in use ({}): stop it first, so no write lands in the file being replaced",
+                busy.join(", ")
+            )));
+        }
+        let vault = self.open_vault(&target)?;
+        let from = vault.store.engine();
+        if from == to {
+            return Err(Error::invalid(format!(
+                "vault `{name}` is already kept in {}",
+                to.name()
+            )));
+        }
+        let dest = PathBuf::from(format!("{}.migrating", path.display()));
+        remove_all(&dest)?;
+        let disk_bytes_before = vault.store.disk_size();
+        // The write transaction keeps every other writer out while the copy is made and
+        // checked; nothing is written to the vault itself.
+        let copied = vault.store.write(|w| {
+            let dst = create_store(&dest, to)?;
+            let copied = copy_store(&*w, &*dst, &mut *progress)?;
+            dst.read(|r| verify_copy(&*w, r, &mut *progress))?;
+            dst.sync()?;
+            Ok(copied)
+        });
+        drop(vault);
+        let copied = match copied.and_then(|c| self.swap(&dest, &path).map(|()| c)) {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = remove_all(&dest);
+                return Err(e);
+            }
+        };
+        let (_, ws) = self.open(Some(name))?;
+        let report = MigrateReport {
+            name: target.name,
+            path: path.display().to_string(),
+            from,
+            to,
+            copied,
+            verified: true,
+            disk_bytes_before,
+            disk_bytes_after: ws.vault().store.disk_size(),
+        };
+        let detail = serde_json::to_string(&report).map_err(|e| Error::Storage(e.to_string()))?;
+        ws.record_audit("vault.migrate", &[], "ok", Some(detail))?;
+        Ok(report)
+    }
+
+    /// Put the checked copy at `dest` in the vault's place: the old engine's files beside
+    /// the vault go, the copy is renamed over the vault file (atomic), and the copy's own
+    /// side files (an engine recreates them) go.
+    fn swap(&self, dest: &Path, path: &Path) -> Result<()> {
+        // A SQLite copy folds its log into the file when its last connection closes (it
+        // closed above); a log still there would be lost by the rename.
+        let mut wal = dest.as_os_str().to_owned();
+        wal.push("-wal");
+        if std::fs::metadata(&wal).is_ok_and(|m| m.len() > 0) {
+            return Err(Error::Storage(
+                "the copy's write-ahead log was not folded into it; the vault is unchanged".into(),
+            ));
+        }
+        std::fs::rename(dest, path).map_err(|e| Error::io("replacing", path, e))?;
+        for p in companion_files(path)
+            .into_iter()
+            .chain(companion_files(dest))
+        {
+            match std::fs::remove_file(&p) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(Error::io("removing", p, e)),
+            }
+        }
+        Ok(())
+    }
+}
