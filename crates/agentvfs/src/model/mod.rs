@@ -21,6 +21,7 @@ pub mod origin;
 pub mod path;
 mod quota;
 pub(crate) mod retention;
+mod side_effect;
 mod vault;
 mod view;
 mod workspace;

@@ -8,6 +8,7 @@ use serde::Serialize;
 
 use super::id::ObjectId;
 use super::merge::{MergeStrategy, merge_roots};
+use super::side_effect::side_effect;
 use super::workspace::Workspace;
 use crate::error::{Error, Result};
 use crate::store::OpRecord;
@@ -65,21 +66,6 @@ fn undone_set(ops: &[OpRecord]) -> HashSet<i64> {
         }
     }
     undone
-}
-
-/// A fork merge base to restore when undoing (or redoing) a merge.
-fn side_effect(op: &OpRecord, key: &str) -> Option<(i64, ObjectId)> {
-    let extra: serde_json::Value = serde_json::from_str(op.extra.as_deref()?).ok()?;
-    let fork = extra.get("fork")?.as_i64()?;
-    let bytes = hex::decode(extra.get(key)?.as_str()?).ok()?;
-    ObjectId::from_slice(&bytes).map(|id| (fork, id))
-}
-
-/// The fork states a merge op's undo and redo put back (kept by gc while the op is).
-pub(super) fn side_effect_roots(op: &OpRecord) -> impl Iterator<Item = ObjectId> + '_ {
-    ["fork_root_before", "fork_root_after"]
-        .into_iter()
-        .filter_map(|k| side_effect(op, k).map(|(_, id)| id))
 }
 
 fn changed(op: &OpRecord) -> bool {

@@ -491,7 +491,7 @@ pub(super) fn roots(r: &dyn StoreRead) -> Result<Vec<ObjectId>> {
     for op in r.ops(None, usize::MAX >> 1)? {
         out.extend(op.root_before);
         out.extend(op.root_after);
-        out.extend(super::oplog::side_effect_roots(&op));
+        out.extend(super::side_effect::side_effect_roots(&op));
     }
     out.extend(super::origin::origin_roots(r)?);
     Ok(out)
