@@ -173,7 +173,20 @@ fn a_handback_commits_the_forks_files_and_leaves_the_host_alone() {
     assert_eq!(e["details"]["found"], base.as_str(), "{e}");
     assert_eq!(e["details"]["expected"], r2["commit"]);
     assert_eq!(git(&repo, &["rev-parse", "agent/t"]).trim(), base);
-    // A branch this fork did not make is refused too.
+    // A branch this fork did not make is refused too, and the checked-out one always.
+    git(&repo, &["branch", "other", "main"]);
+    env.fail(
+        Some("t"),
+        &[
+            "handback",
+            "--git",
+            repo.to_str().unwrap(),
+            "--branch",
+            "other",
+        ],
+        4,
+        "branch_moved",
+    );
     env.fail(
         Some("t"),
         &[
@@ -183,9 +196,10 @@ fn a_handback_commits_the_forks_files_and_leaves_the_host_alone() {
             "--branch",
             "main",
         ],
-        4,
-        "branch_moved",
+        5,
+        "invalid_argument",
     );
+    git(&repo, &["branch", "-D", "other"]);
     assert_eq!(git(&repo, &["rev-parse", "main"]).trim(), base);
     assert_eq!(host_state(&repo), before);
 
@@ -484,4 +498,93 @@ fn handback_records_are_per_branch_and_die_with_the_fork() {
     let (moved, code) = hand("t", "agent/a");
     assert_eq!(code, 4, "{moved}");
     assert_eq!(moved["error"]["kind"], "branch_moved");
+}
+
+/// A workspace imported below a path hands back from there; names git refuses are left out
+/// (listed); a branch that would clash with an existing one (`pk` beside `pk/deep`, even
+/// packed) or that a worktree has checked out is refused, and so is an empty message.
+#[test]
+fn handback_follows_the_import_path_and_refuses_what_git_refuses() {
+    if !require_tool("git") {
+        return;
+    }
+    let env = Env::new();
+    let repo = repo(&env);
+    let base = git(&repo, &["rev-parse", "HEAD"]).trim().to_string();
+    env.create("v");
+    let spec = format!("{}@main", repo.display());
+    env.data("v", &["import", "--git", &spec, "/src"]);
+    env.fork("v", "t");
+    env.write("t", "src/README.md", b"# edited\n");
+    env.write("t", "outside.txt", b"not the repository's\n");
+    for bad in [".GIT/config", "d/.Git/config", "d/.git. /x", "GIT~1/x"] {
+        env.write("t", &format!("src/{bad}"), b"x");
+    }
+    let r = env.data(
+        "t",
+        &[
+            "handback",
+            "--git",
+            repo.to_str().unwrap(),
+            "--branch",
+            "agent/p",
+        ],
+    );
+    let skipped: Vec<&str> = r["skipped"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert_eq!(skipped.len(), 4, "{r}");
+    let changed = git(&repo, &["diff", "--name-status", &base, "agent/p"]);
+    assert_eq!(
+        changed.trim(),
+        "M\tREADME.md",
+        "only the edit, at the repository's paths"
+    );
+    git(&repo, &["fsck", "--strict"]);
+
+    // Clashing names: refused before anything is written, packed refs included.
+    git(&repo, &["branch", "pk/deep", "main"]);
+    git(&repo, &["pack-refs", "--all"]);
+    for clash in ["pk", "agent/p/sub"] {
+        let e = env.fail(
+            Some("t"),
+            &[
+                "handback",
+                "--git",
+                repo.to_str().unwrap(),
+                "--branch",
+                clash,
+            ],
+            5,
+            "invalid_argument",
+        );
+        assert!(e["message"].as_str().unwrap().contains("clashes"), "{e}");
+    }
+    env.fail(
+        Some("t"),
+        &[
+            "handback",
+            "--git",
+            repo.to_str().unwrap(),
+            "--branch",
+            "agent/q",
+            "-m",
+            "  ",
+        ],
+        5,
+        "invalid_argument",
+    );
+    let refs = git(&repo, &["for-each-ref", "--format=%(refname)"]);
+    assert_eq!(
+        refs.lines().collect::<Vec<_>>(),
+        [
+            "refs/heads/agent/p",
+            "refs/heads/main",
+            "refs/heads/pk/deep"
+        ]
+    );
+    git(&repo, &["fsck", "--strict"]);
 }

@@ -277,3 +277,38 @@ fn undo_of_merge_allows_merging_again() {
     );
     assert_eq!(env.cat("m", "feature.txt"), b"feature\n");
 }
+
+/// Merging a fork into a sibling leaves the fork's base alone, so its changes still reach its
+/// parent; undoing a merge moves back only the fork that was merged, never a new fork that
+/// got a deleted one's id.
+#[test]
+fn a_merge_elsewhere_and_an_undo_after_a_fork_was_remade_touch_only_their_own_fork() {
+    let env = Env::new();
+    env.create("p");
+    env.write("p", "a.txt", b"a\n");
+    env.fork("p", "t");
+    env.fork("p", "s");
+    env.write("t", "b.txt", b"b\n");
+    env.data("p", &["merge", "t", "--into", "s"]);
+    assert_eq!(env.cat("s", "b.txt"), b"b\n");
+    let m = env.data("p", &["merge", "t"]);
+    assert_eq!(common::history::changed_paths(&m), ["/b.txt"], "{m}");
+    assert_eq!(env.cat("p", "b.txt"), b"b\n");
+
+    env.ok("p", &["vault", "delete", "t", "--yes"]);
+    env.ok("p", &["vault", "delete", "s", "--yes"]);
+    env.fork("p", "t2");
+    env.write("t2", "c.txt", b"c\n");
+    let before = env.data("t2", &["diff", "@base", "--name-status"]);
+    env.ok("p", &["undo"]);
+    let after = env.data("t2", &["diff", "@base", "--name-status"]);
+    assert_eq!(
+        after["changes"], before["changes"],
+        "undo left t2's base alone"
+    );
+    assert_eq!(
+        common::history::changed_paths(&after),
+        ["/c.txt"],
+        "{after}"
+    );
+}

@@ -434,17 +434,23 @@ impl Vault {
             let applied = !dry_run;
             if applied {
                 e.reset_to_root(merged_root)?;
-                // The fork's base becomes what was taken, so changes left out (ignored
-                // ones) stay pending in the fork for a later `merge --include-ignored`.
-                e.w.set_base_root(f.id, &taken)?;
-                e.op_extra = Some(
-                    serde_json::json!({
-                        "fork": f.id,
-                        "fork_root_before": base_root.to_hex(),
-                        "fork_root_after": taken.to_hex(),
-                    })
-                    .to_string(),
-                );
+                // Merged into its parent, the fork's base becomes what was taken, so changes
+                // left out (ignored ones) stay pending in the fork for a later
+                // `merge --include-ignored`. Merged elsewhere (a sibling), the fork's base is
+                // left alone: its changes have not reached its parent.
+                if f.parent.as_deref() == Some(e.ws.name.as_str()) {
+                    e.w.set_base_root(f.id, &taken)?;
+                    e.op_extra = Some(
+                        serde_json::json!({
+                            "fork": f.id,
+                            "fork_name": f.name,
+                            "fork_created_at": f.created_at,
+                            "fork_root_before": base_root.to_hex(),
+                            "fork_root_after": taken.to_hex(),
+                        })
+                        .to_string(),
+                    );
+                }
                 e.describe(format!("merge {fork} into {}", e.ws.name));
             }
             Ok(MergeReport {

@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use super::id::ObjectId;
 use super::merge::{MergeStrategy, merge_roots};
-use super::side_effect::side_effect;
+use super::side_effect::{is_merged_fork, side_effect};
 use super::workspace::Workspace;
 use crate::error::{Error, Result};
 use crate::store::OpRecord;
@@ -110,6 +110,7 @@ impl Workspace {
                 goal: revert_of(target).ok_or(Error::NothingToUndo)?,
                 target: Some(target.id),
                 base_root: side_effect(target, "fork_root_before"),
+                merge_op: Some(target.clone()),
                 description: format!("undo #{} {}", target.id, target.kind),
             })
         })
@@ -132,14 +133,18 @@ impl Workspace {
                 }
             }
             let undo = found.ok_or(Error::NothingToRedo)?;
-            let base_root = undo
+            let merge_op = undo
                 .target
                 .and_then(|t| ops.iter().find(|o| o.id == t))
+                .cloned();
+            let base_root = merge_op
+                .as_ref()
                 .and_then(|o| side_effect(o, "fork_root_after"));
             Ok(Plan {
                 goal: revert_of(undo).ok_or(Error::NothingToRedo)?,
                 target: Some(undo.id),
                 base_root,
+                merge_op,
                 description: format!("redo #{} (undo #{})", undo.target.unwrap_or(0), undo.id),
             })
         })
@@ -206,6 +211,7 @@ impl Workspace {
                 goal: revert_of(op).ok_or(Error::OperationNotFound { id: op.id })?,
                 target: Some(op.id),
                 base_root: None,
+                merge_op: None,
                 description: format!("rollback #{} {}", op.id, op.description),
             })
         })
@@ -230,6 +236,7 @@ impl Workspace {
                 goal: Goal::State(op.root_after.ok_or(Error::OperationNotFound { id })?),
                 target: None,
                 base_root: None,
+                merge_op: None,
                 description: format!("restore to after #{id}"),
             })
         })
@@ -264,8 +271,16 @@ impl Workspace {
                 }
             };
             e.reset_to_root(root)?;
-            if let Some((fork, base)) = plan.base_root {
-                e.w.set_base_root(fork, &base)?;
+            if let (Some((fork, base)), Some(op)) = (plan.base_root, &plan.merge_op) {
+                // Only the fork that was merged: one deleted since is left alone, and so is
+                // a new fork that got its id.
+                let same =
+                    e.w.workspaces()?
+                        .iter()
+                        .any(|w| w.id == fork && is_merged_fork(op, w));
+                if same {
+                    e.w.set_base_root(fork, &base)?;
+                }
             }
             e.undo_target = plan.target;
             e.describe(plan.description);
@@ -300,6 +315,8 @@ struct Plan {
     goal: Goal,
     target: Option<i64>,
     base_root: Option<(i64, ObjectId)>,
+    /// The merge entry `base_root` comes from.
+    merge_op: Option<OpRecord>,
     description: String,
 }
 

@@ -134,6 +134,7 @@ fn write_tree(
     rules: &IgnoreRules<'_, '_>,
     dir: &VPath,
     parent: Option<gix::ObjectId>,
+    top: bool,
     out: &mut TreeCount,
 ) -> Result<Option<gix::ObjectId>> {
     let write = |e: gix::object::write::Error| git_error("writing a git object", e);
@@ -144,6 +145,13 @@ fn write_tree(
         let node = &child.node;
         let filename = BString::from(child.name.as_bytes());
         let before = tracked.remove(&filename);
+        if git_refuses(&child.name) {
+            if !(dir.is_root() && child.name == ".git") {
+                out.skipped
+                    .push(format!("{}: a name git refuses", path.display()));
+            }
+            continue;
+        }
         if before.is_none() && rules.is_ignored(&path, node.is_dir())? {
             continue;
         }
@@ -154,7 +162,7 @@ fn write_tree(
             }
             (NodeKind::Dir { .. }, before) => {
                 let sub = before.filter(|(k, _)| *k == EntryKind::Tree).map(|b| b.1);
-                match write_tree(repo, view, rules, &path, sub, out)? {
+                match write_tree(repo, view, rules, &path, sub, false, out)? {
                     Some(id) => (EntryKind::Tree, id),
                     None => continue,
                 }
@@ -207,12 +215,19 @@ fn write_tree(
             });
         }
     }
-    if entries.is_empty() && !dir.is_root() {
+    if entries.is_empty() && !top {
         return Ok(None);
     }
     entries.sort();
     let tree = gix::objs::Tree { entries };
     Ok(Some(repo.write_object(&tree).map_err(write)?.detach()))
+}
+
+/// Names `git add` refuses to put in a tree (its `.git` in any case, with trailing spaces or
+/// dots, and the 8.3 short name `git~1`): a tree holding one fails `fsck` and checkout.
+fn git_refuses(name: &str) -> bool {
+    let lower = name.to_ascii_lowercase();
+    lower.trim_end_matches([' ', '.']) == ".git" || lower == "git~1"
 }
 
 /// What `write_tree` counted on the way.
@@ -236,6 +251,60 @@ fn lock_repo(repo: &gix::Repository) -> Result<std::fs::File> {
             Err(e) => return Err(Error::io("locking", dir, e.into())),
         }
     }
+}
+
+/// Whether host directory `host` (an origin's) is the repository's worktree or directory.
+fn same_dir(host: &str, repo: &gix::Repository) -> bool {
+    let canon = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+    let host = canon(Path::new(host));
+    host == repo_path(repo) || host == canon(repo.git_dir())
+}
+
+/// Refuse a branch name that cannot live beside the repository's refs: one an existing
+/// branch is below (`a` when `a/b` exists) or above (`a/b` when `a` exists), which git
+/// refuses too, and the branch a worktree has checked out (moving it would leave that
+/// worktree's index showing the reverse of the commit).
+fn check_branch_free(repo: &gix::Repository, full: &str) -> Result<()> {
+    let refs = repo
+        .references()
+        .map_err(|e| git_error("reading the refs", e))?;
+    let below = format!("{full}/");
+    for r in refs
+        .all()
+        .map_err(|e| git_error("reading the refs", e))?
+        .flatten()
+    {
+        let name = r.name().as_bstr().to_string();
+        if name.starts_with(&below)
+            || (full.starts_with(&format!("{name}/")) && name.starts_with("refs/heads/"))
+        {
+            return Err(Error::invalid(format!(
+                "branch `{full}` cannot be made: it clashes with the existing `{name}` (a branch cannot be both a name and a directory of names)"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The branches checked out in the repository's worktrees (its main one and linked ones).
+fn checked_out(repo: &gix::Repository) -> Vec<String> {
+    let mut heads = Vec::new();
+    let mut read = |head: PathBuf| {
+        if let Ok(text) = std::fs::read_to_string(head)
+            && let Some(r) = text.trim().strip_prefix("ref: ")
+        {
+            heads.push(r.to_string());
+        }
+    };
+    if repo.workdir().is_some() {
+        read(repo.common_dir().join("HEAD"));
+    }
+    if let Ok(dirs) = std::fs::read_dir(repo.common_dir().join("worktrees")) {
+        for d in dirs.flatten() {
+            read(d.path().join("HEAD"));
+        }
+    }
+    heads
 }
 
 fn signature(repo: &gix::Repository, ws: &Workspace) -> gix::actor::Signature {
@@ -275,6 +344,11 @@ pub fn handback(
             "`{branch}` is not a branch name: hand back to a branch (refs/heads/…), not HEAD, a tag or another ref"
         )));
     }
+    if message.is_some_and(|m| m.trim().is_empty()) {
+        return Err(Error::invalid(
+            "the commit message is empty: give one with -m, or leave -m out for the default",
+        ));
+    }
     let full = format!("refs/heads/{short}");
     let name: gix::refs::FullName = full
         .as_str()
@@ -294,6 +368,14 @@ pub fn handback(
         .map(|mut r| r.peel_to_id().map(|id| id.detach()))
         .transpose()
         .map_err(|e| git_error("reading the branch", e))?;
+    if checked_out(&repo).contains(&full) {
+        return Err(Error::invalid(format!(
+            "branch `{full}` is checked out in the repository's worktree: hand back to another branch (git refuses to move a checked-out branch too)"
+        )));
+    }
+    if tip.is_none() {
+        check_branch_free(&repo, &full)?;
+    }
     let (parent, expected) = match (tip, &last) {
         (Some(tip), Some(l)) if tip.to_string() == l.commit => (
             Some(tip),
@@ -325,10 +407,16 @@ pub fn handback(
             .ok()
             .map(|t| t.detach())
     });
+    // The repository's files are where the workspace took them from: the import's
+    // workspace path when it came from this repository, else the workspace's root.
+    let top = match ws.origin()? {
+        Some(o) if same_dir(&o.host, &repo) => VPath::parse(&o.prefix)?,
+        _ => VPath::root(),
+    };
     let mut count = TreeCount::default();
     let tree = ws.read(|view| {
         let rules = IgnoreRules::new(view);
-        write_tree(&repo, view, &rules, &VPath::root(), parent_tree, &mut count)
+        write_tree(&repo, view, &rules, &top, parent_tree, true, &mut count)
     })?;
     let tree = tree.expect("the root is always a tree");
     let mut report = HandbackReport {
