@@ -1,7 +1,10 @@
 //! Criterion benchmarks of the vault engine through the library API.
 //!
-//! Run: `cargo bench --bench engine` (whole suite, a few minutes on 2 cores), or a part of it
-//! with a filter, e.g. `cargo bench --bench engine -- 'fork|checkpoint'`.
+//! Run: `cargo bench --bench engine` (whole suite, a few minutes on 2 cores per engine), or a
+//! part of it with a filter, e.g. `cargo bench --bench engine -- 'fork|checkpoint'`. Every
+//! benchmark runs once per storage engine built in (`--features lmdb` adds LMDB), its id
+//! starting with the engine: `sqlite/fork/1000`, `lmdb/fork/1000`.
+//! `AVFS_BENCH_ENGINES=lmdb` measures only the engines named.
 //!
 //! Groups:
 //! - `write/{1KiB,64KiB,1MiB}`: one `Workspace::edit` writing one file (new content each
@@ -40,9 +43,8 @@ use std::time::{Duration, Instant};
 use agentvfs::model::path::VPath;
 use agentvfs::model::{Actor, Vault, Workspace, WriteOptions};
 use agentvfs::service::transfer::{self, ImportOptions};
-use criterion::{
-    BenchmarkId, Criterion, SamplingMode, Throughput, criterion_group, criterion_main,
-};
+use agentvfs::store::{Engine, companion_files};
+use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput};
 use tempfile::TempDir;
 
 const KIB: usize = 1024;
@@ -80,7 +82,7 @@ fn tempdir() -> TempDir {
 
 fn fixture() -> Fixture {
     let dir = tempdir();
-    let vault = Vault::create(&dir.path().join("bench.avfs")).expect("create vault");
+    let vault = Vault::create_in(&dir.path().join("bench.avfs"), engine()).expect("create vault");
     let ws = vault.workspace("main", actor()).expect("main workspace");
     Fixture {
         vault,
@@ -92,9 +94,35 @@ fn fixture() -> Fixture {
 fn vault_bytes(f: &Fixture) -> u64 {
     let p = f.vault.path();
     let size = |p: &Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
-    let mut wal = p.as_os_str().to_owned();
-    wal.push("-wal");
-    size(p) + size(Path::new(&wal))
+    size(p) + companion_files(p).iter().map(|c| size(c)).sum::<u64>()
+}
+
+/// The engines this run measures: `AVFS_BENCH_ENGINES=sqlite,lmdb`, else every one built.
+fn engines() -> Vec<Engine> {
+    match std::env::var("AVFS_BENCH_ENGINES") {
+        Ok(list) => list
+            .split(',')
+            .map(|e| e.trim().parse().expect("AVFS_BENCH_ENGINES names engines"))
+            .collect(),
+        Err(_) => [Engine::Sqlite, Engine::Lmdb]
+            .into_iter()
+            .filter(|e| e.built())
+            .collect(),
+    }
+}
+
+thread_local! {
+    static ENGINE: std::cell::Cell<Engine> = const { std::cell::Cell::new(Engine::Sqlite) };
+}
+
+/// The engine the benchmarks being run make their vaults in.
+fn engine() -> Engine {
+    ENGINE.with(|e| e.get())
+}
+
+/// A benchmark group's name: `ENGINE/group` (`sqlite/fork/1000` …).
+fn group_name(group: &str) -> String {
+    format!("{}/{group}", engine().name())
 }
 
 fn vpath(s: &str) -> VPath {
@@ -217,7 +245,7 @@ fn size_label(size: usize) -> String {
 
 fn bench_write_read(c: &mut Criterion) {
     const SIZES: &[usize] = &[KIB, 64 * KIB, MIB];
-    let mut g = c.benchmark_group("write");
+    let mut g = c.benchmark_group(group_name("write"));
     g.sample_size(20);
     for &size in SIZES {
         g.throughput(Throughput::Bytes(size as u64));
@@ -248,7 +276,7 @@ fn bench_write_read(c: &mut Criterion) {
     }
     g.finish();
 
-    let mut g = c.benchmark_group("read");
+    let mut g = c.benchmark_group(group_name("read"));
     g.sample_size(20);
     let fx = fixture();
     for &size in SIZES {
@@ -270,7 +298,7 @@ fn bench_write_read(c: &mut Criterion) {
 
     // The same 1 MiB read, cycling over 64 different files (64 MiB, well past SQLite's
     // page cache), so the bytes come from the OS page cache rather than SQLite's own.
-    let mut g = c.benchmark_group("read_64_files");
+    let mut g = c.benchmark_group(group_name("read_64_files"));
     g.sample_size(20);
     let files: Vec<VPath> = (0..64)
         .map(|i| vpath(&format!("/many/{i:02}.bin")))
@@ -295,7 +323,7 @@ fn bench_write_read(c: &mut Criterion) {
 }
 
 fn bench_list(c: &mut Criterion) {
-    let mut g = c.benchmark_group("list");
+    let mut g = c.benchmark_group(group_name("list"));
     g.sample_size(20);
     let fx = fixture();
     for &n in &[10usize, 100, 1000] {
@@ -359,7 +387,7 @@ fn bench_import(c: &mut Criterion) {
     let host = tempdir();
     let (files, bytes) = generate_host_tree(host.path(), 2000, 40);
     eprintln!("import tree: {files} files, {:.1} MB", bytes as f64 / 1e6);
-    let mut g = c.benchmark_group("import");
+    let mut g = c.benchmark_group(group_name("import"));
     g.sample_size(10);
     g.sampling_mode(SamplingMode::Flat);
     g.throughput(Throughput::Bytes(bytes));
@@ -440,7 +468,7 @@ fn bench_scale(c: &mut Criterion) {
         let ten = ten_paths(n);
         let mut version = 1u64;
 
-        let mut g = c.benchmark_group("fork");
+        let mut g = c.benchmark_group(group_name("fork"));
         g.sample_size(20).measurement_time(SCALE_TIME);
         let mut lat = Latencies::default();
         g.bench_function(BenchmarkId::from_parameter(n), |b| {
@@ -459,7 +487,7 @@ fn bench_scale(c: &mut Criterion) {
         g.finish();
         lat.report(&format!("fork/{n}"));
 
-        let mut g = c.benchmark_group("edit_10_files");
+        let mut g = c.benchmark_group(group_name("edit_10_files"));
         g.sample_size(20).measurement_time(SCALE_TIME);
         let mut lat = Latencies::default();
         g.bench_function(BenchmarkId::from_parameter(n), |b| {
@@ -479,7 +507,7 @@ fn bench_scale(c: &mut Criterion) {
             ("checkpoint_save_after_10", false),
             ("checkpoint_save_pending_10", true),
         ] {
-            let mut g = c.benchmark_group(group);
+            let mut g = c.benchmark_group(group_name(group));
             g.sample_size(20).measurement_time(SCALE_TIME);
             let mut lat = Latencies::default();
             g.bench_function(BenchmarkId::from_parameter(n), |b| {
@@ -506,7 +534,7 @@ fn bench_scale(c: &mut Criterion) {
             ("checkpoint_restore_after_10", false),
             ("checkpoint_restore_pending_10", true),
         ] {
-            let mut g = c.benchmark_group(group);
+            let mut g = c.benchmark_group(group_name(group));
             g.sample_size(20).measurement_time(SCALE_TIME);
             let mut lat = Latencies::default();
             g.bench_function(BenchmarkId::from_parameter(n), |b| {
@@ -538,9 +566,15 @@ fn config() -> Criterion {
         .configure_from_args()
 }
 
-criterion_group! {
-    name = benches;
-    config = config();
-    targets = bench_write_read, bench_list, bench_import, bench_scale
+fn main() {
+    let mut c = config();
+    for e in engines() {
+        ENGINE.with(|cell| cell.set(e));
+        eprintln!("== engine {}", e.name());
+        bench_write_read(&mut c);
+        bench_list(&mut c);
+        bench_import(&mut c);
+        bench_scale(&mut c);
+    }
+    c.final_summary();
 }
-criterion_main!(benches);

@@ -114,7 +114,8 @@ pub fn exit_code_for(kind: &str) -> i32 {
         | "nothing_to_undo"
         | "nothing_to_redo"
         | "nothing_to_roll_back"
-        | "branch_moved" => 4,
+        | "branch_moved"
+        | "vault_replaced" => 4,
         "invalid_path"
         | "hard_link_not_allowed"
         | "invalid_name"

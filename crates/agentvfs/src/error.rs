@@ -59,6 +59,10 @@ pub enum Error {
         engine: String,
         feature: String,
     },
+    #[error(
+        "vault `{path}` was replaced while this command waited to write (`avfs vault migrate`); nothing was written: run the command again"
+    )]
+    VaultReplaced { path: PathBuf },
     #[error("vault is damaged: {reason}; `avfs vault check` reports what is damaged")]
     CorruptVault { reason: String },
     #[error("vault check found {} problem(s):\n  {}", .problems.len(), .problems.join("\n  "))]
@@ -240,6 +244,7 @@ impl Error {
             Error::NotAVault { .. } => "not_a_vault",
             Error::UnsupportedFormat { .. } => "unsupported_format",
             Error::UnsupportedEngine { .. } => "unsupported_engine",
+            Error::VaultReplaced { .. } => "vault_replaced",
             Error::CorruptVault { .. } | Error::VaultDamaged { .. } => "corrupt_vault",
             Error::ForkNotFound { .. } => "fork_not_found",
             Error::AlreadyExists { .. } => "already_exists",
@@ -298,6 +303,7 @@ impl Error {
                 engine,
                 feature,
             } => json!({ "path": path, "engine": engine, "feature": feature }),
+            Error::VaultReplaced { path } => json!({ "path": path }),
             Error::CorruptVault { reason } => json!({ "reason": reason }),
             Error::BranchMoved {
                 branch,
@@ -415,7 +421,7 @@ impl Error {
             | Error::SandboxUnavailable { .. }
             | Error::SandboxFailed { .. }
             | Error::SessionFailed { .. } => exit::FAILURE,
-            Error::WorkspaceBusy { .. } => exit::CONFLICT,
+            Error::WorkspaceBusy { .. } | Error::VaultReplaced { .. } => exit::CONFLICT,
             Error::Forwarded { exit_code, .. } => *exit_code,
         }
     }

@@ -107,6 +107,7 @@ export const ERROR_CLASSES: Readonly<Record<string, new (init: AvfsErrorInit) =>
     operation_not_found: NotFoundError,
     session_not_found: SessionNotFoundError,
     already_exists: AlreadyExistsError,
+    vault_replaced: ConflictError,
     host_path_exists: ConflictError,
     merge_conflict: MergeConflictError,
     apply_conflict: ConflictError,

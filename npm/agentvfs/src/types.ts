@@ -46,6 +46,7 @@ export type ErrorKind =
   | "corrupt_vault"
   | "fork_not_found"
   | "already_exists"
+  | "vault_replaced"
   | "path_not_found"
   | "not_a_directory"
   | "is_a_directory"

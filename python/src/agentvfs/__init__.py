@@ -60,6 +60,7 @@ from .errors import (
     UnsupportedFormat,
     UsageError,
     VaultNotFound,
+    VaultReplaced,
     error_from,
 )
 from .types import (
@@ -110,6 +111,7 @@ __all__ = [
     "UsageError",
     "StorageError",
     "VaultNotFound",
+    "VaultReplaced",
     "NoVaultSelected",
     "ForkNotFound",
     "PathNotFound",

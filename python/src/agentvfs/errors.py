@@ -89,6 +89,10 @@ class SessionNotFound(NotFoundError): ...
 class AlreadyExists(ConflictError): ...
 
 
+class VaultReplaced(ConflictError):
+    """`vault migrate` replaced the vault while the command waited; nothing was written."""
+
+
 class HostPathExists(ConflictError): ...
 
 
@@ -207,6 +211,7 @@ ERRORS: dict[str, type[AvfsError]] = {
     "operation_not_found": OperationNotFound,
     "session_not_found": SessionNotFound,
     "already_exists": AlreadyExists,
+    "vault_replaced": VaultReplaced,
     "host_path_exists": HostPathExists,
     "merge_conflict": MergeConflict,
     "apply_conflict": ApplyConflict,

@@ -83,23 +83,35 @@ impl WorkspaceService {
         let dest = PathBuf::from(format!("{}.migrating", path.display()));
         remove_all(&dest)?;
         let disk_bytes_before = vault.store.disk_size();
-        // The write transaction keeps every other writer out while the copy is made and
-        // checked; nothing is written to the vault itself.
+        // The write transaction keeps every other writer out while the copy is made,
+        // checked and renamed over the vault; nothing is written to the vault itself. A
+        // writer that waited for the lock then finds the file replaced and writes nothing
+        // (`vault_replaced`) instead of committing into the unlinked file.
         let copied = vault.store.write(|w| {
             let dst = create_store(&dest, to)?;
             let copied = copy_store(&*w, &*dst, &mut *progress)?;
             dst.read(|r| verify_copy(&*w, r, &mut *progress))?;
             dst.sync()?;
+            drop(dst);
+            swap(&dest, &path)?;
             Ok(copied)
         });
         drop(vault);
-        let copied = match copied.and_then(|c| self.swap(&dest, &path).map(|()| c)) {
+        let copied = match copied {
             Ok(c) => c,
             Err(e) => {
                 let _ = remove_all(&dest);
                 return Err(e);
             }
         };
+        // The old engine's side files (its log, its lock) belonged to the replaced file.
+        let old_side: &[&str] = match from {
+            Engine::Sqlite => &["-wal", "-shm"],
+            Engine::Lmdb => &["-lock"],
+        };
+        for suffix in old_side {
+            let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+        }
         let (_, ws) = self.open(Some(name))?;
         let report = MigrateReport {
             name: target.name,
@@ -115,31 +127,23 @@ impl WorkspaceService {
         ws.record_audit("vault.migrate", &[], "ok", Some(detail))?;
         Ok(report)
     }
+}
 
-    /// Put the checked copy at `dest` in the vault's place: the old engine's files beside
-    /// the vault go, the copy is renamed over the vault file (atomic), and the copy's own
-    /// side files (an engine recreates them) go.
-    fn swap(&self, dest: &Path, path: &Path) -> Result<()> {
-        // A SQLite copy folds its log into the file when its last connection closes (it
-        // closed above); a log still there would be lost by the rename.
-        let mut wal = dest.as_os_str().to_owned();
-        wal.push("-wal");
-        if std::fs::metadata(&wal).is_ok_and(|m| m.len() > 0) {
-            return Err(Error::Storage(
-                "the copy's write-ahead log was not folded into it; the vault is unchanged".into(),
-            ));
-        }
-        std::fs::rename(dest, path).map_err(|e| Error::io("replacing", path, e))?;
-        for p in companion_files(path)
-            .into_iter()
-            .chain(companion_files(dest))
-        {
-            match std::fs::remove_file(&p) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(Error::io("removing", p, e)),
-            }
-        }
-        Ok(())
+/// Put the checked copy at `dest` in the vault's place: renamed over the vault file (one
+/// atomic step), its own side files (an engine recreates them) removed.
+fn swap(dest: &Path, path: &Path) -> Result<()> {
+    // A SQLite copy folds its log into the file when its last connection closes (it closed
+    // above); a log still there would be lost by the rename.
+    let mut wal = dest.as_os_str().to_owned();
+    wal.push("-wal");
+    if std::fs::metadata(&wal).is_ok_and(|m| m.len() > 0) {
+        return Err(Error::Storage(
+            "the copy's write-ahead log was not folded into it; the vault is unchanged".into(),
+        ));
     }
+    std::fs::rename(dest, path).map_err(|e| Error::io("replacing", path, e))?;
+    for p in companion_files(dest) {
+        let _ = std::fs::remove_file(&p);
+    }
+    Ok(())
 }

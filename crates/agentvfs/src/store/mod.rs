@@ -108,14 +108,53 @@ pub fn engine_of(path: &Path) -> Engine {
     Engine::Sqlite
 }
 
+/// Which file a store opened (device and inode). A writer checks it after taking the write
+/// lock: `vault migrate` renames a new file over the vault while holding that lock, and a
+/// process that was waiting for it must not commit into the replaced file, where its write
+/// would be lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct FileIdentity(u64, u64);
+
+impl FileIdentity {
+    pub(crate) fn of(path: &Path) -> Result<FileIdentity> {
+        let m = std::fs::metadata(path).map_err(|e| Error::io("reading", path, e))?;
+        Ok(Self::of_metadata(&m))
+    }
+
+    pub(crate) fn of_metadata(m: &std::fs::Metadata) -> FileIdentity {
+        use std::os::unix::fs::MetadataExt;
+        FileIdentity(m.dev(), m.ino())
+    }
+
+    /// `vault_replaced` if `path` is no longer the file this identity was taken from.
+    pub(crate) fn still(self, path: &Path) -> Result<()> {
+        match FileIdentity::of(path) {
+            Ok(now) if now == self => Ok(()),
+            _ => Err(Error::VaultReplaced {
+                path: path.to_path_buf(),
+            }),
+        }
+    }
+}
+
 /// Open the vault file at `path` in whichever engine wrote it.
 pub fn open_store(path: &Path) -> Result<Arc<dyn Store>> {
-    match engine_of(path) {
-        Engine::Sqlite => Ok(SqliteStore::open(path)?),
-        #[cfg(feature = "lmdb")]
-        Engine::Lmdb => Ok(lmdb::LmdbStore::open(path)?),
-        #[allow(unreachable_patterns)]
-        other => Err(other.unsupported(path)),
+    let mut tries = 0;
+    loop {
+        let engine = engine_of(path);
+        let opened: Result<Arc<dyn Store>> = match engine {
+            Engine::Sqlite => SqliteStore::open(path).map(|s| s as Arc<dyn Store>),
+            #[cfg(feature = "lmdb")]
+            Engine::Lmdb => lmdb::LmdbStore::open(path).map(|s| s as Arc<dyn Store>),
+            #[allow(unreachable_patterns)]
+            other => Err(other.unsupported(path)),
+        };
+        // `vault migrate` may have renamed a file of the other engine over the path between
+        // the look at its first bytes and the open: look again.
+        match opened {
+            Err(_) if tries < 3 && engine_of(path) != engine => tries += 1,
+            other => return other,
+        }
     }
 }
 

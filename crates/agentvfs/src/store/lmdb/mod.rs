@@ -83,6 +83,8 @@ const DB_NAMES: [&str; 14] = [
 /// an environment twice), shared through `handles`.
 pub struct LmdbStore {
     path: PathBuf,
+    /// The file opened, checked after each write lock is taken (see `FileIdentity`).
+    file: super::FileIdentity,
     env: Env<WithoutTls>,
     dbs: Dbs,
 }
@@ -288,7 +290,16 @@ impl LmdbStore {
             return Ok(store);
         }
         let (env, dbs) = open_env(&canonical)?;
+        // The file LMDB has open, from its own descriptor: a rename over the path after the
+        // open must not pass for this file.
+        let file = env
+            .try_clone_inner_file()
+            .map_err(heed_error)?
+            .metadata()
+            .map(|m| super::FileIdentity::of_metadata(&m))
+            .map_err(|e| Error::io("reading", &canonical, e))?;
         let store = Arc::new(LmdbStore {
+            file,
             path: canonical.clone(),
             env,
             dbs,
@@ -305,6 +316,7 @@ impl LmdbStore {
 
     fn env_write<R>(&self, f: impl FnOnce(&mut Writer<'_, '_>) -> Result<R>) -> Result<R> {
         let mut txn = self.env.write_txn().map_err(heed_error)?;
+        self.file.still(&self.path)?;
         let out = f(&mut Writer::new(&mut txn, &self.dbs))?;
         txn.commit().map_err(|e| self.commit_error(e))?;
         Ok(out)

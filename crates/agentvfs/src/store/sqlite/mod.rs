@@ -28,6 +28,8 @@ use crate::error::{Error, Result};
 /// A vault file opened for reading and writing.
 pub struct SqliteStore {
     path: PathBuf,
+    /// The file opened, checked after each write lock is taken (see `FileIdentity`).
+    file: super::FileIdentity,
     writer: Mutex<Writer>,
     reader: Mutex<Connection>,
     wal: Arc<WalCheckpointer>,
@@ -139,6 +141,9 @@ impl SqliteStore {
         if let Some(store) = handles.get(&canonical).and_then(Weak::upgrade) {
             return Ok(store);
         }
+        // The file's identity before and after the connections open: a rename over the path
+        // in between (`vault migrate`) is retried, so `file` is the file they have open.
+        let before = super::FileIdentity::of(&canonical)?;
         let mut writer = open_conn(&canonical)?;
         check_format(&writer, &canonical)?;
         configure_checked(&writer, &canonical)?;
@@ -165,7 +170,12 @@ impl SqliteStore {
         }))?;
         let reader = open_conn(&canonical)?;
         configure_checked(&reader, &canonical)?;
+        if super::FileIdentity::of(&canonical)? != before {
+            drop((handles, writer, reader));
+            return Self::open(path);
+        }
         let store = Arc::new(SqliteStore {
+            file: before,
             path: canonical.clone(),
             writer: Mutex::new(Writer {
                 conn: writer,
@@ -217,6 +227,10 @@ impl Store for SqliteStore {
         if w.batching {
             if w.open_since.is_none() {
                 w.conn.execute_batch("BEGIN IMMEDIATE")?;
+                if let Err(e) = self.file.still(&self.path) {
+                    let _ = w.conn.execute_batch("ROLLBACK");
+                    return Err(e);
+                }
                 w.open_since = Some(Instant::now());
                 w.batches += 1;
                 w.writes = 0;
@@ -235,6 +249,10 @@ impl Store for SqliteStore {
             return result;
         }
         w.conn.execute_batch("BEGIN IMMEDIATE")?;
+        if let Err(e) = self.file.still(&self.path) {
+            let _ = w.conn.execute_batch("ROLLBACK");
+            return Err(e);
+        }
         match f(&mut Tx(&w.conn)) {
             Ok(()) => {
                 if let Err(e) = w.conn.execute_batch("COMMIT") {
