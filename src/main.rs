@@ -15,7 +15,8 @@ fn main() {
     if let Some(code) = agentvfs::service::sandbox::maybe_init() {
         std::process::exit(code);
     }
-    let json_requested = std::env::args().any(|a| a == "--json");
+    // `args_os`: an argument that is not UTF-8 (a path) must reach clap, not panic here.
+    let json_requested = std::env::args_os().any(|a| a == "--json");
     let parsed = commands::command()
         .try_get_matches()
         .and_then(|m| commands::Cli::from_arg_matches(&m));
@@ -33,7 +34,12 @@ fn main() {
                     .next()
                     .unwrap_or("")
                     .trim_start_matches("error: ");
-                let name = command_path(&commands::command(), std::env::args().skip(1));
+                let name = command_path(
+                    &commands::command(),
+                    std::env::args_os()
+                        .skip(1)
+                        .map(|a| a.to_string_lossy().into_owned()),
+                );
                 let doc =
                     output::error_doc(&name, "usage", first, serde_json::json!({ "help": msg }));
                 println!("{doc}");

@@ -382,3 +382,21 @@ fn every_time_field_also_comes_as_an_rfc3339_string() {
     let st = env.data(&["stat", "old/f"]);
     assert_eq!(st["mtime_iso"], "1960-01-01T00:00:00.000000000Z", "{st}");
 }
+
+/// An argument that is not UTF-8 is a typed usage error (exit 2), never a panic.
+#[test]
+fn a_non_utf8_argument_is_a_usage_error() {
+    use std::os::unix::ffi::OsStrExt;
+    let home = tempfile::tempdir().unwrap();
+    let odd = std::ffi::OsStr::from_bytes(b"/odd/\xff\xfe");
+    let out = std::process::Command::new(common::BIN)
+        .env("AVFS_HOME", home.path())
+        .args(["--json", "write", "-p"])
+        .arg(odd)
+        .arg("x")
+        .output()
+        .unwrap();
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["error"]["kind"], "usage", "{doc}");
+    assert_eq!(out.status.code(), Some(2));
+}
