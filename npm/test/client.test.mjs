@@ -358,5 +358,7 @@ test("handback: the workspace's files as one commit on a new branch; a moved bra
   assert.deepEqual(r.submodules, []);
   assert.equal(git("show", "agent/t:a.txt"), "one\n");
   assert.equal(git("log", "-1", "--format=%s", "agent/t").trim(), "from node");
-  await assert.rejects(avfs.handback(repo, "main"), { kind: "branch_moved" });
+  git("branch", "other");
+  await assert.rejects(avfs.handback(repo, "other"), { kind: "branch_moved" });
+  await assert.rejects(avfs.handback(repo, "main"), { kind: "invalid_argument" });
 });

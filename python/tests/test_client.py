@@ -402,7 +402,10 @@ def test_handback(vault: Client, tmp_path: os.PathLike[str]) -> None:
     assert git("log", "-1", "--format=%s", "agent/t").strip() == "from python"
     again = vault.handback(repo, "agent/t")
     assert again.commit is None and again.note is not None
-    with pytest.raises(agentvfs.BranchMoved):
+    git("branch", "other")
+    with pytest.raises(agentvfs.BranchMoved):  # a branch this fork did not make
+        vault.handback(repo, "other")
+    with pytest.raises(agentvfs.InvalidArgument):  # the checked-out one
         vault.handback(repo, "main")
 
 
