@@ -163,6 +163,13 @@ fn check_length(path: &Path) -> Result<()> {
         .max_by_key(|m| u64_at(m, 144))
         .ok_or_else(|| damaged("the LMDB vault file has no valid meta page"))?;
     let needed = u64_at(newest, 136).saturating_add(1).saturating_mul(page);
+    // The length after the metas: a writer in another process extends the file before it
+    // writes the meta naming the new pages, so a length taken first could be too short.
+    let len = file
+        .metadata()
+        .map_err(|e| Error::io("reading", path, e))?
+        .len()
+        .max(len);
     if len < needed {
         return Err(damaged(&format!(
             "the LMDB vault file is cut short: {len} bytes, its pages need {needed}"
