@@ -318,21 +318,7 @@ impl StoreWrite for Tx<'_> {
     }
 
     fn insert_workspace(&mut self, rec: &WorkspaceRecord) -> Result<i64> {
-        let mut stmt = self.0.prepare_cached(
-            "INSERT INTO workspaces(name, base, parent, fork_root, fork_checkpoint, created_at, files, bytes)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-        )?;
-        stmt.execute(params![
-            rec.name,
-            &rec.base.0[..],
-            rec.parent,
-            rec.base_root.as_ref().map(|i| i.0.to_vec()),
-            rec.fork_checkpoint,
-            rec.created_at,
-            rec.files,
-            rec.bytes
-        ])?;
-        Ok(self.0.last_insert_rowid())
+        self.put_workspace(None, rec)
     }
 
     fn update_workspace_state(
@@ -406,21 +392,7 @@ impl StoreWrite for Tx<'_> {
     }
 
     fn insert_checkpoint(&mut self, rec: &CheckpointRecord) -> Result<i64> {
-        let mut stmt = self.0.prepare_cached(
-            "INSERT INTO checkpoints(ws, name, root, message, created_at, files, bytes, auto)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-        )?;
-        stmt.execute(params![
-            rec.workspace,
-            rec.name,
-            &rec.root.0[..],
-            rec.message,
-            rec.created_at,
-            rec.files,
-            rec.bytes,
-            rec.auto
-        ])?;
-        Ok(self.0.last_insert_rowid())
+        self.put_checkpoint(None, rec)
     }
 
     fn rename_checkpoint(&mut self, id: i64, name: &str) -> Result<()> {
@@ -452,11 +424,83 @@ impl StoreWrite for Tx<'_> {
     }
 
     fn append_op(&mut self, rec: &OpRecord) -> Result<i64> {
+        self.put_op(None, rec)
+    }
+
+    fn delete_op(&mut self, id: i64) -> Result<()> {
+        self.0.execute("DELETE FROM ops WHERE id = ?1", [id])?;
+        Ok(())
+    }
+
+    fn copy_workspace(&mut self, rec: &WorkspaceRecord) -> Result<()> {
+        self.put_workspace(Some(rec.id), rec).map(drop)
+    }
+
+    fn copy_checkpoint(&mut self, rec: &CheckpointRecord) -> Result<()> {
+        self.put_checkpoint(Some(rec.id), rec).map(drop)
+    }
+
+    fn copy_op(&mut self, rec: &OpRecord) -> Result<()> {
+        self.put_op(Some(rec.id), rec).map(drop)
+    }
+
+    fn copy_audit(&mut self, rec: &AuditRecord) -> Result<()> {
+        self.put_audit(Some(rec.id), rec).map(drop)
+    }
+
+    fn append_audit(&mut self, rec: &AuditRecord) -> Result<i64> {
+        self.put_audit(None, rec)
+    }
+}
+
+/// One INSERT per record kind: with `id` `None` SQLite picks the rowid (an append), with
+/// `Some` the record keeps the id it has (a copy, `vault migrate`).
+impl Tx<'_> {
+    fn put_workspace(&mut self, id: Option<i64>, rec: &WorkspaceRecord) -> Result<i64> {
         let mut stmt = self.0.prepare_cached(
-            "INSERT INTO ops(ws, at, kind, description, root_before, root_after, target, extra)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            "INSERT INTO workspaces(id, name, base, parent, fork_root, fork_checkpoint, created_at, files, bytes)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
         )?;
         stmt.execute(params![
+            id,
+            rec.name,
+            &rec.base.0[..],
+            rec.parent,
+            rec.base_root.as_ref().map(|i| i.0.to_vec()),
+            rec.fork_checkpoint,
+            rec.created_at,
+            rec.files,
+            rec.bytes
+        ])?;
+        Ok(self.0.last_insert_rowid())
+    }
+
+    fn put_checkpoint(&mut self, id: Option<i64>, rec: &CheckpointRecord) -> Result<i64> {
+        let mut stmt = self.0.prepare_cached(
+            "INSERT INTO checkpoints(id, ws, name, root, message, created_at, files, bytes, auto)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+        )?;
+        stmt.execute(params![
+            id,
+            rec.workspace,
+            rec.name,
+            &rec.root.0[..],
+            rec.message,
+            rec.created_at,
+            rec.files,
+            rec.bytes,
+            rec.auto
+        ])?;
+        Ok(self.0.last_insert_rowid())
+    }
+
+    fn put_op(&mut self, id: Option<i64>, rec: &OpRecord) -> Result<i64> {
+        let mut stmt = self.0.prepare_cached(
+            "INSERT INTO ops(id, ws, at, kind, description, root_before, root_after, target, extra)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+        )?;
+        stmt.execute(params![
+            id,
             rec.workspace,
             rec.at,
             rec.kind,
@@ -469,96 +513,14 @@ impl StoreWrite for Tx<'_> {
         Ok(self.0.last_insert_rowid())
     }
 
-    fn delete_op(&mut self, id: i64) -> Result<()> {
-        self.0.execute("DELETE FROM ops WHERE id = ?1", [id])?;
-        Ok(())
-    }
-
-    fn copy_workspace(&mut self, rec: &WorkspaceRecord) -> Result<()> {
-        self.0.execute(
-            "INSERT INTO workspaces(id, name, base, parent, fork_root, fork_checkpoint, created_at, files, bytes)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-            params![
-                rec.id,
-                rec.name,
-                &rec.base.0[..],
-                rec.parent,
-                rec.base_root.as_ref().map(|i| i.0.to_vec()),
-                rec.fork_checkpoint,
-                rec.created_at,
-                rec.files,
-                rec.bytes
-            ],
-        )?;
-        Ok(())
-    }
-
-    fn copy_checkpoint(&mut self, rec: &CheckpointRecord) -> Result<()> {
-        self.0.execute(
-            "INSERT INTO checkpoints(id, ws, name, root, message, created_at, files, bytes, auto)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-            params![
-                rec.id,
-                rec.workspace,
-                rec.name,
-                &rec.root.0[..],
-                rec.message,
-                rec.created_at,
-                rec.files,
-                rec.bytes,
-                rec.auto
-            ],
-        )?;
-        Ok(())
-    }
-
-    fn copy_op(&mut self, rec: &OpRecord) -> Result<()> {
-        self.0.execute(
-            "INSERT INTO ops(id, ws, at, kind, description, root_before, root_after, target, extra)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-            params![
-                rec.id,
-                rec.workspace,
-                rec.at,
-                rec.kind,
-                rec.description,
-                rec.root_before.as_ref().map(|i| i.0.to_vec()),
-                rec.root_after.as_ref().map(|i| i.0.to_vec()),
-                rec.target,
-                rec.extra
-            ],
-        )?;
-        Ok(())
-    }
-
-    fn copy_audit(&mut self, rec: &AuditRecord) -> Result<()> {
-        let paths = serde_json::to_string(&rec.paths).map_err(|e| Error::Storage(e.to_string()))?;
-        self.0.execute(
+    fn put_audit(&mut self, id: Option<i64>, rec: &AuditRecord) -> Result<i64> {
+        let mut stmt = self.0.prepare_cached(
             "INSERT INTO audit(id, at, actor, source, workspace, operation, paths, result, detail, step)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-            params![
-                rec.id,
-                rec.at,
-                rec.actor,
-                rec.source,
-                rec.workspace,
-                rec.operation,
-                paths,
-                rec.result,
-                rec.detail,
-                rec.step
-            ],
-        )?;
-        Ok(())
-    }
-
-    fn append_audit(&mut self, rec: &AuditRecord) -> Result<i64> {
-        let mut stmt = self.0.prepare_cached(
-            "INSERT INTO audit(at, actor, source, workspace, operation, paths, result, detail, step)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
         )?;
         let paths = serde_json::to_string(&rec.paths).map_err(|e| Error::Storage(e.to_string()))?;
         stmt.execute(params![
+            id,
             rec.at,
             rec.actor,
             rec.source,
