@@ -13,7 +13,7 @@ use super::workspace::WorkspaceService;
 use crate::error::{Error, Result};
 use crate::model::MAIN;
 use crate::model::migrate::{CopyCounts, Progress, copy_store, verify_copy};
-use crate::store::{Engine, companion_files, create_store};
+use crate::store::{Engine, companion_files, create_store, remove_vault_files};
 
 /// What `vault migrate` did.
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
@@ -28,18 +28,6 @@ pub struct MigrateReport {
     pub verified: bool,
     pub disk_bytes_before: u64,
     pub disk_bytes_after: u64,
-}
-
-/// Remove `path` and the engine files beside it, if there.
-fn remove_all(path: &Path) -> Result<()> {
-    for p in std::iter::once(path.to_path_buf()).chain(companion_files(path)) {
-        match std::fs::remove_file(&p) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(Error::io("removing", p, e)),
-        }
-    }
-    Ok(())
 }
 
 impl WorkspaceService {
@@ -81,7 +69,7 @@ impl WorkspaceService {
             )));
         }
         let dest = PathBuf::from(format!("{}.migrating", path.display()));
-        remove_all(&dest)?;
+        remove_vault_files(&dest)?;
         let disk_bytes_before = vault.store.disk_size();
         // The write transaction keeps every other writer out while the copy is made,
         // checked and renamed over the vault; nothing is written to the vault itself. A
@@ -100,7 +88,7 @@ impl WorkspaceService {
         let copied = match copied {
             Ok(c) => c,
             Err(e) => {
-                let _ = remove_all(&dest);
+                let _ = remove_vault_files(&dest);
                 return Err(e);
             }
         };

@@ -335,15 +335,7 @@ impl WorkspaceService {
                 names
             };
             if target.workspace == MAIN {
-                let files = std::iter::once(target.path.clone())
-                    .chain(crate::store::companion_files(&target.path));
-                for p in files {
-                    match std::fs::remove_file(&p) {
-                        Ok(()) => {}
-                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                        Err(e) => return Err(Error::io("deleting", p, e)),
-                    }
-                }
+                crate::store::remove_vault_files(&target.path)?;
                 let path = target.path.clone();
                 let names = unregister(data, &|e| e.path == path);
                 Ok(DeleteReport {

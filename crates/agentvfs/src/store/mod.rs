@@ -108,6 +108,18 @@ pub fn engine_of(path: &Path) -> Engine {
     Engine::Sqlite
 }
 
+/// Remove the vault file at `path` and its side files, those that are there.
+pub fn remove_vault_files(path: &Path) -> Result<()> {
+    for p in std::iter::once(path.to_path_buf()).chain(companion_files(path)) {
+        match std::fs::remove_file(&p) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(Error::io("deleting", p, e)),
+        }
+    }
+    Ok(())
+}
+
 /// Which file a store opened (device and inode). A writer checks it after taking the write
 /// lock: `vault migrate` renames a new file over the vault while holding that lock, and a
 /// process that was waiting for it must not commit into the replaced file, where its write

@@ -89,13 +89,6 @@ pub struct LmdbStore {
     dbs: Dbs,
 }
 
-/// The lock file LMDB keeps beside a vault file.
-fn lock_file(path: &Path) -> PathBuf {
-    let mut p = path.as_os_str().to_owned();
-    p.push("-lock");
-    PathBuf::from(p)
-}
-
 pub(super) fn heed_error(e: heed::Error) -> Error {
     use heed::MdbError;
     match e {
@@ -393,8 +386,8 @@ impl Store for LmdbStore {
     }
 
     fn disk_size(&self) -> u64 {
-        [self.path.clone(), lock_file(&self.path)]
-            .iter()
+        std::iter::once(self.path.clone())
+            .chain(super::companion_files(&self.path))
             .filter_map(|p| std::fs::metadata(p).ok())
             .map(|m| m.len())
             .sum()
