@@ -104,10 +104,7 @@ fn engines() -> Vec<Engine> {
             .split(',')
             .map(|e| e.trim().parse().expect("AVFS_BENCH_ENGINES names engines"))
             .collect(),
-        Err(_) => [Engine::Sqlite, Engine::Lmdb]
-            .into_iter()
-            .filter(|e| e.built())
-            .collect(),
+        Err(_) => Engine::built_in(),
     }
 }
 

@@ -15,9 +15,8 @@ use crate::store::id::ObjectId;
 
 /// A fresh vault file in each engine this build has.
 fn stores() -> Vec<(Engine, Arc<dyn Store>, tempfile::TempDir)> {
-    [Engine::Sqlite, Engine::Lmdb]
+    Engine::built_in()
         .into_iter()
-        .filter(|e| e.built())
         .map(|e| {
             let dir = tempfile::tempdir().unwrap();
             let store = create_store(&dir.path().join("v.avfs"), e).unwrap();
@@ -437,10 +436,7 @@ fn a_vault_reopens_in_the_engine_that_made_it() {
 #[test]
 fn a_store_copies_into_every_engine_with_its_ids_and_verifies() {
     use crate::model::migrate::{copy_store, verify_copy};
-    let built: Vec<Engine> = [Engine::Sqlite, Engine::Lmdb]
-        .into_iter()
-        .filter(|e| e.built())
-        .collect();
+    let built = Engine::built_in();
     for from in &built {
         for to in &built {
             let dir = tempfile::tempdir().unwrap();

@@ -33,6 +33,12 @@ pub enum Engine {
 impl Engine {
     /// Every engine, as `--engine` spells them.
     pub const NAMES: [&'static str; 2] = ["sqlite", "lmdb"];
+    pub const ALL: [Engine; 2] = [Engine::Sqlite, Engine::Lmdb];
+
+    /// The engines this build has.
+    pub fn built_in() -> Vec<Engine> {
+        Engine::ALL.into_iter().filter(|e| e.built()).collect()
+    }
 
     pub fn name(self) -> &'static str {
         match self {
@@ -70,14 +76,15 @@ impl std::str::FromStr for Engine {
     type Err = Error;
 
     fn from_str(s: &str) -> Result<Engine> {
-        match s {
-            "sqlite" => Ok(Engine::Sqlite),
-            "lmdb" => Ok(Engine::Lmdb),
-            _ => Err(Error::invalid(format!(
-                "engine is one of {}, not `{s}`",
-                Engine::NAMES.join(", ")
-            ))),
-        }
+        Engine::ALL
+            .into_iter()
+            .find(|e| e.name() == s)
+            .ok_or_else(|| {
+                Error::invalid(format!(
+                    "engine is one of {}, not `{s}`",
+                    Engine::NAMES.join(", ")
+                ))
+            })
     }
 }
 
