@@ -8,13 +8,24 @@ mod common;
 use common::history::Env;
 use serde_json::json;
 
-/// The engines this build of avfs has (`lmdb` with the cargo feature).
+/// The engines this build of avfs has (`lmdb` and `sled` with their cargo features).
 fn built() -> Vec<&'static str> {
     let mut out = vec!["sqlite"];
     if cfg!(feature = "lmdb") {
         out.push("lmdb");
     }
+    if cfg!(feature = "sled") {
+        out.push("sled");
+    }
     out
+}
+
+/// The engines this build lacks.
+fn missing() -> Vec<&'static str> {
+    ["lmdb", "sled"]
+        .into_iter()
+        .filter(|e| !built().contains(e))
+        .collect()
 }
 
 #[test]
@@ -87,17 +98,20 @@ fn an_engine_that_is_not_there_is_a_typed_error_that_creates_nothing() {
         "invalid_argument",
     );
     assert!(
-        e["message"].as_str().unwrap().contains("sqlite, lmdb"),
+        e["message"]
+            .as_str()
+            .unwrap()
+            .contains("sqlite, lmdb, sled"),
         "{e}"
     );
-    if !cfg!(feature = "lmdb") {
+    for engine in missing() {
         let e = env.fail(
             None,
-            &["vault", "create", "v", "--engine", "lmdb"],
+            &["vault", "create", "v", "--engine", engine],
             7,
             "unsupported_engine",
         );
-        assert_eq!(e["details"]["feature"], "lmdb", "{e}");
+        assert_eq!(e["details"]["feature"], engine, "{e}");
     }
     assert_eq!(env.json(None, &["vault", "list"]).0["data"], json!([]));
 }
@@ -169,53 +183,52 @@ fn a_damaged_lmdb_vault_is_corrupt_vault_not_a_crash() {
     assert_eq!(env.data("v", &["vault", "check"])["ok"], true);
 }
 
-/// A build without the `lmdb` feature, given an LMDB vault, says which feature it needs
-/// (`unsupported_engine`, exit 7) and leaves the file alone. CI points
-/// `AVFS_TEST_BIN_WITHOUT_LMDB` at its default-features release binary.
+/// A build without the `lmdb` or `sled` feature, given a vault of that engine, says which
+/// feature it needs (`unsupported_engine`, exit 7) and leaves the vault alone. CI points
+/// `AVFS_TEST_BIN_WITHOUT_LMDB` at its default-features release binary, which has neither.
 #[test]
-fn a_build_without_lmdb_names_the_feature_an_lmdb_vault_needs() {
-    if !cfg!(feature = "lmdb") {
-        return; // this build cannot make the vault; the test above covers `create`
-    }
+fn a_build_without_an_engine_names_the_feature_its_vaults_need() {
     let Ok(other) = std::env::var("AVFS_TEST_BIN_WITHOUT_LMDB") else {
         use std::io::Write;
         let _ = writeln!(
             std::io::stderr(),
-            "SKIP a_build_without_lmdb_names_the_feature_an_lmdb_vault_needs: AVFS_TEST_BIN_WITHOUT_LMDB is not set"
+            "SKIP a_build_without_an_engine_names_the_feature_its_vaults_need: AVFS_TEST_BIN_WITHOUT_LMDB is not set"
         );
         return;
     };
-    let env = Env::new();
-    let (made, _) = env.json(None, &["vault", "create", "v", "--engine", "lmdb"]);
-    let file = std::path::PathBuf::from(made["data"]["path"].as_str().unwrap());
-    env.write("v", "a.txt", b"kept\n");
-    let before = std::fs::read(&file).unwrap();
-    for args in [
-        &["ls", "/"][..],
-        &["write", "b.txt", "x"],
-        &["vault", "info"],
-    ] {
-        let out = std::process::Command::new(&other)
-            .env("AVFS_HOME", env.home())
-            .args(["--json", "--workspace", "v"])
-            .args(args)
-            .output()
-            .unwrap();
-        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for engine in built().into_iter().filter(|e| *e != "sqlite") {
+        let env = Env::new();
+        let (made, _) = env.json(None, &["vault", "create", "v", "--engine", engine]);
+        let path = std::path::PathBuf::from(made["data"]["path"].as_str().unwrap());
+        env.write("v", "a.txt", b"kept\n");
+        let before = common::tree_bytes(&path);
+        for args in [
+            &["ls", "/"][..],
+            &["write", "b.txt", "x"],
+            &["vault", "info"],
+        ] {
+            let out = std::process::Command::new(&other)
+                .env("AVFS_HOME", env.home())
+                .args(["--json", "--workspace", "v"])
+                .args(args)
+                .output()
+                .unwrap();
+            let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+            assert_eq!(
+                doc["error"]["kind"], "unsupported_engine",
+                "{engine} {args:?}: {doc}"
+            );
+            assert_eq!(doc["error"]["details"]["engine"], engine);
+            assert_eq!(doc["error"]["details"]["feature"], engine);
+            assert_eq!(out.status.code(), Some(7), "{doc}");
+        }
         assert_eq!(
-            doc["error"]["kind"], "unsupported_engine",
-            "{args:?}: {doc}"
+            common::tree_bytes(&path),
+            before,
+            "{engine}: the vault is untouched"
         );
-        assert_eq!(doc["error"]["details"]["engine"], "lmdb");
-        assert_eq!(doc["error"]["details"]["feature"], "lmdb");
-        assert_eq!(out.status.code(), Some(7), "{doc}");
+        assert_eq!(env.cat("v", "a.txt"), b"kept\n");
     }
-    assert_eq!(
-        std::fs::read(&file).unwrap(),
-        before,
-        "the vault file is untouched"
-    );
-    assert_eq!(env.cat("v", "a.txt"), b"kept\n");
 }
 
 /// `vault migrate` moves a vault between engines both ways with everything in it: files of
@@ -248,8 +261,14 @@ fn migrate_moves_a_vault_between_engines_both_ways_with_everything() {
     let exec_id = env.data("t", &["op", "log", "--limit", "1"])[0]["id"]
         .as_i64()
         .unwrap();
+    // Every ordered pair of the engines built in, each once.
+    let order: Vec<&str> = match engines[1..] {
+        [x] => vec![x, "sqlite", x],
+        [x, y] => vec![x, y, "sqlite", y, x, "sqlite"],
+        _ => unreachable!("three engines at most"),
+    };
     let mut from = "sqlite";
-    for to in ["lmdb", "sqlite", "lmdb"] {
+    for to in order.iter().copied() {
         let r = env.data("v", &["vault", "migrate", "v", "--to", to]);
         assert_eq!(
             (r["from"].as_str(), r["to"].as_str()),
@@ -270,7 +289,7 @@ fn migrate_moves_a_vault_between_engines_both_ways_with_everything() {
         let want: &[&str] = if to == "lmdb" {
             &["v.avfs", "v.avfs-lock"]
         } else {
-            &["v.avfs"]
+            &["v.avfs"] // a file, or sled's directory
         };
         assert_eq!(files, want, "{to}: no copy or old side file is left");
         assert_eq!(env.cat("v", "a.txt"), b"one\n");
@@ -287,7 +306,7 @@ fn migrate_moves_a_vault_between_engines_both_ways_with_everything() {
     // Each migration added its own audit record and kept every other.
     let audit = env.data("v", &["audit", "--limit", "1000"]);
     let audit = audit.as_array().unwrap();
-    assert_eq!(audit.len(), audit_before + 3, "{audit:?}");
+    assert_eq!(audit.len(), audit_before + order.len(), "{audit:?}");
     assert_eq!(audit[0]["operation"], "vault.migrate");
     // Old ids still name the same operations in the same workspaces.
     env.ok("t", &["rm", "b.txt"]);
@@ -406,12 +425,13 @@ fn migrate_refuses_a_mounted_vault() {
 /// writer per migration was lost.)
 #[test]
 fn migrate_loses_no_acknowledged_write_of_a_concurrent_writer() {
-    if built().len() < 2 {
+    let engines = built();
+    if engines.len() < 2 {
         return;
     }
     let env = Env::new();
     assert_eq!(
-        env.json(None, &["vault", "create", "v", "--engine", "lmdb"])
+        env.json(None, &["vault", "create", "v", "--engine", engines[1]])
             .1,
         0
     );
@@ -434,7 +454,9 @@ fn migrate_loses_no_acknowledged_write_of_a_concurrent_writer() {
                 }
             });
         }
-        for to in ["sqlite", "lmdb", "sqlite", "lmdb", "sqlite", "lmdb"] {
+        // Round the engines from the one it was made in, six moves.
+        for i in 0..6 {
+            let to = engines[(i + 2) % engines.len()];
             std::thread::sleep(std::time::Duration::from_millis(300));
             let (doc, code) = env.json(None, &["vault", "migrate", "v", "--to", to]);
             assert_eq!(code, 0, "{doc}");

@@ -41,7 +41,7 @@ pub enum VaultCmd {
 pub struct MigrateArgs {
     /// The vault's registered name.
     pub name: String,
-    /// The engine to move it to: sqlite, or lmdb in a build with the `lmdb` feature.
+    /// The engine to move it to: sqlite, or lmdb or sled in a build with that cargo feature.
     #[arg(long, value_name = "ENGINE")]
     pub to: String,
 }
@@ -49,10 +49,11 @@ pub struct MigrateArgs {
 #[derive(Args)]
 pub struct CreateArgs {
     pub name: String,
-    /// Where to put the vault file.
+    /// Where to put the vault file (a sled vault is a directory).
     #[arg(long)]
     pub path: Option<PathBuf>,
-    /// The storage engine: sqlite (the default), or lmdb in a build with the `lmdb` feature.
+    /// The storage engine: sqlite (the default), or lmdb or sled in a build with that cargo
+    /// feature.
     /// A vault is opened in whichever engine it was made with.
     #[arg(
         long,

@@ -26,3 +26,21 @@ pub use host::*;
 pub fn test_engine() -> agentvfs::store::Engine {
     skip::engine().parse().expect("AVFS_ENGINE names an engine")
 }
+
+/// Every file of a vault, by path below it, with its bytes: a vault file alone, or every file
+/// of a vault directory (sled's), so a test can say a vault was left untouched.
+pub fn tree_bytes(
+    path: &std::path::Path,
+) -> std::collections::BTreeMap<std::path::PathBuf, Vec<u8>> {
+    let mut out = std::collections::BTreeMap::new();
+    let mut todo = vec![path.to_path_buf()];
+    while let Some(p) = todo.pop() {
+        if p.is_dir() {
+            todo.extend(std::fs::read_dir(&p).unwrap().flatten().map(|e| e.path()));
+        } else {
+            let rel = p.strip_prefix(path).unwrap().to_path_buf();
+            out.insert(rel, std::fs::read(&p).unwrap());
+        }
+    }
+    out
+}

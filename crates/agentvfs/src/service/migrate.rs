@@ -1,8 +1,9 @@
 //! `vault migrate`: move a vault into another storage engine. The whole store is copied into
 //! a new file beside the vault while a write transaction holds the vault still, the copy is
-//! checked (every object re-hashed, every record compared), and only then is it renamed over
-//! the vault file, one atomic step. Until that rename the vault file is never written; on any
-//! failure the new file is removed and the vault is as it was.
+//! checked (every object re-hashed, every record compared), and only then is it exchanged
+//! with the vault file, one atomic step (an exchange, since a sled vault is a directory and
+//! cannot be renamed over a file, nor a file over it). Until then the vault file is never
+//! written; on any failure the new file is removed and the vault is as it was.
 
 use std::path::{Path, PathBuf};
 
@@ -75,6 +76,7 @@ impl WorkspaceService {
         // checked and renamed over the vault; nothing is written to the vault itself. A
         // writer that waited for the lock then finds the file replaced and writes nothing
         // (`vault_replaced`) instead of committing into the unlinked file.
+        let mut swapped = false;
         let copied = vault.store.write(|w| {
             let dst = create_store(&dest, to)?;
             let copied = copy_store(&*w, &*dst, &mut *progress)?;
@@ -82,20 +84,26 @@ impl WorkspaceService {
             dst.sync()?;
             drop(dst);
             swap(&dest, &path)?;
+            swapped = true;
             Ok(copied)
         });
         drop(vault);
         let copied = match copied {
             Ok(c) => c,
-            Err(e) => {
+            // Before the exchange `dest` is the copy; after it, the old vault (kept).
+            Err(e) if !swapped => {
                 let _ = remove_vault_files(&dest);
                 return Err(e);
             }
+            Err(e) => return Err(e),
         };
-        // The old engine's side files (its log, its lock) belonged to the replaced file.
+        // The old vault, now at `dest`, and its engine's side files (its log, its lock),
+        // which are still named after the vault's path.
+        remove_vault_files(&dest)?;
         let old_side: &[&str] = match from {
             Engine::Sqlite => &["-wal", "-shm"],
             Engine::Lmdb => &["-lock"],
+            Engine::Sled => &[],
         };
         for suffix in old_side {
             let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
@@ -117,8 +125,8 @@ impl WorkspaceService {
     }
 }
 
-/// Put the checked copy at `dest` in the vault's place: renamed over the vault file (one
-/// atomic step), its own side files (an engine recreates them) removed.
+/// Put the checked copy at `dest` in the vault's place, and the vault at `dest`: one atomic
+/// exchange. The copy's own side files (an engine recreates them) are removed first.
 fn swap(dest: &Path, path: &Path) -> Result<()> {
     // A SQLite copy folds its log into the file when its last connection closes (it closed
     // above); a log still there would be lost by the rename.
@@ -129,9 +137,15 @@ fn swap(dest: &Path, path: &Path) -> Result<()> {
             "the copy's write-ahead log was not folded into it; the vault is unchanged".into(),
         ));
     }
-    std::fs::rename(dest, path).map_err(|e| Error::io("replacing", path, e))?;
     for p in companion_files(dest) {
         let _ = std::fs::remove_file(&p);
     }
-    Ok(())
+    rustix::fs::renameat_with(
+        rustix::fs::CWD,
+        dest,
+        rustix::fs::CWD,
+        path,
+        rustix::fs::RenameFlags::EXCHANGE,
+    )
+    .map_err(|e| Error::io("replacing", path, e.into()))
 }

@@ -154,6 +154,61 @@ fn a_failed_write_changes_nothing_and_reads_see_only_commits() {
     }
 }
 
+/// A read snapshot keeps its state through a commit made while it is open, in lookups and in
+/// every kind of list: keys the commit adds, changes and deletes, forwards and newest-first.
+/// (sled has no snapshots of its own; its engine keeps replaced values for open reads.)
+#[test]
+fn a_read_snapshot_keeps_its_lists_through_a_commit() {
+    for (engine, s, _d) in stores() {
+        let w1 = s
+            .write(|w| {
+                let id = w.insert_workspace(&ws("a"))?;
+                for p in ["/d/a", "/d/b", "/d/c"] {
+                    w.overlay_put(id, p, "/d", Some(p.as_bytes()))?;
+                }
+                w.set_setting("p.1", Some("one"))?;
+                w.set_setting("p.2", Some("two"))?;
+                w.append_op(&op(id, 1))?;
+                w.append_op(&op(id, 2))?;
+                Ok(id)
+            })
+            .unwrap();
+        let lists = |r: &dyn super::StoreRead| {
+            let ops: Vec<i64> = r.ops(Some(w1), 10).unwrap().iter().map(|o| o.at).collect();
+            (
+                r.overlay_children(w1, "/d").unwrap(),
+                r.overlay_below(w1, "/d").unwrap(),
+                r.overlay_get(w1, "/d/b").unwrap(),
+                r.settings_with_prefix("p.").unwrap(),
+                ops,
+                r.overlay_len(w1).unwrap(),
+            )
+        };
+        s.read(|r| {
+            let before = lists(r);
+            s.write(|w| {
+                w.overlay_delete(w1, "/d/a")?;
+                w.overlay_put(w1, "/d/b", "/d", Some(b"changed"))?;
+                w.overlay_put(w1, "/d/bb", "/d", Some(b"new"))?;
+                w.set_setting("p.1", None)?;
+                w.set_setting("p.3", Some("three"))?;
+                w.append_op(&op(w1, 3))?;
+                Ok(())
+            })
+            .unwrap();
+            assert_eq!(lists(r), before, "{engine:?}: the snapshot moved");
+            Ok(())
+        })
+        .unwrap();
+        let after = s.read(|r| Ok(lists(r))).unwrap();
+        let paths: Vec<&str> = after.0.iter().map(|(p, _)| p.as_str()).collect();
+        assert_eq!(paths, ["/d/b", "/d/bb", "/d/c"], "{engine:?}");
+        assert_eq!(after.2, Some(Some(b"changed".to_vec())), "{engine:?}");
+        assert_eq!(after.4, [3, 2, 1], "{engine:?}");
+        assert_eq!(after.5, 3, "{engine:?}");
+    }
+}
+
 #[test]
 fn workspaces_get_ids_in_order_that_are_never_reused() {
     for (engine, s, _d) in stores() {

@@ -5,9 +5,13 @@
 #[cfg(test)]
 mod conformance;
 pub mod id;
+#[cfg(any(feature = "lmdb", feature = "sled"))]
+mod kv;
 #[cfg(feature = "lmdb")]
 mod lmdb;
 mod lock;
+#[cfg(feature = "sled")]
+mod sled;
 mod sqlite;
 mod wal;
 
@@ -28,12 +32,14 @@ pub enum Engine {
     Sqlite,
     /// LMDB through `heed` (cargo feature `lmdb`).
     Lmdb,
+    /// sled (cargo feature `sled`); a vault is a directory.
+    Sled,
 }
 
 impl Engine {
     /// Every engine, as `--engine` spells them.
-    pub const NAMES: [&'static str; 2] = ["sqlite", "lmdb"];
-    pub const ALL: [Engine; 2] = [Engine::Sqlite, Engine::Lmdb];
+    pub const NAMES: [&'static str; 3] = ["sqlite", "lmdb", "sled"];
+    pub const ALL: [Engine; 3] = [Engine::Sqlite, Engine::Lmdb, Engine::Sled];
 
     /// The engines this build has.
     pub fn built_in() -> Vec<Engine> {
@@ -44,6 +50,7 @@ impl Engine {
         match self {
             Engine::Sqlite => "sqlite",
             Engine::Lmdb => "lmdb",
+            Engine::Sled => "sled",
         }
     }
 
@@ -52,6 +59,7 @@ impl Engine {
         match self {
             Engine::Sqlite => None,
             Engine::Lmdb => Some("lmdb"),
+            Engine::Sled => Some("sled"),
         }
     }
 
@@ -60,6 +68,7 @@ impl Engine {
         match self {
             Engine::Sqlite => true,
             Engine::Lmdb => cfg!(feature = "lmdb"),
+            Engine::Sled => cfg!(feature = "sled"),
         }
     }
 
@@ -94,15 +103,21 @@ pub fn create_store(path: &Path, engine: Engine) -> Result<Arc<dyn Store>> {
         Engine::Sqlite => Ok(SqliteStore::create(path)?),
         #[cfg(feature = "lmdb")]
         Engine::Lmdb => Ok(lmdb::LmdbStore::create(path)?),
+        #[cfg(feature = "sled")]
+        Engine::Sled => Ok(sled::SledStore::create(path)?),
         #[allow(unreachable_patterns)]
         other => Err(other.unsupported(path)),
     }
 }
 
 /// The engine a vault file was written by, from its first bytes (SQLite when unsure: its
-/// open reports what is wrong with the file).
+/// open reports what is wrong with the file). A directory is a sled vault (sled's open
+/// reports a directory that is not one).
 pub fn engine_of(path: &Path) -> Engine {
     use std::io::Read;
+    if path.is_dir() {
+        return Engine::Sled;
+    }
     let mut head = [0u8; 64];
     let n = std::fs::File::open(path)
         .and_then(|mut f| f.read(&mut head))
@@ -115,8 +130,12 @@ pub fn engine_of(path: &Path) -> Engine {
     Engine::Sqlite
 }
 
-/// Remove the vault file at `path` and its side files, those that are there.
+/// Remove the vault file at `path` (a sled vault's whole directory) and its side files,
+/// those that are there.
 pub fn remove_vault_files(path: &Path) -> Result<()> {
+    if std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir()) {
+        std::fs::remove_dir_all(path).map_err(|e| Error::io("deleting", path, e))?;
+    }
     for p in std::iter::once(path.to_path_buf()).chain(companion_files(path)) {
         match std::fs::remove_file(&p) {
             Ok(()) => {}
@@ -165,6 +184,8 @@ pub fn open_store(path: &Path) -> Result<Arc<dyn Store>> {
             Engine::Sqlite => SqliteStore::open(path).map(|s| s as Arc<dyn Store>),
             #[cfg(feature = "lmdb")]
             Engine::Lmdb => lmdb::LmdbStore::open(path).map(|s| s as Arc<dyn Store>),
+            #[cfg(feature = "sled")]
+            Engine::Sled => sled::SledStore::open(path).map(|s| s as Arc<dyn Store>),
             #[allow(unreachable_patterns)]
             other => Err(other.unsupported(path)),
         };

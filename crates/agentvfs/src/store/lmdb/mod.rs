@@ -5,32 +5,16 @@
 //! (`NO_META_SYNC`: after a power loss the last commit may be undone, never half-applied),
 //! and `sync` flushes everything.
 //!
-//! The layout, with its cost bounds (see `tx.rs` for the key encodings):
-//! - `objects`: id → kind byte + bytes. Lookups O(log N); a partial read copies only the
-//!   asked range out of the map.
-//! - `workspaces` by name and `workspace_ids` by id; `overlay` by (workspace, path) and
-//!   `overlay_children` by (workspace, parent hash, path), so a directory's entries and a
-//!   subtree are each one range, O(log N + result).
-//! - `checkpoints` by (workspace, name), `checkpoint_ids` and `checkpoints_by_ws` (ordered by
-//!   id); `ops` by id and `ops_by_ws`; `audit` by id and `audit_main` (the non-step ids), so
-//!   `avfs audit` reads only what it shows.
-//! - `settings` by key, `meta` for the format, the id counters (committed with the writes
-//!   that use them, so kill -9 never reuses an id) and running totals (object count and
-//!   bytes, overlay sizes), so no question about the whole vault scans it.
-
-mod read;
-mod rows;
-mod tx;
+//! The tables and their encodings are the key-value layout in `store::kv`.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use heed::types::Bytes;
-use heed::{Database, Env, EnvFlags, EnvOpenOptions, WithoutTls};
+use heed::{Database, Env, EnvFlags, EnvOpenOptions, RoTxn, RwTxn, WithoutTls};
 
-use self::read::Reader;
-use self::tx::Writer;
+use super::kv::{ENGINE_KEY, FORMAT_KEY, KvRead, KvWrite, Reader, Table, Val, Visit, Writer};
 use super::sqlite::FORMAT_VERSION;
 use super::{Engine, Store, StoreRead, StoreWrite};
 use crate::error::{Error, Result};
@@ -38,46 +22,10 @@ use crate::error::{Error, Result};
 /// The address space one environment maps: data may grow to this size. Only address space
 /// is reserved; the file grows as data is written.
 const MAP_SIZE: usize = 1 << 40;
-/// `meta` keys.
-const FORMAT_KEY: &[u8] = b"format";
-const ENGINE_KEY: &[u8] = b"engine";
-
 type Db = Database<'static, Bytes, Bytes>;
 
-/// The named databases of one environment.
-pub(super) struct Dbs {
-    meta: Db,
-    objects: Db,
-    workspaces: Db,
-    workspace_ids: Db,
-    overlay: Db,
-    overlay_children: Db,
-    checkpoints: Db,
-    checkpoint_ids: Db,
-    checkpoints_by_ws: Db,
-    ops: Db,
-    ops_by_ws: Db,
-    audit: Db,
-    audit_main: Db,
-    settings: Db,
-}
-
-const DB_NAMES: [&str; 14] = [
-    "meta",
-    "objects",
-    "workspaces",
-    "workspace_ids",
-    "overlay",
-    "overlay_children",
-    "checkpoints",
-    "checkpoint_ids",
-    "checkpoints_by_ws",
-    "ops",
-    "ops_by_ws",
-    "audit",
-    "audit_main",
-    "settings",
-];
+/// The named databases of one environment, one per `Table`.
+type Dbs = [Db; Table::COUNT];
 
 /// A vault file in the LMDB format. One handle per file per process (heed refuses to open
 /// an environment twice), shared through `handles`.
@@ -174,9 +122,7 @@ fn check_length(path: &Path) -> Result<()> {
 fn open_env(path: &Path) -> Result<(Env<WithoutTls>, Dbs)> {
     check_length(path)?;
     let mut options = EnvOpenOptions::new().read_txn_without_tls();
-    options
-        .map_size(MAP_SIZE)
-        .max_dbs(DB_NAMES.len() as u32 + 2);
+    options.map_size(MAP_SIZE).max_dbs(Table::COUNT as u32 + 2);
     // SAFETY: NO_SUB_DIR makes `path` the data file; NO_META_SYNC keeps every commit
     // atomic and consistent (one flush per commit, the meta page unflushed); NO_READ_AHEAD
     // suits random reads of a large file. The file is only ever changed through LMDB.
@@ -207,33 +153,16 @@ fn open_env(path: &Path) -> Result<(Env<WithoutTls>, Dbs)> {
     let wtxn = env.write_txn().map_err(heed_error)?;
     let created = env
         .create_databases_and_commit(wtxn, |opener, w| {
-            let mut dbs = Vec::with_capacity(DB_NAMES.len());
-            for name in DB_NAMES {
+            let mut dbs = Vec::with_capacity(Table::COUNT);
+            for name in Table::NAMES {
                 dbs.push(opener.create_database::<Bytes, Bytes>(w, Some(name))?);
             }
-            let dbs: [_; 14] = dbs.try_into().unwrap_or_else(|_| unreachable!());
+            let dbs: [_; Table::COUNT] = dbs.try_into().unwrap_or_else(|_| unreachable!());
             Ok::<_, heed::Error>(heed::CommitOrAbort::<_, ()>::Commit(dbs))
         })
         .map_err(heed_error)?
         .unwrap_commit();
-    let mut it = created.into_iter();
-    let mut next = || it.next().expect("one database per name");
-    let dbs = Dbs {
-        meta: next(),
-        objects: next(),
-        workspaces: next(),
-        workspace_ids: next(),
-        overlay: next(),
-        overlay_children: next(),
-        checkpoints: next(),
-        checkpoint_ids: next(),
-        checkpoints_by_ws: next(),
-        ops: next(),
-        ops_by_ws: next(),
-        audit: next(),
-        audit_main: next(),
-        settings: next(),
-    };
+    let dbs: Dbs = created.map(|db| db);
     Ok((env, dbs))
 }
 
@@ -309,15 +238,26 @@ impl LmdbStore {
         Ok(store)
     }
 
-    fn env_read<R>(&self, f: impl FnOnce(&Reader<'_>) -> Result<R>) -> Result<R> {
+    fn env_read<R>(&self, f: impl FnOnce(&Reader<'_, View<'_>>) -> Result<R>) -> Result<R> {
         let txn = self.env.read_txn().map_err(heed_error)?;
-        f(&Reader::new(&txn, &self.dbs))
+        let view = View {
+            txn: &txn,
+            dbs: &self.dbs,
+        };
+        f(&Reader::new(&view))
     }
 
-    fn env_write<R>(&self, f: impl FnOnce(&mut Writer<'_, '_>) -> Result<R>) -> Result<R> {
+    fn env_write<R>(
+        &self,
+        f: impl FnOnce(&mut Writer<'_, Write<'_, '_>>) -> Result<R>,
+    ) -> Result<R> {
         let mut txn = self.env.write_txn().map_err(heed_error)?;
         self.file.still(&self.path)?;
-        let out = f(&mut Writer::new(&mut txn, &self.dbs))?;
+        let mut write = Write {
+            txn: &mut txn,
+            dbs: &self.dbs,
+        };
+        let out = f(&mut Writer::new(&mut write))?;
         txn.commit().map_err(|e| self.commit_error(e))?;
         Ok(out)
     }
@@ -391,5 +331,89 @@ impl Store for LmdbStore {
             .filter_map(|p| std::fs::metadata(p).ok())
             .map(|m| m.len())
             .sum()
+    }
+}
+
+/// A read transaction's view of the tables.
+struct View<'t> {
+    txn: &'t RoTxn<'t>,
+    dbs: &'t Dbs,
+}
+
+/// A write transaction's view: reads see its writes.
+struct Write<'a, 'e> {
+    txn: &'a mut RwTxn<'e>,
+    dbs: &'a Dbs,
+}
+
+fn get<'t>(dbs: &Dbs, txn: &'t RoTxn<'_>, t: Table, key: &[u8]) -> Result<Option<Val<'t>>> {
+    Ok(dbs[t as usize]
+        .get(txn, key)
+        .map_err(heed_error)?
+        .map(Val::Ref))
+}
+
+fn scan(
+    dbs: &Dbs,
+    txn: &RoTxn<'_>,
+    t: Table,
+    prefix: &[u8],
+    rev: bool,
+    visit: &mut Visit<'_>,
+) -> Result<()> {
+    fn walk<'t>(
+        rows: impl Iterator<Item = heed::Result<(&'t [u8], &'t [u8])>>,
+        visit: &mut Visit<'_>,
+    ) -> Result<()> {
+        for kv in rows {
+            let (k, v) = kv.map_err(heed_error)?;
+            if !visit(k, v)? {
+                break;
+            }
+        }
+        Ok(())
+    }
+    let db = &dbs[t as usize];
+    // LMDB takes no empty key, not even as a cursor position: the whole table instead.
+    match (prefix.is_empty(), rev) {
+        (true, false) => walk(db.iter(txn).map_err(heed_error)?, visit),
+        (true, true) => walk(db.rev_iter(txn).map_err(heed_error)?, visit),
+        (false, false) => walk(db.prefix_iter(txn, prefix).map_err(heed_error)?, visit),
+        (false, true) => walk(db.rev_prefix_iter(txn, prefix).map_err(heed_error)?, visit),
+    }
+}
+
+impl KvRead for View<'_> {
+    fn get(&self, t: Table, key: &[u8]) -> Result<Option<Val<'_>>> {
+        get(self.dbs, self.txn, t, key)
+    }
+
+    fn scan(&self, t: Table, prefix: &[u8], rev: bool, visit: &mut Visit<'_>) -> Result<()> {
+        scan(self.dbs, self.txn, t, prefix, rev, visit)
+    }
+}
+
+impl KvRead for Write<'_, '_> {
+    fn get(&self, t: Table, key: &[u8]) -> Result<Option<Val<'_>>> {
+        get(self.dbs, self.txn, t, key)
+    }
+
+    fn scan(&self, t: Table, prefix: &[u8], rev: bool, visit: &mut Visit<'_>) -> Result<()> {
+        scan(self.dbs, self.txn, t, prefix, rev, visit)
+    }
+}
+
+impl KvWrite for Write<'_, '_> {
+    fn put(&mut self, t: Table, key: &[u8], value: &[u8]) -> Result<()> {
+        self.dbs[t as usize]
+            .put(self.txn, key, value)
+            .map_err(heed_error)
+    }
+
+    fn del(&mut self, t: Table, key: &[u8]) -> Result<()> {
+        self.dbs[t as usize]
+            .delete(self.txn, key)
+            .map(drop)
+            .map_err(heed_error)
     }
 }

@@ -1,9 +1,10 @@
-//! LMDB key and value encodings.
+//! Key and value encodings of the key-value engines.
 //!
 //! Keys: ids are 8 bytes big-endian, so key order is id order. A text key (a path, a setting)
 //! is its bytes when at most `KEY_KEEP` long, else its first `KEY_KEEP` bytes and 16 bytes of
-//! its hash (LMDB keys are at most 511 bytes), so a prefix of a key is still a prefix of its
-//! encoding; values carry the full text, and range reads check it and sort by it.
+//! its hash (LMDB keys are at most 511 bytes; every engine shares the encoding), so a prefix
+//! of a key is still a prefix of its encoding; values carry the full text, and range reads
+//! check it and sort by it.
 
 use std::borrow::Cow;
 
@@ -54,7 +55,7 @@ pub(super) fn put_text(out: &mut Vec<u8>, text: &[u8]) {
 
 pub(super) fn damaged(what: &str) -> Error {
     Error::CorruptVault {
-        reason: format!("an LMDB {what} record is malformed"),
+        reason: format!("a {what} record is malformed"),
     }
 }
 

@@ -1,26 +1,23 @@
-//! Writes inside one LMDB write transaction: the `StoreWrite` implementation (reads go
-//! through `Reader` on the same transaction, so they see the writes).
-
-use heed::RwTxn;
+//! Writes inside one commit of a key-value engine: the `StoreWrite` implementation (reads go
+//! through `Reader` on the same view, so they see the writes).
 
 use super::read::Reader;
 use super::rows::*;
-use super::{Db, Dbs, heed_error};
+use super::{KvWrite, Table};
 use crate::error::{Error, Result};
 use crate::store::id::ObjectId;
 use crate::store::{
     AuditRecord, CheckpointRecord, OpRecord, StoreRead, StoreWrite, StoredObject, WorkspaceRecord,
 };
 
-/// Writes inside one LMDB write transaction; reads see them.
-pub(super) struct Writer<'a, 'e> {
-    txn: &'a mut RwTxn<'e>,
-    d: &'a Dbs,
+/// Writes inside one commit; reads see them.
+pub(in crate::store) struct Writer<'a, K: KvWrite + ?Sized> {
+    kv: &'a mut K,
 }
 
 macro_rules! read_through {
     ($($name:ident($($arg:ident: $ty:ty),*) -> $ret:ty;)*) => {
-        impl StoreRead for Writer<'_, '_> {
+        impl<K: KvWrite + ?Sized> StoreRead for Writer<'_, K> {
             $(fn $name(&self, $($arg: $ty),*) -> Result<$ret> {
                 self.reader().$name($($arg),*)
             })*
@@ -50,29 +47,25 @@ read_through! {
     audit(limit: usize, since: Option<i64>, steps: bool) -> Vec<AuditRecord>;
 }
 
-impl<'a, 'e> Writer<'a, 'e> {
-    pub(super) fn new(txn: &'a mut RwTxn<'e>, d: &'a Dbs) -> Self {
-        Writer { txn, d }
+impl<'a, K: KvWrite + ?Sized> Writer<'a, K> {
+    pub(in crate::store) fn new(kv: &'a mut K) -> Self {
+        Writer { kv }
     }
 
-    fn reader(&self) -> Reader<'_> {
-        Reader {
-            txn: self.txn,
-            d: self.d,
-        }
+    fn reader(&self) -> Reader<'_, K> {
+        Reader::new(&*self.kv)
     }
 
-    fn put(&mut self, db: &Db, key: &[u8], value: &[u8]) -> Result<()> {
-        db.put(self.txn, key, value).map_err(heed_error)
+    fn put(&mut self, t: Table, key: &[u8], value: &[u8]) -> Result<()> {
+        self.kv.put(t, key, value)
     }
 
-    fn del(&mut self, db: &Db, key: &[u8]) -> Result<bool> {
-        db.delete(self.txn, key).map_err(heed_error)
+    fn del(&mut self, t: Table, key: &[u8]) -> Result<()> {
+        self.kv.del(t, key)
     }
 
-    pub(super) fn meta_put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
-        let meta = self.d.meta;
-        self.put(&meta, key, value)
+    pub(in crate::store) fn meta_put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.put(Table::Meta, key, value)
     }
 
     fn add(&mut self, key: &[u8], delta: i64) -> Result<()> {
@@ -91,9 +84,8 @@ impl<'a, 'e> Writer<'a, 'e> {
     }
 
     fn put_workspace(&mut self, row: &WsRow) -> Result<()> {
-        let (workspaces, ids) = (self.d.workspaces, self.d.workspace_ids);
-        self.put(&workspaces, row.name.as_bytes(), &encode(row)?)?;
-        self.put(&ids, &id8(row.id), row.name.as_bytes())
+        self.put(Table::Workspaces, row.name.as_bytes(), &encode(row)?)?;
+        self.put(Table::WorkspaceIds, &id8(row.id), row.name.as_bytes())
     }
 
     fn update_workspace(&mut self, ws: i64, f: impl FnOnce(&mut WsRow)) -> Result<()> {
@@ -106,14 +98,13 @@ impl<'a, 'e> Writer<'a, 'e> {
     }
 
     fn overlay_remove(&mut self, ws: i64, key: &[u8]) -> Result<()> {
-        let Some(v) = self.reader().get(&self.d.overlay, key)? else {
-            return Ok(());
+        let parent = match self.reader().get(Table::Overlay, key)? {
+            Some(v) => hash16(decode_overlay(&v)?.parent),
+            None => return Ok(()),
         };
-        let o = decode_overlay(v)?;
-        let child = cat(&[&id8(ws), &hash16(o.parent), &key[8..]]);
-        let (overlay, children) = (self.d.overlay, self.d.overlay_children);
-        self.del(&children, &child)?;
-        self.del(&overlay, key)?;
+        let child = cat(&[&id8(ws), &parent, &key[8..]]);
+        self.del(Table::OverlayChildren, &child)?;
+        self.del(Table::Overlay, key)?;
         self.add(&cat(&[b"overlay.len.", &id8(ws)]), -1)
     }
 
@@ -121,9 +112,9 @@ impl<'a, 'e> Writer<'a, 'e> {
     fn overlay_remove_prefix(&mut self, ws: i64, prefix: &str) -> Result<()> {
         let key = cat(&[&id8(ws), text_prefix(prefix.as_bytes())]);
         let mut doomed = Vec::new();
-        for (k, v) in self.reader().scan(&self.d.overlay, &key)? {
-            if decode_overlay(v)?.path.starts_with(prefix.as_bytes()) {
-                doomed.push(k.to_vec());
+        for (k, v) in self.reader().scan(Table::Overlay, &key)? {
+            if decode_overlay(&v)?.path.starts_with(prefix.as_bytes()) {
+                doomed.push(k);
             }
         }
         for k in doomed {
@@ -135,34 +126,24 @@ impl<'a, 'e> Writer<'a, 'e> {
     fn checkpoint_remove(&mut self, id: i64) -> Result<Option<CheckpointRecord>> {
         let Some(key) = self
             .reader()
-            .get(&self.d.checkpoint_ids, &id8(id))?
-            .map(<[u8]>::to_vec)
+            .get(Table::CheckpointIds, &id8(id))?
+            .map(|k| k.to_vec())
         else {
             return Ok(None);
         };
         let rec = self.reader().checkpoint_at(&key)?;
-        let (cps, ids, by_ws) = (
-            self.d.checkpoints,
-            self.d.checkpoint_ids,
-            self.d.checkpoints_by_ws,
-        );
-        self.del(&cps, &key)?;
-        self.del(&ids, &id8(id))?;
-        self.del(&by_ws, &cat(&[&key[..8], &id8(id)]))?;
+        self.del(Table::Checkpoints, &key)?;
+        self.del(Table::CheckpointIds, &id8(id))?;
+        self.del(Table::CheckpointsByWs, &cat(&[&key[..8], &id8(id)]))?;
         Ok(rec)
     }
 
     fn checkpoint_put(&mut self, rec: &CheckpointRecord) -> Result<()> {
         let key = cat(&[&id8(rec.workspace), rec.name.as_bytes()]);
-        let (cps, ids, by_ws) = (
-            self.d.checkpoints,
-            self.d.checkpoint_ids,
-            self.d.checkpoints_by_ws,
-        );
-        self.put(&cps, &key, &encode(&CpRow::from(rec))?)?;
-        self.put(&ids, &id8(rec.id), &key)?;
+        self.put(Table::Checkpoints, &key, &encode(&CpRow::from(rec))?)?;
+        self.put(Table::CheckpointIds, &id8(rec.id), &key)?;
         self.put(
-            &by_ws,
+            Table::CheckpointsByWs,
             &cat(&[&id8(rec.workspace), &id8(rec.id)]),
             rec.name.as_bytes(),
         )
@@ -173,16 +154,15 @@ fn unique(what: &str, name: &str) -> Error {
     Error::Storage(format!("UNIQUE constraint failed: {what} `{name}` exists"))
 }
 
-impl StoreWrite for Writer<'_, '_> {
+impl<K: KvWrite + ?Sized> StoreWrite for Writer<'_, K> {
     fn put_object(&mut self, id: &ObjectId, kind: u8, data: &[u8]) -> Result<()> {
         if self.reader().has_object(id)? {
             return Ok(());
         }
-        let objects = self.d.objects;
         let mut v = Vec::with_capacity(data.len() + 1);
         v.push(kind);
         v.extend_from_slice(data);
-        self.put(&objects, &id.0, &v)?;
+        self.put(Table::Objects, &id.0, &v)?;
         let size = data.len() as i64;
         self.add(b"objects.count", 1)?;
         self.add(b"objects.bytes", size)?;
@@ -195,13 +175,12 @@ impl StoreWrite for Writer<'_, '_> {
     fn delete_object(&mut self, id: &ObjectId) -> Result<()> {
         let Some((kind, size)) = self
             .reader()
-            .get(&self.d.objects, &id.0)?
+            .get(Table::Objects, &id.0)?
             .and_then(|v| v.split_first().map(|(k, d)| (*k, d.len() as i64)))
         else {
             return Ok(());
         };
-        let objects = self.d.objects;
-        self.del(&objects, &id.0)?;
+        self.del(Table::Objects, &id.0)?;
         self.add(b"objects.count", -1)?;
         self.add(b"objects.bytes", -size)?;
         if kind == CHUNK_KIND {
@@ -242,19 +221,17 @@ impl StoreWrite for Writer<'_, '_> {
         }
         let op_keys: Vec<Vec<u8>> = self
             .reader()
-            .scan(&self.d.ops_by_ws, &id8(ws))?
+            .scan(Table::OpsByWs, &id8(ws))?
             .into_iter()
-            .map(|(k, _)| k.to_vec())
+            .map(|(k, _)| k)
             .collect();
-        let (ops, ops_by_ws) = (self.d.ops, self.d.ops_by_ws);
         for k in op_keys {
-            self.del(&ops, &k[8..])?;
-            self.del(&ops_by_ws, &k)?;
+            self.del(Table::Ops, &k[8..])?;
+            self.del(Table::OpsByWs, &k)?;
         }
         if let Some(rec) = self.reader().workspace_by_id(ws)? {
-            let (workspaces, ids) = (self.d.workspaces, self.d.workspace_ids);
-            self.del(&workspaces, rec.name.as_bytes())?;
-            self.del(&ids, &id8(ws))?;
+            self.del(Table::Workspaces, rec.name.as_bytes())?;
+            self.del(Table::WorkspaceIds, &id8(ws))?;
         }
         self.meta_put(&cat(&[b"overlay.len.", &id8(ws)]), &0u64.to_le_bytes())
     }
@@ -271,12 +248,11 @@ impl StoreWrite for Writer<'_, '_> {
         node: Option<&[u8]>,
     ) -> Result<()> {
         let key = cat(&[&id8(ws), &text_key(path.as_bytes())]);
-        let fresh = self.reader().get(&self.d.overlay, &key)?.is_none();
-        let (overlay, children) = (self.d.overlay, self.d.overlay_children);
-        self.put(&overlay, &key, &encode_overlay(path, parent, node))?;
+        let fresh = self.reader().get(Table::Overlay, &key)?.is_none();
+        self.put(Table::Overlay, &key, &encode_overlay(path, parent, node))?;
         if fresh {
             let child = cat(&[&id8(ws), &hash16(parent.as_bytes()), &key[8..]]);
-            self.put(&children, &child, &[])?;
+            self.put(Table::OverlayChildren, &child, &[])?;
             self.add(&cat(&[b"overlay.len.", &id8(ws)]), 1)?;
         }
         Ok(())
@@ -327,15 +303,14 @@ impl StoreWrite for Writer<'_, '_> {
 
     fn set_setting(&mut self, key: &str, value: Option<&str>) -> Result<()> {
         let k = text_key(key.as_bytes()).into_owned();
-        let settings = self.d.settings;
         match value {
             Some(v) => {
                 let mut val = Vec::with_capacity(key.len() + v.len() + 4);
                 put_text(&mut val, key.as_bytes());
                 val.extend_from_slice(v.as_bytes());
-                self.put(&settings, &k, &val)
+                self.put(Table::Settings, &k, &val)
             }
-            None => self.del(&settings, &k).map(drop),
+            None => self.del(Table::Settings, &k).map(drop),
         }
     }
 
@@ -346,13 +321,12 @@ impl StoreWrite for Writer<'_, '_> {
     }
 
     fn delete_op(&mut self, id: i64) -> Result<()> {
-        let Some(v) = self.reader().get(&self.d.ops, &id8(id))? else {
-            return Ok(());
+        let ws = match self.reader().get(Table::Ops, &id8(id))? {
+            Some(v) => decode::<OpRow>(&v, "op")?.ws,
+            None => return Ok(()),
         };
-        let ws = decode::<OpRow>(v, "op")?.ws;
-        let (ops, by_ws) = (self.d.ops, self.d.ops_by_ws);
-        self.del(&ops, &id8(id))?;
-        self.del(&by_ws, &cat(&[&id8(ws), &id8(id)]))?;
+        self.del(Table::Ops, &id8(id))?;
+        self.del(Table::OpsByWs, &cat(&[&id8(ws), &id8(id)]))?;
         Ok(())
     }
 
@@ -383,7 +357,7 @@ impl StoreWrite for Writer<'_, '_> {
     }
 }
 
-impl Writer<'_, '_> {
+impl<K: KvWrite + ?Sized> Writer<'_, K> {
     /// Move the counter of `kind` past `id`.
     fn bump(&mut self, kind: &str, id: i64) -> Result<()> {
         let key = format!("next.{kind}");
@@ -396,17 +370,15 @@ impl Writer<'_, '_> {
 
     fn put_op(&mut self, id: i64, rec: &OpRecord) -> Result<()> {
         let row = OpRow::new(id, rec);
-        let (ops, by_ws) = (self.d.ops, self.d.ops_by_ws);
-        self.put(&ops, &id8(id), &encode(&row)?)?;
-        self.put(&by_ws, &cat(&[&id8(rec.workspace), &id8(id)]), &[])
+        self.put(Table::Ops, &id8(id), &encode(&row)?)?;
+        self.put(Table::OpsByWs, &cat(&[&id8(rec.workspace), &id8(id)]), &[])
     }
 
     fn put_audit(&mut self, id: i64, rec: &AuditRecord) -> Result<()> {
         let row = AuditRow::new(id, rec);
-        let (audit, main) = (self.d.audit, self.d.audit_main);
-        self.put(&audit, &id8(id), &encode(&row)?)?;
+        self.put(Table::Audit, &id8(id), &encode(&row)?)?;
         if !rec.step {
-            self.put(&main, &id8(id), &[])?;
+            self.put(Table::AuditMain, &id8(id), &[])?;
         }
         Ok(())
     }

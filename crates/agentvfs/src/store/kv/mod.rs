@@ -1,0 +1,107 @@
+//! The vault layout shared by the ordered key-value engines (LMDB, sled): the tables, their
+//! key encodings and the `StoreRead`/`StoreWrite` implementations, written once against two
+//! small traits an engine implements (`KvRead`: point reads and prefix scans; `KvWrite`:
+//! puts and deletes inside one atomic commit).
+//!
+//! The layout, with its cost bounds (see `tx.rs` for the key encodings):
+//! - `objects`: id → kind byte + bytes. Lookups O(log N); a partial read copies only the
+//!   asked range.
+//! - `workspaces` by name and `workspace_ids` by id; `overlay` by (workspace, path) and
+//!   `overlay_children` by (workspace, parent hash, path), so a directory's entries and a
+//!   subtree are each one range, O(log N + result).
+//! - `checkpoints` by (workspace, name), `checkpoint_ids` and `checkpoints_by_ws` (ordered by
+//!   id); `ops` by id and `ops_by_ws`; `audit` by id and `audit_main` (the non-step ids), so
+//!   `avfs audit` reads only what it shows.
+//! - `settings` by key, `meta` for the format, the id counters (committed with the writes
+//!   that use them, so kill -9 never reuses an id) and running totals (object count and
+//!   bytes, overlay sizes), so no question about the whole vault scans it.
+
+mod read;
+mod rows;
+mod tx;
+
+use std::ops::Deref;
+
+pub(super) use self::read::Reader;
+pub(super) use self::tx::Writer;
+use crate::error::Result;
+
+/// `meta` keys.
+pub(super) const FORMAT_KEY: &[u8] = b"format";
+pub(super) const ENGINE_KEY: &[u8] = b"engine";
+
+/// The tables of a vault, in `Table::NAMES` order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Table {
+    Meta,
+    Objects,
+    Workspaces,
+    WorkspaceIds,
+    Overlay,
+    OverlayChildren,
+    Checkpoints,
+    CheckpointIds,
+    CheckpointsByWs,
+    Ops,
+    OpsByWs,
+    Audit,
+    AuditMain,
+    Settings,
+}
+
+impl Table {
+    pub(super) const COUNT: usize = 14;
+    /// Each table's name in the engine's files (an index into it is `table as usize`).
+    pub(super) const NAMES: [&'static str; Table::COUNT] = [
+        "meta",
+        "objects",
+        "workspaces",
+        "workspace_ids",
+        "overlay",
+        "overlay_children",
+        "checkpoints",
+        "checkpoint_ids",
+        "checkpoints_by_ws",
+        "ops",
+        "ops_by_ws",
+        "audit",
+        "audit_main",
+        "settings",
+    ];
+}
+
+/// A value read from an engine: borrowed from its map (LMDB) or held by its own handle
+/// (sled's shared buffers), never copied whole just to read part of it.
+pub(super) enum Val<'s> {
+    Ref(&'s [u8]),
+    Held(Box<dyn AsRef<[u8]> + 's>),
+}
+
+impl Deref for Val<'_> {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match self {
+            Val::Ref(b) => b,
+            Val::Held(b) => (**b).as_ref(),
+        }
+    }
+}
+
+/// A visitor of (key, value) pairs; it returns false to stop the scan.
+pub(super) type Visit<'f> = dyn FnMut(&[u8], &[u8]) -> Result<bool> + 'f;
+
+/// Reads inside one consistent view of an engine.
+pub(super) trait KvRead {
+    /// The value at `key` (no record has an empty key).
+    fn get(&self, t: Table, key: &[u8]) -> Result<Option<Val<'_>>>;
+    /// Every (key, value) whose key starts with `prefix` (empty: the whole table), in key
+    /// order or, with `rev`, in reverse, until `visit` returns false.
+    fn scan(&self, t: Table, prefix: &[u8], rev: bool, visit: &mut Visit<'_>) -> Result<()>;
+}
+
+/// Writes inside one atomic commit; reads see them.
+pub(super) trait KvWrite: KvRead {
+    fn put(&mut self, t: Table, key: &[u8], value: &[u8]) -> Result<()>;
+    fn del(&mut self, t: Table, key: &[u8]) -> Result<()>;
+}
