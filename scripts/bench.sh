@@ -13,6 +13,8 @@
 #                   there with `cargo install agentvfs --version 0.1.6` when missing.
 #   KEEP=1          keep the work directory.
 #   NO_HYPERFINE=1  time with the date +%s.%N loop even if hyperfine is there.
+#   AVFS_ENGINE=E   the storage engine of the vaults (sqlite, lmdb or sled; the binary is
+#                   then built with the lmdb and sled features).
 #   GEN_ARGS=...    options for scripts/gen_tree.py (e.g. "--text 2000 --binaries 20" for a
 #                   quick smoke run; the default tree is the one BENCHMARKS.md reports).
 #
@@ -31,7 +33,7 @@ for arg in "$@"; do
   case "$arg" in
     --compare-016) COMPARE_016=1 ;;
     -h | --help)
-      sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'
+      sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'
       exit 0
       ;;
     *)
@@ -44,7 +46,11 @@ done
 log() { printf '== %s\n' "$*" >&2; }
 
 log "building the release binary"
-cargo build --release --locked --quiet
+if [ -n "${AVFS_ENGINE:-}" ] && [ "$AVFS_ENGINE" != sqlite ]; then
+  cargo build --release --locked --quiet --features lmdb,sled
+else
+  cargo build --release --locked --quiet
+fi
 AVFS="$ROOT/target/release/avfs"
 
 HYPERFINE=""
@@ -154,7 +160,7 @@ if [ -d /dev/shm ] && [ "$(df --output=avail -B1 /dev/shm | tail -1)" -gt $((TRE
   rm -rf "$SHM"
 fi
 measure "import" "$RUNS" \
-  "$AVFS vault delete imp --yes >/dev/null 2>&1; rm -f $V $V-wal $V-shm; $AVFS vault create imp --path $V; sync" \
+  "$AVFS vault delete imp --yes >/dev/null 2>&1; rm -rf $V $V-wal $V-shm $V-lock; $AVFS vault create imp --path $V; sync" \
   "$AVFS --workspace imp import $TREE"
 VAULT_BYTES=$(vault_size "$V")
 measure "floor: avfs ls /" "$SMALL_RUNS" "true" "$AVFS --workspace imp ls /"

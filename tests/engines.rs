@@ -183,6 +183,60 @@ fn a_damaged_lmdb_vault_is_corrupt_vault_not_a_crash() {
     assert_eq!(env.data("v", &["vault", "check"])["ok"], true);
 }
 
+/// A damaged sled vault is a typed `corrupt_vault`, never a crash: its data file cut short,
+/// overwritten in part, emptied or removed, or the directory stripped of sled's files.
+#[test]
+fn a_damaged_sled_vault_is_corrupt_vault_not_a_crash() {
+    if !cfg!(feature = "sled") {
+        return;
+    }
+    let env = Env::new();
+    let (made, _) = env.json(None, &["vault", "create", "v", "--engine", "sled"]);
+    let dir = std::path::PathBuf::from(made["data"]["path"].as_str().unwrap());
+    for i in 0..200 {
+        env.write(
+            "v",
+            &format!("d/f{i}.txt"),
+            format!("content {i}").as_bytes(),
+        );
+    }
+    let good = common::tree_bytes(&dir);
+    let restore = || {
+        std::fs::remove_dir_all(&dir).unwrap();
+        for (rel, bytes) in &good {
+            let p = dir.join(rel);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, bytes).unwrap();
+        }
+    };
+    let db = dir.join("db");
+    let data = good[std::path::Path::new("db")].clone();
+    let damaged = |what: &str, damage: &dyn Fn()| {
+        damage();
+        let (check, code) = env.json(Some("v"), &["vault", "check"]);
+        assert_eq!(check["error"]["kind"], "corrupt_vault", "{what}: {check}");
+        assert_eq!(code, 7, "{what}");
+        restore();
+    };
+    damaged("data cut short", &|| {
+        std::fs::write(&db, &data[..100]).unwrap()
+    });
+    damaged("data overwritten", &|| {
+        let mut noise = data.clone();
+        for (i, b) in noise[500..2500].iter_mut().enumerate() {
+            *b = (i * 7919 % 251) as u8;
+        }
+        std::fs::write(&db, noise).unwrap();
+    });
+    damaged("data emptied", &|| std::fs::write(&db, b"").unwrap());
+    damaged("data removed", &|| std::fs::remove_file(&db).unwrap());
+    damaged("not a sled directory", &|| {
+        std::fs::remove_file(dir.join("conf")).unwrap()
+    });
+    assert_eq!(env.data("v", &["vault", "check"])["ok"], true);
+    assert_eq!(env.cat("v", "d/f7.txt"), b"content 7");
+}
+
 /// A build without the `lmdb` or `sled` feature, given a vault of that engine, says which
 /// feature it needs (`unsupported_engine`, exit 7) and leaves the vault alone. CI points
 /// `AVFS_TEST_BIN_WITHOUT_LMDB` at its default-features release binary, which has neither.

@@ -40,7 +40,7 @@ fn a_fresh_home_and_its_vault_files_are_private() {
     assert_eq!(mode(&home), "700", "$AVFS_HOME");
     assert_eq!(mode(&home.join("vaults")), "700");
     let vault = home.join("vaults/x.avfs");
-    assert_eq!(mode(&vault), "600", "{}", vault.display());
+    assert_private(&vault);
 
     // A vault at a path of the user's choosing, under an even looser umask.
     let elsewhere = dir.path().join("elsewhere/y.avfs");
@@ -55,7 +55,20 @@ fn a_fresh_home_and_its_vault_files_are_private() {
             elsewhere.to_str().unwrap(),
         ],
     ));
-    assert_eq!(mode(&elsewhere), "600");
+    assert_private(&elsewhere);
+}
+
+/// A vault file is 0600; a sled vault's directory is 0700 and every file in it 0600.
+fn assert_private(vault: &Path) {
+    if !vault.is_dir() {
+        assert_eq!(mode(vault), "600", "{}", vault.display());
+        return;
+    }
+    assert_eq!(mode(vault), "700", "{}", vault.display());
+    for e in std::fs::read_dir(vault).unwrap().flatten() {
+        let want = if e.path().is_dir() { "700" } else { "600" };
+        assert_eq!(mode(&e.path()), want, "{}", e.path().display());
+    }
 }
 
 #[test]
@@ -77,11 +90,15 @@ fn wal_and_shm_files_of_an_open_vault_are_private() {
     std::fs::write(mnt.join("a.txt"), "through the mount").unwrap();
     let vault = home.join("vaults/x.avfs");
     // Read before unmounting (which removes them), asserted after (so a failure unmounts).
-    // The engine's files beside the vault: SQLite's log and index, LMDB's lock file.
-    let suffixes: &[&str] = if common::skip::engine() == "lmdb" {
-        &["-lock"]
-    } else {
-        &["-wal", "-shm"]
+    // The engine's files beside the vault: SQLite's log and index, LMDB's lock file; a
+    // sled vault keeps its files inside its directory.
+    if common::skip::engine() == "sled" {
+        assert_private(&vault);
+    }
+    let suffixes: &[&str] = match common::skip::engine().as_str() {
+        "lmdb" => &["-lock"],
+        "sled" => &[],
+        _ => &["-wal", "-shm"],
     };
     let side: Vec<(&str, Option<String>)> = suffixes
         .iter()

@@ -571,4 +571,4 @@ export type StreamEvent =
   | ({ event: "finished" } & AvfsResponse<Envelope>);
 
 /** The storage engine a vault is kept in. */
-export type Engine = "sqlite" | "lmdb";
+export type Engine = "sqlite" | "lmdb" | "sled";

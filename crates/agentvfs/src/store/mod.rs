@@ -134,6 +134,20 @@ pub fn engine_of(path: &Path) -> Engine {
 /// those that are there.
 pub fn remove_vault_files(path: &Path) -> Result<()> {
     if std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir()) {
+        // Only what a sled vault holds: a directory of anything else is not ours to delete.
+        let entries = std::fs::read_dir(path).map_err(|e| Error::io("reading", path, e))?;
+        for e in entries {
+            let name = e.map_err(|e| Error::io("reading", path, e))?.file_name();
+            let name = name.to_string_lossy();
+            let ours = ["conf", "db", "blobs", "avfs.lock", "avfs.want"].contains(&&*name)
+                || name.starts_with("snap.");
+            if !ours {
+                return Err(Error::invalid(format!(
+                    "{} is a directory holding `{name}`, not a sled vault: not deleting it",
+                    path.display()
+                )));
+            }
+        }
         std::fs::remove_dir_all(path).map_err(|e| Error::io("deleting", path, e))?;
     }
     for p in std::iter::once(path.to_path_buf()).chain(companion_files(path)) {

@@ -42,6 +42,9 @@ const LOCK_FILE: &str = "avfs.lock";
 const WANT_FILE: &str = "avfs.want";
 /// A file sled writes in every database directory.
 const SLED_CONF: &str = "conf";
+/// Free space a commit leaves untouched besides twice its own size: sled grows its file a
+/// segment (512 KiB) at a time, and writes whole segments.
+const RESERVE: u64 = 1 << 20;
 
 pub(super) fn sled_error(e: sled::Error) -> Error {
     match e {
@@ -50,7 +53,7 @@ pub(super) fn sled_error(e: sled::Error) -> Error {
             reason: io.to_string(),
         },
         sled::Error::Corruption { .. } => Error::CorruptVault {
-            reason: e.to_string(),
+            reason: "sled found damaged data in the vault's files".into(),
         },
         other => Error::Storage(format!("sled: {other}")),
     }
@@ -139,12 +142,30 @@ pub struct SledStore {
     last_use: Mutex<Instant>,
 }
 
+/// Make the files sled made private (0600, directories 0700) whatever the umask was: the
+/// vault directory is 0700 already, this keeps them so if it is loosened or moved.
+fn restrict(dir: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let Ok(t) = e.file_type() else { continue };
+        let mode = if t.is_dir() {
+            restrict(&e.path());
+            0o700
+        } else {
+            0o600
+        };
+        let _ = std::fs::set_permissions(e.path(), std::fs::Permissions::from_mode(mode));
+    }
+}
+
 fn open_file(path: &Path) -> Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
     std::fs::OpenOptions::new()
         .read(true)
         .write(true)
         .create(true)
         .truncate(false)
+        .mode(0o600)
         .open(path)
         .map_err(|e| Error::io("opening", path, e))
 }
@@ -316,6 +337,7 @@ impl SledStore {
                 other => break other.map_err(sled_error)?,
             }
         };
+        restrict(&self.path);
         let trees = Table::NAMES
             .iter()
             .map(|name| db.open_tree(name).map_err(sled_error))
@@ -326,6 +348,25 @@ impl SledStore {
             db,
             _lock: held,
         })
+    }
+
+    /// sled does not fail on a full disk: its flush waits for ever for a write that failed.
+    /// So a commit goes ahead only with room for twice its size and a reserve; else it is
+    /// `disk_full` before anything is written.
+    fn room_for(&self, size: u64) -> Result<()> {
+        let st = rustix::fs::statvfs(&self.path)
+            .map_err(|e| Error::io("reading", &self.path, e.into()))?;
+        let free = st.f_bavail.saturating_mul(st.f_frsize);
+        let needed = size.saturating_mul(2).saturating_add(RESERVE);
+        if free < needed {
+            return Err(Error::DiskFull {
+                path: None,
+                reason: format!(
+                    "{free} bytes free; a sled commit of {size} bytes needs {needed} (sled cannot report a full disk itself)"
+                ),
+            });
+        }
+        Ok(())
     }
 
     /// While this process holds the vault, close it whenever another process waits for it
@@ -393,6 +434,7 @@ impl Store for SledStore {
             if view.is_clean() {
                 return Ok(());
             }
+            self.room_for(view.size())?;
             self.gate.commit(|| view.commit(&self.versions))?;
             h.db.flush().map_err(sled_error).map(drop)
         })

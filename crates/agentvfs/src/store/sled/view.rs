@@ -90,6 +90,15 @@ impl<'a> View<'a> {
         }
     }
 
+    /// Bytes of keys and values the write has buffered.
+    pub(super) fn size(&self) -> u64 {
+        self.buf
+            .iter()
+            .flat_map(|b| b.iter())
+            .map(|(k, v)| (k.len() + v.as_ref().map_or(0, Vec::len)) as u64)
+            .sum()
+    }
+
     pub(super) fn is_clean(&self) -> bool {
         self.buf.iter().all(BTreeMap::is_empty)
     }
