@@ -39,7 +39,7 @@ fn create_list_use_info() {
     assert_eq!(a["name"], "alpha");
     assert_eq!(a["workspace"], "main");
     let path = env.vault_file("alpha");
-    assert!(path.is_file(), "vault file {} missing", path.display());
+    assert!(path.exists(), "vault file {} missing", path.display());
     assert_eq!(a["path"], json!(path.canonicalize().unwrap()));
 
     // The first vault becomes current; later ones do not.
@@ -107,7 +107,7 @@ fn create_with_explicit_path() {
         "--path",
         file.to_str().unwrap(),
     ]);
-    assert!(file.is_file());
+    assert!(file.exists()); // a file, or a sled vault's directory
     assert_eq!(t["path"], json!(file.canonicalize().unwrap()));
     assert!(!env.vault_file("custom").exists());
     env.write(Some("custom"), "x", b"1");
@@ -136,7 +136,7 @@ fn delete_requires_yes_and_removes_vault_with_its_forks() {
     env.avfs(&["vault", "delete", "doomed"])
         .code(5)
         .stderr(predicate::str::contains("--yes"));
-    assert!(file.is_file());
+    assert!(file.exists()); // a file, or a sled vault's directory
     assert_eq!(list(&env).len(), 3);
     assert_eq!(env.cat(Some("doomed"), "f"), b"precious");
     assert_eq!(env.cat(Some("doomed-fork"), "f"), b"precious");
@@ -177,7 +177,7 @@ fn delete_a_fork_keeps_the_vault() {
     let r = env.data(&["vault", "delete", "f1", "--yes"]);
     assert_eq!(r["file_deleted"], false);
     assert_eq!(r["unregistered"], json!(["f1"]));
-    assert!(env.vault_file("v").is_file());
+    assert!(env.vault_file("v").exists());
     assert_eq!(env.cat(Some("v"), "f"), b"main");
     assert_eq!(list(&env), vec![("v".into(), "main".into(), true)]);
     env.err(&["--workspace", "f1", "ls"], "vault_not_found");
@@ -273,7 +273,16 @@ fn selection_precedence_flag_env_current() {
     assert_eq!(which(&[], &[("AVFS_WORKSPACE", p)]), "flag");
     // A relative path works from the working directory.
     let rel = env.host("rel.avfs");
-    fs::copy(&path, &rel).unwrap();
+    // A copy of the vault (`cp -a`: a sled vault is a directory).
+    assert!(
+        std::process::Command::new("cp")
+            .arg("-a")
+            .arg(&path)
+            .arg(&rel)
+            .status()
+            .unwrap()
+            .success()
+    );
     assert_eq!(which(&["--workspace", "rel.avfs"], &[]), "flag");
     assert_eq!(which(&["--workspace", "./rel.avfs"], &[]), "flag");
 

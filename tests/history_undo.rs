@@ -230,7 +230,12 @@ fn prune_keep_last_reports_sizes_and_keeps_the_rest_readable() {
         r["disk_bytes_before"].as_u64().unwrap(),
         r["disk_bytes_after"].as_u64().unwrap(),
     );
-    assert!(before > 0 && after <= before, "{r}");
+    assert!(before > 0, "{r}");
+    // SQLite and LMDB give the space back (or reuse it in place); sled writes the deletions
+    // as new log records and reclaims its segments later, so its directory may grow here.
+    if common::skip::engine() != "sled" {
+        assert!(after <= before, "{r}");
+    }
     assert_eq!(
         env.data("pr", &["op", "log"]).as_array().unwrap().len(),
         2,

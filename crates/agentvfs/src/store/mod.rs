@@ -139,7 +139,8 @@ pub fn remove_vault_files(path: &Path) -> Result<()> {
         for e in entries {
             let name = e.map_err(|e| Error::io("reading", path, e))?.file_name();
             let name = name.to_string_lossy();
-            let ours = ["conf", "db", "blobs", "avfs.lock", "avfs.want"].contains(&&*name)
+            let ours = ["conf", "db", "blobs", "avfs.lock", "avfs.want", "avfs.sled"]
+                .contains(&&*name)
                 || name.starts_with("snap.");
             if !ours {
                 return Err(Error::invalid(format!(

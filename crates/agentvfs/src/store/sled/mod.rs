@@ -9,8 +9,8 @@
 //! `avfs.want` and waits for `avfs.lock`. The holder watches `avfs.want` and closes the
 //! vault as soon as no call of its own is using it, so a waiting process gets it within one
 //! operation and one open of sled. Within a process writers take turns, and a read sees the
-//! state committed when it began (see `view.rs`); a commit waits only for the single
-//! lookups running at that moment, never for a whole read.
+//! state committed when it began (see `view.rs`); a commit waits only for the lookups and
+//! scans running at that moment, never for a whole read.
 
 mod view;
 
@@ -40,11 +40,12 @@ const IDLE: Duration = Duration::from_millis(3);
 const TURN: Duration = Duration::from_millis(50);
 const LOCK_FILE: &str = "avfs.lock";
 const WANT_FILE: &str = "avfs.want";
-/// A file sled writes in every database directory.
-const SLED_CONF: &str = "conf";
-/// Free space a commit leaves untouched besides twice its own size: sled grows its file a
-/// segment (512 KiB) at a time, and writes whole segments.
-const RESERVE: u64 = 1 << 20;
+/// Our mark on a sled vault's directory, written when it is created: a directory without it
+/// is not opened (sled would write its files into it).
+pub(super) const MARK: &str = "avfs.sled";
+/// Free space a commit needs besides twice its own size: sled grows its file a segment
+/// (512 KiB) at a time. (An open that finds no room for its snapshot fails cleanly.)
+const RESERVE: u64 = 2 << 20;
 
 pub(super) fn sled_error(e: sled::Error) -> Error {
     match e {
@@ -56,6 +57,19 @@ pub(super) fn sled_error(e: sled::Error) -> Error {
             reason: "sled found damaged data in the vault's files".into(),
         },
         other => Error::Storage(format!("sled: {other}")),
+    }
+}
+
+/// sled writes its snapshot as `snap.N.generating` and renames it when done; one left by a
+/// write that failed (a full disk) or was killed is empty or cut short, and sled would take
+/// it for the newest snapshot and refuse to open. Called with the vault's lock held.
+fn drop_unfinished_snapshots(dir: &Path) {
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with("snap.") && name.ends_with(".generating") {
+            let _ = std::fs::remove_file(e.path());
+        }
     }
 }
 
@@ -143,16 +157,16 @@ pub struct SledStore {
 }
 
 /// Make the files sled made private (0600, directories 0700) whatever the umask was: the
-/// vault directory is 0700 already, this keeps them so if it is loosened or moved.
+/// vault directory is 0700 already, this keeps them so if it is loosened or moved. Only
+/// the directory's own entries (sled's blobs sit in `blobs/`, itself made 0700), never
+/// through a symlink.
 fn restrict(dir: &Path) {
     use std::os::unix::fs::PermissionsExt;
     for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        let Ok(t) = e.file_type() else { continue };
-        let mode = if t.is_dir() {
-            restrict(&e.path());
-            0o700
-        } else {
-            0o600
+        let mode = match e.file_type() {
+            Ok(t) if t.is_dir() => 0o700,
+            Ok(t) if t.is_file() => 0o600,
+            _ => continue,
         };
         let _ = std::fs::set_permissions(e.path(), std::fs::Permissions::from_mode(mode));
     }
@@ -186,7 +200,20 @@ impl SledStore {
                 },
                 _ => Error::io("creating", path, e),
             })?;
-        let store = Self::open_inner(path, true)?;
+        let made = (|| {
+            std::fs::write(path.join(MARK), "an agentvfs vault in the sled engine\n")
+                .map_err(|e| Error::io("creating", path, e))?;
+            Self::make(path)
+        })();
+        if made.is_err() {
+            // Nothing of a vault that was never made stays behind.
+            let _ = std::fs::remove_dir_all(path);
+        }
+        made
+    }
+
+    fn make(path: &Path) -> Result<Arc<SledStore>> {
+        let store = Self::open_inner(path)?;
         store.with_held(|h| {
             let mut view = View::write(&h.trees);
             let mut w = Writer::new(&mut view);
@@ -200,7 +227,7 @@ impl SledStore {
 
     /// Open an existing vault directory.
     pub fn open(path: &Path) -> Result<Arc<SledStore>> {
-        let store = Self::open_inner(path, false)?;
+        let store = Self::open_inner(path)?;
         let found = store.snapshot_read(|r| r.meta_get(FORMAT_KEY))?;
         let found = match found {
             Some(b) if b.len() == 4 => u32::from_le_bytes(b.try_into().expect("4 bytes")),
@@ -220,18 +247,16 @@ impl SledStore {
         Ok(store)
     }
 
-    fn open_inner(path: &Path, new: bool) -> Result<Arc<SledStore>> {
+    fn open_inner(path: &Path) -> Result<Arc<SledStore>> {
         let canonical = path.canonicalize().map_err(|_| Error::VaultNotFound {
             name: path.display().to_string(),
             suggestions: Vec::new(),
         })?;
-        if !new && !canonical.join(SLED_CONF).is_file() {
-            return Err(Error::CorruptVault {
-                reason: format!(
-                    "{} is a directory but not a sled vault (it has no `{SLED_CONF}`)",
-                    canonical.display()
-                ),
-            });
+        if !std::fs::symlink_metadata(canonical.join(MARK)).is_ok_and(|m| m.is_file()) {
+            return Err(Error::invalid(format!(
+                "{} is a directory, not an agentvfs vault (it has no `{MARK}`)",
+                canonical.display()
+            )));
         }
         let file = FileIdentity::of(&canonical)?;
         let mut open = lock(handles());
@@ -320,6 +345,7 @@ impl SledStore {
         drop(want);
         // `vault migrate` may have put another vault in this one's place meanwhile.
         self.file.still(&self.path)?;
+        drop_unfinished_snapshots(&self.path);
         // sled's own lock on its files is let go a moment after the last process closed.
         let db = loop {
             match sled::Config::new()
@@ -350,9 +376,10 @@ impl SledStore {
         })
     }
 
-    /// sled does not fail on a full disk: its flush waits for ever for a write that failed.
-    /// So a commit goes ahead only with room for twice its size and a reserve; else it is
-    /// `disk_full` before anything is written.
+    /// sled does not fail on a full disk: its flush can wait for ever for a write that
+    /// failed. So a commit goes ahead only with room for twice its size and a reserve; else
+    /// it is `disk_full` before anything is written. This is a guard, not a guarantee:
+    /// another process can fill the disk after the look.
     fn room_for(&self, size: u64) -> Result<()> {
         let st = rustix::fs::statvfs(&self.path)
             .map_err(|e| Error::io("reading", &self.path, e.into()))?;

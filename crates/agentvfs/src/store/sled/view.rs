@@ -38,7 +38,9 @@ impl Versions {
         self.seq
     }
 
-    /// A read ends; with no read open, no replaced value is needed.
+    /// A read ends; with no read open, no replaced value is needed. (Values are dropped only
+    /// then: a process whose reads always overlap keeps every replaced value until they
+    /// stop.)
     pub(super) fn end(&mut self, at: u64) {
         if let Some(n) = self.readers.get_mut(&at) {
             *n -= 1;
