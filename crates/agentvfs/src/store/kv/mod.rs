@@ -21,10 +21,12 @@ mod rows;
 mod tx;
 
 use std::ops::Deref;
+use std::path::{Path, PathBuf};
 
 pub(super) use self::read::Reader;
 pub(super) use self::tx::Writer;
-use crate::error::Result;
+use super::sqlite::FORMAT_VERSION;
+use crate::error::{Error, Result};
 
 /// `meta` keys.
 pub(super) const FORMAT_KEY: &[u8] = b"format";
@@ -104,4 +106,33 @@ pub(super) trait KvRead {
 pub(super) trait KvWrite: KvRead {
     fn put(&mut self, t: Table, key: &[u8], value: &[u8]) -> Result<()>;
     fn del(&mut self, t: Table, key: &[u8]) -> Result<()>;
+}
+
+/// The vault file's canonical path, or `vault_not_found`.
+pub(super) fn canonical(path: &Path) -> Result<PathBuf> {
+    path.canonicalize().map_err(|_| Error::VaultNotFound {
+        name: path.display().to_string(),
+        suggestions: Vec::new(),
+    })
+}
+
+/// Check the format number an engine's `meta` holds (`found`): one this build reads, or a
+/// typed error saying what is wrong.
+pub(super) fn check_format(engine: &str, path: &Path, found: Option<Vec<u8>>) -> Result<()> {
+    let found = match found {
+        Some(b) if b.len() == 4 => u32::from_le_bytes(b.try_into().expect("4 bytes")),
+        _ => {
+            return Err(Error::CorruptVault {
+                reason: format!("the {engine} vault holds no vault format number"),
+            });
+        }
+    };
+    if found > FORMAT_VERSION {
+        return Err(Error::UnsupportedFormat {
+            path: path.to_path_buf(),
+            found,
+            supported: FORMAT_VERSION,
+        });
+    }
+    Ok(())
 }

@@ -14,7 +14,10 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use heed::types::Bytes;
 use heed::{Database, Env, EnvFlags, EnvOpenOptions, RoTxn, RwTxn, WithoutTls};
 
-use super::kv::{ENGINE_KEY, FORMAT_KEY, KvRead, KvWrite, Reader, Table, Val, Visit, Writer};
+use super::kv::{
+    ENGINE_KEY, FORMAT_KEY, KvRead, KvWrite, Reader, Table, Val, Visit, Writer, canonical,
+    check_format,
+};
 use super::sqlite::FORMAT_VERSION;
 use super::{Engine, Store, StoreRead, StoreWrite};
 use crate::error::{Error, Result};
@@ -191,29 +194,12 @@ impl LmdbStore {
     pub fn open(path: &Path) -> Result<Arc<LmdbStore>> {
         let store = Self::open_inner(path)?;
         let found = store.env_read(|r| r.meta_get(FORMAT_KEY))?;
-        let found = match found {
-            Some(b) if b.len() == 4 => u32::from_le_bytes(b.try_into().expect("4 bytes")),
-            _ => {
-                return Err(Error::CorruptVault {
-                    reason: "the LMDB file holds no vault format number".into(),
-                });
-            }
-        };
-        if found > FORMAT_VERSION {
-            return Err(Error::UnsupportedFormat {
-                path: store.path.clone(),
-                found,
-                supported: FORMAT_VERSION,
-            });
-        }
+        check_format("LMDB", &store.path, found)?;
         Ok(store)
     }
 
     fn open_inner(path: &Path) -> Result<Arc<LmdbStore>> {
-        let canonical = path.canonicalize().map_err(|_| Error::VaultNotFound {
-            name: path.display().to_string(),
-            suggestions: Vec::new(),
-        })?;
+        let canonical = canonical(path)?;
         let mut open = super::lock::lock(handles());
         if let Some(store) = open.get(&canonical).and_then(Weak::upgrade) {
             return Ok(store);

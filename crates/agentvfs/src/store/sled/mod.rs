@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use rustix::fs::{FlockOperation, flock};
 
 use self::view::{Snapshot, Versions, View};
-use super::kv::{ENGINE_KEY, FORMAT_KEY, Reader, Table, Writer};
+use super::kv::{ENGINE_KEY, FORMAT_KEY, Reader, Table, Writer, canonical, check_format};
 use super::lock::lock;
 use super::sqlite::FORMAT_VERSION;
 use super::{Engine, FileIdentity, Store, StoreRead, StoreWrite};
@@ -229,29 +229,12 @@ impl SledStore {
     pub fn open(path: &Path) -> Result<Arc<SledStore>> {
         let store = Self::open_inner(path)?;
         let found = store.snapshot_read(|r| r.meta_get(FORMAT_KEY))?;
-        let found = match found {
-            Some(b) if b.len() == 4 => u32::from_le_bytes(b.try_into().expect("4 bytes")),
-            _ => {
-                return Err(Error::CorruptVault {
-                    reason: "the sled directory holds no vault format number".into(),
-                });
-            }
-        };
-        if found > FORMAT_VERSION {
-            return Err(Error::UnsupportedFormat {
-                path: store.path.clone(),
-                found,
-                supported: FORMAT_VERSION,
-            });
-        }
+        check_format("sled", &store.path, found)?;
         Ok(store)
     }
 
     fn open_inner(path: &Path) -> Result<Arc<SledStore>> {
-        let canonical = path.canonicalize().map_err(|_| Error::VaultNotFound {
-            name: path.display().to_string(),
-            suggestions: Vec::new(),
-        })?;
+        let canonical = canonical(path)?;
         if !std::fs::symlink_metadata(canonical.join(MARK)).is_ok_and(|m| m.is_file()) {
             return Err(Error::invalid(format!(
                 "{} is a directory, not an agentvfs vault (it has no `{MARK}`)",
