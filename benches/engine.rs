@@ -43,7 +43,7 @@ use std::time::{Duration, Instant};
 use agentvfs::model::path::VPath;
 use agentvfs::model::{Actor, Vault, Workspace, WriteOptions};
 use agentvfs::service::transfer::{self, ImportOptions};
-use agentvfs::store::{Engine, companion_files};
+use agentvfs::store::Engine;
 use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput};
 use tempfile::TempDir;
 
@@ -91,10 +91,10 @@ fn fixture() -> Fixture {
     }
 }
 
+/// The vault's bytes on disk, as its engine counts them (its side files, or a sled
+/// vault's whole directory).
 fn vault_bytes(f: &Fixture) -> u64 {
-    let p = f.vault.path();
-    let size = |p: &Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
-    size(p) + companion_files(p).iter().map(|c| size(c)).sum::<u64>()
+    f.vault.disk_size()
 }
 
 /// The engines this run measures: `AVFS_BENCH_ENGINES=sqlite,lmdb`, else every one built.

@@ -142,7 +142,11 @@ ten_writes() {
 
 vault_size() { # the vault file plus its write-ahead log
   local f=$1
-  echo $(($(stat -c %s "$f") + $( [ -e "$f-wal" ] && stat -c %s "$f-wal" || echo 0)))
+  if [ -d "$f" ]; then
+    du -sb "$f" | cut -f1 # a sled vault: its directory's files
+  else
+    echo $(($(stat -c %s "$f") + $( [ -e "$f-wal" ] && stat -c %s "$f-wal" || echo 0)))
+  fi
 }
 
 # ---- this build ------------------------------------------------------------------------

@@ -204,6 +204,11 @@ impl Vault {
         vault
     }
 
+    /// Bytes the vault occupies on disk (its file and side files, or its directory).
+    pub fn disk_size(&self) -> u64 {
+        self.store.disk_size()
+    }
+
     pub fn path(&self) -> &Path {
         &self.path
     }
