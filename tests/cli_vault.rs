@@ -113,12 +113,12 @@ fn create_with_explicit_path() {
     env.write(Some("custom"), "x", b"1");
     assert_eq!(env.cat(Some(file.to_str().unwrap()), "x"), b"1");
     // An existing file is never overwritten by `create`.
-    let before = fs::read(&file).unwrap();
+    let before = common::tree_bytes(&file);
     env.err(
         &["vault", "create", "other", "--path", file.to_str().unwrap()],
         "already_exists",
     );
-    assert_eq!(fs::read(&file).unwrap(), before);
+    assert_eq!(common::tree_bytes(&file), before);
     assert_eq!(list(&env).len(), 1);
 }
 
