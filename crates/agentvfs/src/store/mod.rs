@@ -130,6 +130,15 @@ pub fn engine_of(path: &Path) -> Engine {
     Engine::Sqlite
 }
 
+/// Our files in a sled vault's directory: the holder's lock, the waiters' file, the mark.
+/// Here, not in the sled module, so a build without sled still knows a sled vault from a
+/// directory of something else.
+pub(crate) const SLED_LOCK: &str = "avfs.lock";
+pub(crate) const SLED_WANT: &str = "avfs.want";
+pub(crate) const SLED_MARK: &str = "avfs.sled";
+/// Every file of a sled vault's directory besides its `snap.*` snapshots.
+const SLED_FILES: [&str; 6] = ["conf", "db", "blobs", SLED_LOCK, SLED_WANT, SLED_MARK];
+
 /// Remove the vault file at `path` (a sled vault's whole directory) and its side files,
 /// those that are there.
 pub fn remove_vault_files(path: &Path) -> Result<()> {
@@ -139,9 +148,7 @@ pub fn remove_vault_files(path: &Path) -> Result<()> {
         for e in entries {
             let name = e.map_err(|e| Error::io("reading", path, e))?.file_name();
             let name = name.to_string_lossy();
-            let ours = ["conf", "db", "blobs", "avfs.lock", "avfs.want", "avfs.sled"]
-                .contains(&&*name)
-                || name.starts_with("snap.");
+            let ours = SLED_FILES.contains(&&*name) || name.starts_with("snap.");
             if !ours {
                 return Err(Error::invalid(format!(
                     "{} is a directory holding `{name}`, not a sled vault: not deleting it",

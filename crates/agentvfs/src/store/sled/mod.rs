@@ -38,11 +38,11 @@ const WATCH: Duration = Duration::from_millis(2);
 const IDLE: Duration = Duration::from_millis(3);
 /// ...or, busy, at its first idle moment after holding the vault this long.
 const TURN: Duration = Duration::from_millis(50);
-const LOCK_FILE: &str = "avfs.lock";
-const WANT_FILE: &str = "avfs.want";
+const LOCK_FILE: &str = super::SLED_LOCK;
+const WANT_FILE: &str = super::SLED_WANT;
 /// Our mark on a sled vault's directory, written when it is created: a directory without it
 /// is not opened (sled would write its files into it).
-pub(super) const MARK: &str = "avfs.sled";
+pub(super) const MARK: &str = super::SLED_MARK;
 /// Free space a commit needs besides twice its own size: sled grows its file a segment
 /// (512 KiB) at a time. (An open that finds no room for its snapshot fails cleanly.)
 const RESERVE: u64 = 2 << 20;
@@ -464,7 +464,14 @@ impl Store for SledStore {
     }
 
     fn sync(&self) -> Result<()> {
-        self.with_held(|h| h.db.flush().map_err(sled_error).map(drop))
+        // Every commit was flushed before it returned, and a vault handed over was flushed
+        // as it closed: only a database this process holds can have anything to flush (no
+        // open of sled just to find nothing).
+        let held = lock(&self.slot).clone();
+        match held {
+            Some(h) => h.db.flush().map_err(sled_error).map(drop),
+            None => Ok(()),
+        }
     }
 
     fn integrity_problems(&self) -> Result<Vec<String>> {
