@@ -385,3 +385,41 @@ fn an_unlinked_file_reads_what_was_written_before_the_unlink() {
         assert!(got[..n] == data[..], "{label}: content read back differs");
     }
 }
+
+/// A file removed by another process (the CLI, on the same vault) while the mount has it
+/// open for writing and for reading: the writer's close finds no path to store at, and
+/// the reader still reads every byte written, not the size with no content behind it.
+#[test]
+fn a_file_removed_behind_the_mount_reads_what_was_written() {
+    use std::os::unix::fs::FileExt;
+    let Some(m) = Mounted::new("removed-behind") else {
+        return;
+    };
+    let path = m.dir.join("f");
+    let data: Vec<u8> = (0..700_000).map(|i| (i % 251) as u8 + 1).collect();
+    let w = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&path)
+        .unwrap();
+    w.write_all_at(&data, 0).unwrap();
+    let r = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(&path)
+        .unwrap();
+    common::mount::ok(m.avfs(&["rm", "f"]));
+    drop(w);
+    let mut got = vec![0u8; data.len() + 10];
+    let mut n = 0;
+    while n < got.len() {
+        let k = r.read_at(&mut got[n..], n as u64).unwrap();
+        if k == 0 {
+            break;
+        }
+        n += k;
+    }
+    assert_eq!(n, data.len(), "length read back");
+    assert!(got[..n] == data[..], "content read back differs");
+}

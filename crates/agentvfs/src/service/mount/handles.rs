@@ -143,7 +143,7 @@ impl MountFs {
             let result = self.commit(ino);
             attempts += 1;
             let linked = matches!(lock(&self.inodes).by_ino.get(&ino), Some(Some(_)));
-            let readers = !linked && lock(&self.handles).any_open(ino);
+            let readers = lock(&self.handles).any_open(ino);
             let mut dirty = lock(&self.dirty);
             let Some(d) = dirty.get_mut(&ino) else {
                 return result;
@@ -161,9 +161,12 @@ impl MountFs {
             if linked && result.is_ok() && d.version != d.committed_version && attempts < 4 {
                 continue;
             }
-            // Unlinked, with readers still open: its content is nowhere else, so they keep
-            // reading the buffer until the last of them closes.
-            if !linked && readers {
+            // Readers still open, and the content is nowhere else: the file is unlinked,
+            // or its last commit found no file to store at (removed behind the mount, or
+            // by an unlink whose inode table update is still to come). They keep reading
+            // the buffer until the last of them closes.
+            let stored = d.version == d.committed_version;
+            if readers && (!linked || !stored) {
                 return result;
             }
             let node = d.node.clone();

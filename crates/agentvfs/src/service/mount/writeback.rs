@@ -66,20 +66,20 @@ impl MountFs {
             }
             return Ok(n);
         }
-        let node = match lock(&self.handles).get(fh) {
-            Some(h)
-                if lock(&self.inodes)
-                    .by_ino
-                    .get(&ino)
-                    .is_some_and(Option::is_none) =>
-            {
-                h.snapshot.clone()
-            }
-            _ => None,
-        };
-        let node = match node {
+        let unlinked = lock(&self.inodes)
+            .by_ino
+            .get(&ino)
+            .is_some_and(Option::is_none);
+        let snapshot = || lock(&self.handles).get(fh).and_then(|h| h.snapshot.clone());
+        // An open file reads on after its last name is gone: unlinked here, or removed
+        // behind the mount (its path no longer finds it).
+        let node = match unlinked.then(snapshot).flatten() {
             Some(n) => n,
-            None => self.node(ino)?,
+            None => match self.node(ino) {
+                Ok(n) => n,
+                Err(e) if e == err(rustix::io::Errno::NOENT) => snapshot().ok_or(e)?,
+                Err(e) => return Err(e),
+            },
         };
         if node.is_dir() {
             return Err(err(rustix::io::Errno::ISDIR));
