@@ -137,6 +137,21 @@ fn every_command_in_the_schema_is_exercised_and_valid() {
     } else {
         exempt.insert("vault migrate".to_string());
     }
+    // attach: a vault another host made on the PostgreSQL server (a second $AVFS_HOME).
+    match common::skip::postgres_url() {
+        Some(url) => {
+            let maker = TestEnv::new();
+            let name = format!("contract-{}", std::process::id());
+            maker.data(&[
+                "vault", "create", &name, "--engine", "postgres", "--url", &url,
+            ]);
+            env.data(&["vault", "attach", &name, "--url", &url]);
+            env.data(&["vault", "delete", &name, "--yes"]);
+        }
+        None => {
+            exempt.insert("vault attach".to_string());
+        }
+    }
     env.data(&["vault", "delete", "other", "--yes"]);
     env.data(&["schema"]);
     env.data(&["completions", "bash"]);

@@ -44,7 +44,11 @@ const EXAMPLES: &[(&str, &str)] = &[
     ),
     (
         "vault create",
-        "avfs vault create demo\navfs vault create scratch --path ./scratch.avfs",
+        "avfs vault create demo\navfs vault create scratch --path ./scratch.avfs\nAVFS_POSTGRES_URL=postgres://avfs@db:5432/agents avfs vault create team --engine postgres",
+    ),
+    (
+        "vault attach",
+        "AVFS_POSTGRES_URL=postgres://avfs@db:5432/agents avfs vault attach team\navfs vault attach team --url postgres://avfs@db:5432/agents",
     ),
     ("vault list", "avfs vault list\navfs --json vault list"),
     ("vault use", "avfs vault use demo"),
@@ -57,7 +61,7 @@ const EXAMPLES: &[(&str, &str)] = &[
     ("vault check", "avfs vault check\navfs --json vault check"),
     (
         "vault migrate",
-        "avfs vault migrate demo --to lmdb\navfs vault migrate demo --to sqlite",
+        "avfs vault migrate demo --to lmdb\navfs vault migrate demo --to sqlite\navfs vault migrate demo --to postgres --url postgres://avfs@db:5432/agents",
     ),
     (
         "checkpoint save",

@@ -35,15 +35,38 @@ pub enum VaultCmd {
     /// compared), and only then renamed over the vault file in one atomic step. On any
     /// failure the vault is untouched. Refused while a mount or session uses the vault.
     Migrate(MigrateArgs),
+    /// Register a vault another host created on a PostgreSQL server, by its name there.
+    ///
+    /// This host gets a small vault file pointing at the server; the records stay on the
+    /// server, shared by every host that attached the vault.
+    Attach(AttachArgs),
+}
+
+#[derive(Args)]
+pub struct AttachArgs {
+    /// The vault's name on the server (as given to `vault create` on the host that made it);
+    /// it is registered here under the same name.
+    pub name: String,
+    /// The server: postgres://user@host:port/database. Without it, $AVFS_POSTGRES_URL,
+    /// which keeps the URL (and any password) out of shell history and the vault file.
+    #[arg(long, value_name = "URL")]
+    pub url: Option<String>,
+    /// Where to put the vault file that points at the server.
+    #[arg(long)]
+    pub path: Option<PathBuf>,
 }
 
 #[derive(Args)]
 pub struct MigrateArgs {
     /// The vault's registered name.
     pub name: String,
-    /// The engine to move it to: sqlite, or lmdb or sled in a build with that cargo feature.
+    /// The engine to move it to: sqlite, or lmdb, sled or postgres in a build with that
+    /// cargo feature.
     #[arg(long, value_name = "ENGINE")]
     pub to: String,
+    /// With --to postgres: the server (else $AVFS_POSTGRES_URL).
+    #[arg(long, value_name = "URL")]
+    pub url: Option<String>,
 }
 
 #[derive(Args)]
@@ -52,8 +75,8 @@ pub struct CreateArgs {
     /// Where to put the vault file (a sled vault is a directory).
     #[arg(long)]
     pub path: Option<PathBuf>,
-    /// The storage engine: sqlite (the default), or lmdb or sled in a build with that cargo
-    /// feature.
+    /// The storage engine: sqlite (the default), or lmdb, sled or postgres in a build with
+    /// that cargo feature. A postgres vault lives on a server every host can attach.
     /// A vault is opened in whichever engine it was made with.
     #[arg(
         long,
@@ -62,6 +85,11 @@ pub struct CreateArgs {
         default_value = "sqlite"
     )]
     pub engine: String,
+    /// With --engine postgres: the server, postgres://user@host:port/database. Without it,
+    /// $AVFS_POSTGRES_URL, which keeps the URL (and any password) out of shell history and
+    /// out of the vault file.
+    #[arg(long, value_name = "URL")]
+    pub url: Option<String>,
 }
 
 #[derive(Args)]
@@ -96,6 +124,7 @@ pub fn run(ctx: &Ctx, cmd: VaultCmd) -> (&'static str, Result<Reply>) {
         VaultCmd::Fork(a) => ("vault fork", cmd_fork(ctx, a)),
         VaultCmd::Check => ("vault check", cmd_check(ctx)),
         VaultCmd::Migrate(a) => ("vault migrate", cmd_migrate(ctx, a)),
+        VaultCmd::Attach(a) => ("vault attach", cmd_attach(ctx, a)),
     }
 }
 
@@ -103,12 +132,24 @@ fn cmd_create(ctx: &Ctx, a: CreateArgs) -> Result<Reply> {
     let engine: Engine = a.engine.parse()?;
     let t = ctx
         .service
-        .create_vault(&a.name, a.path.as_deref(), engine)?;
+        .create_vault(&a.name, a.path.as_deref(), engine, a.url.as_deref())?;
     let human = format!(
         "created vault {} at {} ({})",
         t.name,
         t.path.display(),
         engine.name()
+    );
+    Ok(Reply::new(&t, human))
+}
+
+fn cmd_attach(ctx: &Ctx, a: AttachArgs) -> Result<Reply> {
+    let t = ctx
+        .service
+        .attach_vault(&a.name, a.path.as_deref(), a.url.as_deref())?;
+    let human = format!(
+        "attached vault {} (kept in PostgreSQL); its file here is {}",
+        t.name,
+        t.path.display()
     );
     Ok(Reply::new(&t, human))
 }
@@ -122,7 +163,9 @@ fn cmd_migrate(ctx: &Ctx, a: MigrateArgs) -> Result<Reply> {
             bar.tick();
         }
     };
-    let r = ctx.service.migrate(&a.name, to, &mut progress)?;
+    let r = ctx
+        .service
+        .migrate(&a.name, to, a.url.as_deref(), &mut progress)?;
     if let Some(bar) = bar {
         bar.finish_and_clear();
     }

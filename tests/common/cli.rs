@@ -126,7 +126,7 @@ pub fn exit_code_for(kind: &str) -> i32 {
         | "directory_not_empty" => 5,
         "quota_exceeded" | "file_too_large" => 6,
         "not_a_vault" | "unsupported_format" | "unsupported_engine" | "corrupt_vault" => 7,
-        "io_error" => 8,
+        "io_error" | "store_unavailable" => 8,
         "disk_full" => 9,
         "spawn_failed" => 127,
         other => panic!("error kind `{other}` is not documented in README.md"),
@@ -261,6 +261,9 @@ impl TestEnv {
             .env_remove("AVFS_WORKSPACE")
             .env_remove("AVFS_VAULT")
             .current_dir(&self.work);
+        if let Some(url) = super::skip::postgres_db_for(&self.home) {
+            c.env("AVFS_POSTGRES_URL", url);
+        }
         c
     }
 
@@ -272,6 +275,9 @@ impl TestEnv {
             .env_remove("AVFS_WORKSPACE")
             .env_remove("AVFS_VAULT")
             .current_dir(&self.work);
+        if let Some(url) = super::skip::postgres_db_for(&self.home) {
+            c.env("AVFS_POSTGRES_URL", url);
+        }
         c
     }
 

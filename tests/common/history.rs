@@ -66,6 +66,9 @@ impl Env {
             .env_remove("AVFS_WORKSPACE")
             .env_remove("AVFS_VAULT")
             .env("AVFS_ACTOR", "history-test");
+        if let Some(url) = super::skip::postgres_db_for(self.home.path()) {
+            cmd.env("AVFS_POSTGRES_URL", url);
+        }
         if let Some(v) = vault {
             cmd.args(["--workspace", v]);
         }

@@ -108,6 +108,9 @@ pub fn avfs_command(home: &Path) -> Command {
         .env("AVFS_ACTOR", "test")
         .env_remove("AVFS_WORKSPACE")
         .env_remove("AVFS_VAULT");
+    if let Some(url) = super::skip::postgres_db_for(home) {
+        c.env("AVFS_POSTGRES_URL", url);
+    }
     c
 }
 

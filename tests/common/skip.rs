@@ -89,3 +89,67 @@ pub fn only_engine(name: &str) -> bool {
     );
     false
 }
+
+/// The test PostgreSQL server (`AVFS_TEST_POSTGRES_URL`; scripts/test.sh and `.ci/run`
+/// start one with scripts/postgres.sh). A build with the `postgres` feature fails a test
+/// that needs it when it is not set, unless `AVFS_TEST_NO_POSTGRES=1` turns that into a
+/// SKIP line; a build without the feature prints SKIP.
+pub fn postgres_url() -> Option<String> {
+    if !cfg!(feature = "postgres") {
+        let thread = std::thread::current();
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIP {}: built without the postgres feature",
+            thread.name().unwrap_or("?")
+        );
+        return None;
+    }
+    let url = std::env::var("AVFS_TEST_POSTGRES_URL").unwrap_or_default();
+    require(
+        "AVFS_TEST_POSTGRES_URL is not set (scripts/postgres.sh start DIR prints one)",
+        !url.is_empty(),
+        "AVFS_TEST_NO_POSTGRES",
+    )
+    .then_some(url)
+}
+
+/// A database of its own on the test server for the `$AVFS_HOME` at `home`, made on first
+/// use: vault names are unique per database, and every test makes its own `demo`. Its URL
+/// goes to the binary as `AVFS_POSTGRES_URL` when the suite runs with
+/// `AVFS_ENGINE=postgres`; `None` in the other engines' runs.
+pub fn postgres_db_for(home: &Path) -> Option<String> {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    if engine() != "postgres" {
+        return None;
+    }
+    static MADE: OnceLock<Mutex<HashMap<std::path::PathBuf, String>>> = OnceLock::new();
+    let mut made = MADE
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    if let Some(url) = made.get(home) {
+        return Some(url.clone());
+    }
+    let base = std::env::var("AVFS_TEST_POSTGRES_URL")
+        .expect("AVFS_ENGINE=postgres needs AVFS_TEST_POSTGRES_URL");
+    let name = {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        home.hash(&mut h);
+        format!("t_{}_{:016x}", std::process::id(), h.finish())
+    };
+    let out = std::process::Command::new("psql")
+        .args([&base, "-qAtc", &format!("CREATE DATABASE {name}")])
+        .output()
+        .expect("psql runs");
+    assert!(
+        out.status.success(),
+        "creating test database {name}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (server, _) = base.rsplit_once('/').expect("a URL with a database");
+    let url = format!("{server}/{name}");
+    made.insert(home.to_path_buf(), url.clone());
+    Some(url)
+}

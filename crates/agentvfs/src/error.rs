@@ -63,6 +63,10 @@ pub enum Error {
         "vault `{path}` was replaced while this command waited to write (`avfs vault migrate`); nothing was written: run the command again"
     )]
     VaultReplaced { path: PathBuf },
+    #[error(
+        "the vault's database server cannot be reached or gave up the command ({reason}); nothing of an unfinished write was kept: run the command again once it is back"
+    )]
+    StoreUnavailable { reason: String },
     #[error("vault is damaged: {reason}; `avfs vault check` reports what is damaged")]
     CorruptVault { reason: String },
     #[error("vault check found {} problem(s):\n  {}", .problems.len(), .problems.join("\n  "))]
@@ -245,6 +249,7 @@ impl Error {
             Error::UnsupportedFormat { .. } => "unsupported_format",
             Error::UnsupportedEngine { .. } => "unsupported_engine",
             Error::VaultReplaced { .. } => "vault_replaced",
+            Error::StoreUnavailable { .. } => "store_unavailable",
             Error::CorruptVault { .. } | Error::VaultDamaged { .. } => "corrupt_vault",
             Error::ForkNotFound { .. } => "fork_not_found",
             Error::AlreadyExists { .. } => "already_exists",
@@ -304,6 +309,7 @@ impl Error {
                 feature,
             } => json!({ "path": path, "engine": engine, "feature": feature }),
             Error::VaultReplaced { path } => json!({ "path": path }),
+            Error::StoreUnavailable { reason } => json!({ "reason": reason }),
             Error::CorruptVault { reason } => json!({ "reason": reason }),
             Error::BranchMoved {
                 branch,
@@ -411,7 +417,7 @@ impl Error {
             | Error::UnsupportedEngine { .. }
             | Error::CorruptVault { .. }
             | Error::VaultDamaged { .. } => exit::CORRUPT,
-            Error::Io { .. } => exit::IO,
+            Error::Io { .. } | Error::StoreUnavailable { .. } => exit::IO,
             Error::DiskFull { .. } => exit::DISK_FULL,
             Error::SpawnFailed { .. } => exit::SPAWN_FAILED,
             Error::Storage(_)

@@ -184,6 +184,7 @@ fn close_objects(schema: &mut Value) {
 pub fn commands() -> Vec<(&'static str, Value)> {
     vec![
         ("vault create", s::<Target>()),
+        ("vault attach", s::<Target>()),
         ("vault list", s::<Vec<VaultListEntry>>()),
         ("vault use", s::<Target>()),
         ("vault info", s::<InfoOutput>()),

@@ -127,6 +127,7 @@ export const ERROR_CLASSES: Readonly<Record<string, new (init: AvfsErrorInit) =>
     unsupported_engine: VaultFormatError,
     corrupt_vault: VaultFormatError,
     io_error: IoError,
+    store_unavailable: IoError,
     disk_full: IoError,
     revert_conflict: ConflictError,
     workspace_busy: ConflictError,

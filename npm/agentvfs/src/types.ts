@@ -75,6 +75,7 @@ export type ErrorKind =
   | "session_not_found"
   | "session_failed"
   | "io_error"
+  | "store_unavailable"
   | "revert_conflict"
   | "file_too_large"
   | "secret_refused"
@@ -571,4 +572,4 @@ export type StreamEvent =
   | ({ event: "finished" } & AvfsResponse<Envelope>);
 
 /** The storage engine a vault is kept in. */
-export type Engine = "sqlite" | "lmdb" | "sled";
+export type Engine = "sqlite" | "lmdb" | "sled" | "postgres";

@@ -61,6 +61,7 @@ from .errors import (
     UsageError,
     VaultNotFound,
     VaultReplaced,
+    StoreUnavailable,
     error_from,
 )
 from .types import (
@@ -112,6 +113,7 @@ __all__ = [
     "StorageError",
     "VaultNotFound",
     "VaultReplaced",
+    "StoreUnavailable",
     "NoVaultSelected",
     "ForkNotFound",
     "PathNotFound",

@@ -173,6 +173,10 @@ class SessionFailed(AvfsError): ...
 class HostIOError(AvfsError): ...
 
 
+class StoreUnavailable(HostIOError):
+    """The vault's database server could not be reached or gave up; run the command again."""
+
+
 class RevertConflict(ConflictError):
     """An undo or rollback whose paths changed again since: `details.conflicts`."""
 
@@ -237,6 +241,7 @@ ERRORS: dict[str, type[AvfsError]] = {
     "sandbox_failed": SandboxFailed,
     "session_failed": SessionFailed,
     "io_error": HostIOError,
+    "store_unavailable": StoreUnavailable,
     "revert_conflict": RevertConflict,
     "file_too_large": FileTooLarge,
     "secret_refused": SecretRefused,

@@ -29,7 +29,7 @@ ExecOutcome = Literal["denied", "approval_required", "completed", "timed_out", "
 Mode = Literal["auto", "overlay", "fuse", "copy"]
 SandboxKind = Literal["namespace", "none"]
 # The storage engine a vault is kept in.
-Engine = Literal["sqlite", "lmdb", "sled"]
+Engine = Literal["sqlite", "lmdb", "sled", "postgres"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -17,7 +17,7 @@ use super::quota::Quota;
 use super::view::{ObjectCache, View};
 use crate::error::{Error, Result};
 use crate::store::{
-    AuditRecord, Engine, FORMAT_VERSION, Store, StoreRead, WorkspaceRecord, create_store,
+    AuditRecord, Engine, FORMAT_VERSION, Server, Store, StoreRead, WorkspaceRecord, create_store,
     open_store,
 };
 
@@ -153,7 +153,13 @@ impl Vault {
 
     /// Create a new vault file with an empty main workspace, kept in `engine`.
     pub fn create_in(path: &Path, engine: Engine) -> Result<Arc<Vault>> {
-        let store = create_store(path, engine)?;
+        Self::create_on(path, engine, None)
+    }
+
+    /// Create a new vault with an empty main workspace, kept in `engine`; a server engine
+    /// keeps it on `server` and writes at `path` the file that points there.
+    pub fn create_on(path: &Path, engine: Engine, server: Option<&Server>) -> Result<Arc<Vault>> {
+        let store = create_store(path, engine, server)?;
         let vault = Self::wrap(store);
         let now = now_ns();
         let root = EncodedObject::encode(kind::ROOT, &Node::empty_dir(0o755, now))?;

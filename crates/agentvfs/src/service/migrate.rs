@@ -14,7 +14,7 @@ use super::workspace::WorkspaceService;
 use crate::error::{Error, Result};
 use crate::model::MAIN;
 use crate::model::migrate::{CopyCounts, Progress, copy_store, verify_copy};
-use crate::store::{Engine, companion_files, create_store, remove_vault_files};
+use crate::store::{Engine, Server, companion_files, create_store, remove_vault_files};
 
 /// What `vault migrate` did.
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
@@ -32,8 +32,15 @@ pub struct MigrateReport {
 }
 
 impl WorkspaceService {
-    /// Move vault `name` (with all its forks) into engine `to`.
-    pub fn migrate(&self, name: &str, to: Engine, progress: Progress<'_>) -> Result<MigrateReport> {
+    /// Move vault `name` (with all its forks) into engine `to`; into a server engine, on the
+    /// server at `url` (or `$AVFS_POSTGRES_URL`).
+    pub fn migrate(
+        &self,
+        name: &str,
+        to: Engine,
+        url: Option<&str>,
+        progress: Progress<'_>,
+    ) -> Result<MigrateReport> {
         let target = self.resolve(Some(name))?;
         if target.workspace != MAIN {
             return Err(Error::invalid(format!(
@@ -47,6 +54,16 @@ impl WorkspaceService {
         if !to.built() {
             return Err(to.unsupported(&path));
         }
+        let server = match (to.is_server(), url) {
+            (true, url) => Some(Server::new(url, name)?),
+            (false, None) => None,
+            (false, Some(_)) => {
+                return Err(Error::invalid(format!(
+                    "--url is for moving a vault onto a server (--to postgres), not into {}",
+                    to.name()
+                )));
+            }
+        };
         let busy: Vec<String> = session::all_mounts(self.registry())?
             .into_iter()
             .filter(|m| m.alive && m.path.canonicalize().is_ok_and(|p| p == path))
@@ -78,7 +95,7 @@ impl WorkspaceService {
         // (`vault_replaced`) instead of committing into the unlinked file.
         let mut swapped = false;
         let copied = vault.store.write(|w| {
-            let dst = create_store(&dest, to)?;
+            let dst = create_store(&dest, to, server.as_ref())?;
             let copied = copy_store(&*w, &*dst, &mut *progress)?;
             dst.read(|r| verify_copy(&*w, r, &mut *progress))?;
             dst.sync()?;
@@ -103,7 +120,7 @@ impl WorkspaceService {
         let old_side: &[&str] = match from {
             Engine::Sqlite => &["-wal", "-shm"],
             Engine::Lmdb => &["-lock"],
-            Engine::Sled => &[],
+            Engine::Sled | Engine::Postgres => &[],
         };
         for suffix in old_side {
             let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));

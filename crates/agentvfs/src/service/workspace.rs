@@ -10,7 +10,7 @@ use super::registry::{Registry, RegistryEntry, close_names};
 use crate::error::{Error, Result};
 use crate::model::merge::{MergeOptions, MergeReport};
 use crate::model::{Actor, CheckReport, ForkInfo, Problem, Vault, VaultInfo, Workspace};
-use crate::store::Engine;
+use crate::store::{Engine, Server, attach_store};
 
 use crate::model::MAIN;
 
@@ -240,9 +240,52 @@ impl WorkspaceService {
     }
 
     /// Create and register a vault, kept in `engine`. The first vault created becomes the
-    /// current one.
-    pub fn create_vault(&self, name: &str, path: Option<&Path>, engine: Engine) -> Result<Target> {
+    /// current one. A server engine (postgres) needs the server's URL: `url`, or else
+    /// `$AVFS_POSTGRES_URL`; the file engines take none.
+    pub fn create_vault(
+        &self,
+        name: &str,
+        path: Option<&Path>,
+        engine: Engine,
+        url: Option<&str>,
+    ) -> Result<Target> {
         validate_vault_name(name)?;
+        let server = match (engine.is_server(), url) {
+            (true, url) => Some(Server::new(url, name)?),
+            (false, None) => None,
+            (false, Some(_)) => {
+                return Err(Error::invalid(format!(
+                    "--url is for a vault kept on a server (--engine postgres), not in {}",
+                    engine.name()
+                )));
+            }
+        };
+        self.register_new(name, path, |path| {
+            Vault::create_on(path, engine, server.as_ref()).map(|_| ())
+        })
+    }
+
+    /// Register vault `name`, which another host created on the server at `url` (or
+    /// `$AVFS_POSTGRES_URL`): this host gets a vault file pointing at it.
+    pub fn attach_vault(
+        &self,
+        name: &str,
+        path: Option<&Path>,
+        url: Option<&str>,
+    ) -> Result<Target> {
+        validate_vault_name(name)?;
+        let server = Server::new(url, name)?;
+        self.register_new(name, path, |path| attach_store(path, &server).map(|_| ()))
+    }
+
+    /// Make the vault file (`make`) at `path` or the registry's place for `name`, and
+    /// register it under `name`.
+    fn register_new(
+        &self,
+        name: &str,
+        path: Option<&Path>,
+        make: impl FnOnce(&Path) -> Result<()>,
+    ) -> Result<Target> {
         let path = match path {
             Some(p) => p.to_path_buf(),
             None => {
@@ -256,7 +299,7 @@ impl WorkspaceService {
                     name: name.to_string(),
                 });
             }
-            Vault::create_in(&path, engine)?;
+            make(&path)?;
             let path = path
                 .canonicalize()
                 .map_err(|e| Error::io("resolving", &path, e))?;

@@ -13,13 +13,49 @@ use super::{
 use crate::error::Error;
 use crate::store::id::ObjectId;
 
-/// A fresh vault file in each engine this build has.
-fn stores() -> Vec<(Engine, Arc<dyn Store>, tempfile::TempDir)> {
+/// The engines under test: every one this build has. A server engine needs its server:
+/// `AVFS_TEST_POSTGRES_URL` (scripts/test.sh starts one); without it the suite fails, unless
+/// `AVFS_TEST_NO_POSTGRES=1` opts out, which prints a SKIP line.
+fn engines() -> Vec<Engine> {
     Engine::built_in()
+        .into_iter()
+        .filter(|e| !e.is_server() || server_url().is_some())
+        .collect()
+}
+
+fn server_url() -> Option<String> {
+    match std::env::var("AVFS_TEST_POSTGRES_URL") {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ if std::env::var("AVFS_TEST_NO_POSTGRES").as_deref() == Ok("1") => {
+            println!("SKIP store conformance on postgres: AVFS_TEST_NO_POSTGRES=1");
+            None
+        }
+        _ => panic!(
+            "the postgres engine is built but AVFS_TEST_POSTGRES_URL is not set: start a server \
+             (scripts/postgres.sh start DIR) or set AVFS_TEST_NO_POSTGRES=1 to leave it out"
+        ),
+    }
+}
+
+/// A new store in `engine` at `file` in `dir`; on a server, under a name no other test uses.
+fn new_store(dir: &std::path::Path, file: &str, engine: Engine) -> Arc<dyn Store> {
+    let server = engine.is_server().then(|| {
+        let name = format!(
+            "t{}",
+            ObjectId::of(dir.join(file).as_os_str().as_encoded_bytes()).to_hex()
+        );
+        super::Server::new(server_url().as_deref(), &name[..20]).unwrap()
+    });
+    create_store(&dir.join(file), engine, server.as_ref()).unwrap()
+}
+
+/// A fresh vault in each engine under test.
+fn stores() -> Vec<(Engine, Arc<dyn Store>, tempfile::TempDir)> {
+    engines()
         .into_iter()
         .map(|e| {
             let dir = tempfile::tempdir().unwrap();
-            let store = create_store(&dir.path().join("v.avfs"), e).unwrap();
+            let store = new_store(dir.path(), "v.avfs", e);
             (e, store, dir)
         })
         .collect()
@@ -491,11 +527,11 @@ fn a_vault_reopens_in_the_engine_that_made_it() {
 #[test]
 fn a_store_copies_into_every_engine_with_its_ids_and_verifies() {
     use crate::model::migrate::{copy_store, verify_copy};
-    let built = Engine::built_in();
+    let built = engines();
     for from in &built {
         for to in &built {
             let dir = tempfile::tempdir().unwrap();
-            let src = create_store(&dir.path().join("a.avfs"), *from).unwrap();
+            let src = new_store(dir.path(), "a.avfs", *from);
             let w1 = src
                 .write(|w| {
                     let w1 = w.insert_workspace(&ws("main"))?;
@@ -516,7 +552,7 @@ fn a_store_copies_into_every_engine_with_its_ids_and_verifies() {
             // An id gap (a deleted op) must survive the copy too.
             let second = src.read(|r| r.ops(None, 3)).unwrap()[1].id;
             src.write(|w| w.delete_op(second)).unwrap();
-            let dst = create_store(&dir.path().join("b.avfs"), *to).unwrap();
+            let dst = new_store(dir.path(), "b.avfs", *to);
             let counts = src
                 .read(|r| copy_store(r, &*dst, &mut |_, _, _| {}))
                 .unwrap_or_else(|e| panic!("{from:?} -> {to:?}: {e}"));

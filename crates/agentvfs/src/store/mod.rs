@@ -5,11 +5,13 @@
 #[cfg(test)]
 mod conformance;
 pub mod id;
-#[cfg(any(feature = "lmdb", feature = "sled"))]
+#[cfg(any(feature = "lmdb", feature = "sled", feature = "postgres"))]
 mod kv;
 #[cfg(feature = "lmdb")]
 mod lmdb;
 mod lock;
+#[cfg(feature = "postgres")]
+mod postgres;
 #[cfg(feature = "sled")]
 mod sled;
 mod sqlite;
@@ -34,12 +36,15 @@ pub enum Engine {
     Lmdb,
     /// sled (cargo feature `sled`); a vault is a directory.
     Sled,
+    /// A PostgreSQL server (cargo feature `postgres`), shared by every host that reaches it;
+    /// the vault file on each host says where.
+    Postgres,
 }
 
 impl Engine {
     /// Every engine, as `--engine` spells them.
-    pub const NAMES: [&'static str; 3] = ["sqlite", "lmdb", "sled"];
-    pub const ALL: [Engine; 3] = [Engine::Sqlite, Engine::Lmdb, Engine::Sled];
+    pub const NAMES: [&'static str; 4] = ["sqlite", "lmdb", "sled", "postgres"];
+    pub const ALL: [Engine; 4] = [Engine::Sqlite, Engine::Lmdb, Engine::Sled, Engine::Postgres];
 
     /// The engines this build has.
     pub fn built_in() -> Vec<Engine> {
@@ -51,7 +56,13 @@ impl Engine {
             Engine::Sqlite => "sqlite",
             Engine::Lmdb => "lmdb",
             Engine::Sled => "sled",
+            Engine::Postgres => "postgres",
         }
+    }
+
+    /// Whether the vault's records live on a database server (which needs its URL).
+    pub fn is_server(self) -> bool {
+        self == Engine::Postgres
     }
 
     /// The cargo feature that builds this engine in (`None`: always built).
@@ -60,6 +71,7 @@ impl Engine {
             Engine::Sqlite => None,
             Engine::Lmdb => Some("lmdb"),
             Engine::Sled => Some("sled"),
+            Engine::Postgres => Some("postgres"),
         }
     }
 
@@ -69,6 +81,7 @@ impl Engine {
             Engine::Sqlite => true,
             Engine::Lmdb => cfg!(feature = "lmdb"),
             Engine::Sled => cfg!(feature = "sled"),
+            Engine::Postgres => cfg!(feature = "postgres"),
         }
     }
 
@@ -97,16 +110,89 @@ impl std::str::FromStr for Engine {
     }
 }
 
-/// Create a new, empty vault file at `path` in `engine`.
-pub fn create_store(path: &Path, engine: Engine) -> Result<Arc<dyn Store>> {
+/// The environment variable a database server's URL may come from.
+pub const SERVER_URL_ENV: &str = "AVFS_POSTGRES_URL";
+
+/// A vault kept on a database server: how to reach it and the vault's name there.
+#[derive(Debug, Clone)]
+pub struct Server {
+    pub url: String,
+    /// The URL came from `AVFS_POSTGRES_URL`: the vault file then names the variable
+    /// instead of holding the URL (and any password in it).
+    pub from_env: bool,
+    /// The vault's name on the server, by which other hosts attach it.
+    pub name: String,
+}
+
+impl Server {
+    /// `url`, or else `$AVFS_POSTGRES_URL`; `invalid_argument` when neither is given.
+    pub fn new(url: Option<&str>, name: &str) -> Result<Server> {
+        let (url, from_env) = match url {
+            Some(u) => (u.to_string(), false),
+            None => match std::env::var(SERVER_URL_ENV) {
+                Ok(u) if !u.is_empty() => (u, true),
+                _ => {
+                    return Err(Error::invalid(format!(
+                        "a PostgreSQL vault needs the server's URL: --url postgres://… or ${SERVER_URL_ENV}"
+                    )));
+                }
+            },
+        };
+        if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+            return Err(Error::invalid(format!(
+                "the server URL must start with postgres:// or postgresql://, not `{}`",
+                url.split(':').next().unwrap_or_default()
+            )));
+        }
+        Ok(Server {
+            url,
+            from_env,
+            name: name.to_string(),
+        })
+    }
+}
+
+/// Create a new, empty vault file at `path` in `engine` (a server engine: on `server`).
+pub fn create_store(
+    path: &Path,
+    engine: Engine,
+    server: Option<&Server>,
+) -> Result<Arc<dyn Store>> {
+    if engine.built() && engine.is_server() != server.is_some() {
+        return Err(Error::invalid(match server {
+            None => format!(
+                "engine {} keeps the vault on a server: give its URL (--url or ${SERVER_URL_ENV})",
+                engine.name()
+            ),
+            Some(_) => format!("engine {} takes no server URL", engine.name()),
+        }));
+    }
     match engine {
         Engine::Sqlite => Ok(SqliteStore::create(path)?),
         #[cfg(feature = "lmdb")]
         Engine::Lmdb => Ok(lmdb::LmdbStore::create(path)?),
         #[cfg(feature = "sled")]
         Engine::Sled => Ok(sled::SledStore::create(path)?),
+        #[cfg(feature = "postgres")]
+        Engine::Postgres => Ok(postgres::PgStore::create(
+            path,
+            server.expect("checked above"),
+        )?),
         #[allow(unreachable_patterns)]
         other => Err(other.unsupported(path)),
+    }
+}
+
+/// Write a vault file at `path` for a vault that exists on `server` (another host made it).
+pub fn attach_store(path: &Path, server: &Server) -> Result<Arc<dyn Store>> {
+    #[cfg(feature = "postgres")]
+    {
+        Ok(postgres::PgStore::attach(path, server)?)
+    }
+    #[cfg(not(feature = "postgres"))]
+    {
+        let _ = server;
+        Err(Engine::Postgres.unsupported(path))
     }
 }
 
@@ -123,12 +209,19 @@ pub fn engine_of(path: &Path) -> Engine {
         .and_then(|mut f| f.read(&mut head))
         .unwrap_or(0);
     let head = &head[..n];
+    if head.starts_with(POSTGRES_MARK.as_bytes()) {
+        return Engine::Postgres;
+    }
     // LMDB's first meta page: its magic number 0xBEEFC0DE after the 16-byte page header.
     if head.len() >= 20 && head[16..20] == 0xBEEF_C0DEu32.to_le_bytes() {
         return Engine::Lmdb;
     }
     Engine::Sqlite
 }
+
+/// The first line of a vault file pointing at a PostgreSQL vault. Here, not in the
+/// postgres module, so a build without it still names the engine a vault needs.
+pub(crate) const POSTGRES_MARK: &str = "# agentvfs vault kept in PostgreSQL";
 
 /// Our files in a sled vault's directory: the holder's lock, the waiters' file, the mark.
 /// Here, not in the sled module, so a build without sled still knows a sled vault from a
@@ -142,6 +235,11 @@ const SLED_FILES: [&str; 6] = ["conf", "db", "blobs", SLED_LOCK, SLED_WANT, SLED
 /// Remove the vault file at `path` (a sled vault's whole directory) and its side files,
 /// those that are there.
 pub fn remove_vault_files(path: &Path) -> Result<()> {
+    // A PostgreSQL vault's records are on its server: delete them there first.
+    #[cfg(feature = "postgres")]
+    if engine_of(path) == Engine::Postgres {
+        return postgres::PgStore::destroy(path);
+    }
     if std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir()) {
         // Only what a sled vault holds: a directory of anything else is not ours to delete.
         let entries = std::fs::read_dir(path).map_err(|e| Error::io("reading", path, e))?;
@@ -208,6 +306,8 @@ pub fn open_store(path: &Path) -> Result<Arc<dyn Store>> {
             Engine::Lmdb => lmdb::LmdbStore::open(path).map(|s| s as Arc<dyn Store>),
             #[cfg(feature = "sled")]
             Engine::Sled => sled::SledStore::open(path).map(|s| s as Arc<dyn Store>),
+            #[cfg(feature = "postgres")]
+            Engine::Postgres => postgres::PgStore::open(path).map(|s| s as Arc<dyn Store>),
             #[allow(unreachable_patterns)]
             other => Err(other.unsupported(path)),
         };

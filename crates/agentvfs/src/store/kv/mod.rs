@@ -20,7 +20,8 @@ mod read;
 mod rows;
 mod tx;
 
-use std::ops::Deref;
+use std::collections::BTreeMap;
+use std::ops::{Bound, Deref};
 use std::path::{Path, PathBuf};
 
 pub(super) use self::read::Reader;
@@ -135,4 +136,60 @@ pub(super) fn check_format(engine: &str, path: &Path, found: Option<Vec<u8>>) ->
         });
     }
     Ok(())
+}
+
+/// A write's changes not yet committed, by key: a value, or `None` for a deletion.
+pub(super) type Buffer = BTreeMap<Vec<u8>, Option<Vec<u8>>>;
+
+/// The keys after every key that starts with `prefix` (`Unbounded`: no end).
+pub(super) fn prefix_end(prefix: &[u8]) -> Bound<Vec<u8>> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < u8::MAX {
+            end.push(last + 1);
+            return Bound::Excluded(end);
+        }
+    }
+    Bound::Unbounded
+}
+
+/// Walk a stored range with a layer over it, in key order (or reversed, both inputs
+/// reversed too): on a tie the layer's entry wins, and a layer's `None` hides the key.
+pub(super) fn merge<'l, K: AsRef<[u8]>, V: AsRef<[u8]>>(
+    mut stored: impl Iterator<Item = Result<(K, V)>>,
+    mut layer: impl Iterator<Item = (&'l Vec<u8>, &'l Option<Vec<u8>>)>,
+    rev: bool,
+    visit: &mut Visit<'_>,
+) -> Result<()> {
+    let mut next_stored = stored.next().transpose()?;
+    let mut next_layer = layer.next();
+    loop {
+        let take_layer = match (&next_stored, &next_layer) {
+            (None, None) => return Ok(()),
+            (None, Some(_)) => true,
+            (Some(_), None) => false,
+            (Some((sk, _)), Some((lk, _))) => {
+                let order = lk.as_slice().cmp(sk.as_ref());
+                if order.is_eq() {
+                    next_stored = stored.next().transpose()?;
+                }
+                order.is_eq() || (order.is_lt() != rev)
+            }
+        };
+        let go_on = if take_layer {
+            let (k, v) = next_layer.take().expect("a layer entry");
+            next_layer = layer.next();
+            match v {
+                Some(v) => visit(k, v)?,
+                None => true,
+            }
+        } else {
+            let (k, v) = next_stored.take().expect("a stored entry");
+            next_stored = stored.next().transpose()?;
+            visit(k.as_ref(), v.as_ref())?
+        };
+        if !go_on {
+            return Ok(());
+        }
+    }
 }

@@ -9,14 +9,13 @@
 use std::collections::BTreeMap;
 use std::ops::Bound;
 
-use sled::{IVec, Transactional, Tree};
+use sled::{Transactional, Tree};
 
 use super::{Gate, sled_error};
 use crate::error::{Error, Result};
-use crate::store::kv::{KvRead, KvWrite, Table, Val, Visit};
+use crate::store::kv::{Buffer, KvRead, KvWrite, Table, Val, Visit, merge, prefix_end};
 use crate::store::lock::lock;
 
-type Buffer = BTreeMap<Vec<u8>, Option<Vec<u8>>>;
 /// Per key, the value before each commit (by sequence number) that replaced it.
 type Replaced = BTreeMap<Vec<u8>, BTreeMap<u64, Option<Vec<u8>>>>;
 
@@ -168,18 +167,6 @@ impl<'a> View<'a> {
     }
 }
 
-/// The keys after every key that starts with `prefix` (`None`: no end).
-fn prefix_end(prefix: &[u8]) -> Bound<Vec<u8>> {
-    let mut end = prefix.to_vec();
-    while let Some(last) = end.pop() {
-        if last < u8::MAX {
-            end.push(last + 1);
-            return Bound::Excluded(end);
-        }
-    }
-    Bound::Unbounded
-}
-
 impl KvRead for View<'_> {
     fn get(&self, t: Table, key: &[u8]) -> Result<Option<Val<'_>>> {
         if let Some(v) = self.buf[t as usize].get(key) {
@@ -219,53 +206,13 @@ impl KvRead for View<'_> {
                 }
             };
             let layered = layer.range::<[u8], _>(bounds);
+            let stored = stored.map(|r| r.map_err(sled_error));
             if rev {
                 merge(stored.rev(), layered.rev(), true, visit)
             } else {
                 merge(stored, layered, false, visit)
             }
         })
-    }
-}
-
-/// Walk a tree's range with a layer over it, in key order (or reversed): on a tie the
-/// layer's entry wins, and a layer's `None` hides the key.
-fn merge<'l>(
-    mut stored: impl Iterator<Item = sled::Result<(IVec, IVec)>>,
-    mut layer: impl Iterator<Item = (&'l Vec<u8>, &'l Option<Vec<u8>>)>,
-    rev: bool,
-    visit: &mut Visit<'_>,
-) -> Result<()> {
-    let mut next_stored = stored.next().transpose().map_err(sled_error)?;
-    let mut next_layer = layer.next();
-    loop {
-        let take_layer = match (&next_stored, &next_layer) {
-            (None, None) => return Ok(()),
-            (None, Some(_)) => true,
-            (Some(_), None) => false,
-            (Some((sk, _)), Some((lk, _))) => {
-                let order = lk.as_slice().cmp(sk.as_ref());
-                if order.is_eq() {
-                    next_stored = stored.next().transpose().map_err(sled_error)?;
-                }
-                order.is_eq() || (order.is_lt() != rev)
-            }
-        };
-        let go_on = if take_layer {
-            let (k, v) = next_layer.take().expect("a layer entry");
-            next_layer = layer.next();
-            match v {
-                Some(v) => visit(k, v)?,
-                None => true,
-            }
-        } else {
-            let (k, v) = next_stored.take().expect("a stored entry");
-            next_stored = stored.next().transpose().map_err(sled_error)?;
-            visit(&k, &v)?
-        };
-        if !go_on {
-            return Ok(());
-        }
     }
 }
 

@@ -1,0 +1,532 @@
+//! The PostgreSQL engine (cargo feature `postgres`): a vault whose records live in a database
+//! server, so every host that reaches the server shares it. The tables and their encodings
+//! are the key-value layout in `store::kv`, kept in one table `kv (t, k, v)` of a schema of
+//! the vault's own; `avfs_vaults` in the database's default schema maps vault names to their
+//! schemas, so another host can attach a vault by name.
+//!
+//! On this host the vault is a small file (the registry's vault path) that says where the
+//! records are: the vault's name and schema, and the server's URL or the environment
+//! variable that holds it. Writers of every host take turns on one advisory lock per vault,
+//! taken as the first statement of each write transaction, so a write's reads and its commit
+//! see every write before it and no acknowledged write is lost; reads run in `REPEATABLE
+//! READ` snapshots and never wait for writers. The schema is versioned (`migrations`) and
+//! checked at every open.
+
+mod view;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use postgres::{Client, IsolationLevel, NoTls, Statement};
+use serde::{Deserialize, Serialize};
+
+use self::view::View;
+use super::kv::{ENGINE_KEY, FORMAT_KEY, Reader, Writer, check_format};
+use super::lock::lock;
+use super::sqlite::FORMAT_VERSION;
+use super::{Engine, FileIdentity, Server, Store, StoreRead, StoreWrite};
+use crate::error::{Error, Result};
+
+use super::{POSTGRES_MARK as MARK, SERVER_URL_ENV as URL_ENV};
+
+/// The schema changes, in order; `migrations` records how many a vault has had. An open
+/// applies the missing ones and refuses a vault with more than this build knows.
+const MIGRATIONS: &[&str] = &[
+    "CREATE TABLE {s}.kv (t smallint NOT NULL, k bytea NOT NULL, v bytea NOT NULL, \
+     PRIMARY KEY (t, k))",
+];
+
+/// What the vault file on this host says.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Locator {
+    engine: String,
+    /// The vault's name on the server (`avfs_vaults.name`).
+    name: String,
+    /// Its schema there.
+    schema: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    url: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    url_env: Option<String>,
+}
+
+impl Locator {
+    fn read(path: &Path) -> Result<Locator> {
+        let text = std::fs::read_to_string(path).map_err(|e| Error::io("reading", path, e))?;
+        toml::from_str(&text).map_err(|e| Error::NotAVault {
+            path: path.to_path_buf(),
+            reason: format!("its PostgreSQL vault file does not parse: {e}"),
+        })
+    }
+
+    fn write(&self, path: &Path) -> Result<()> {
+        use std::io::Write;
+        super::sqlite::create_private_file(path)?;
+        let body = toml::to_string(self).map_err(|e| Error::Storage(e.to_string()))?;
+        let text = format!(
+            "{MARK}: the records are on the server below (keep this file private).\n{body}"
+        );
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(path)
+            .map_err(|e| Error::io("writing", path, e))?;
+        f.write_all(text.as_bytes())
+            .and_then(|_| f.sync_all())
+            .map_err(|e| Error::io("writing", path, e))
+    }
+
+    fn url(&self) -> Result<String> {
+        if let Some(url) = &self.url {
+            return Ok(url.clone());
+        }
+        let var = self.url_env.as_deref().unwrap_or(URL_ENV);
+        std::env::var(var).map_err(|_| {
+            Error::invalid(format!(
+                "vault `{}` is kept in PostgreSQL and its server URL comes from ${var}, which is not set",
+                self.name
+            ))
+        })
+    }
+}
+
+/// A server error as a typed error: lost or refused connections are `store_unavailable`.
+pub(super) fn pg_error(e: postgres::Error) -> Error {
+    use postgres::error::SqlState;
+    if let Some(db) = e.as_db_error() {
+        let code = db.code();
+        if *code == SqlState::DISK_FULL || *code == SqlState::OUT_OF_MEMORY {
+            return Error::DiskFull {
+                path: None,
+                reason: format!("the PostgreSQL server: {}", db.message()),
+            };
+        }
+        if code.code().starts_with("57") || code.code().starts_with("08") {
+            return Error::StoreUnavailable {
+                reason: format!("PostgreSQL: {}", db.message()),
+            };
+        }
+        return Error::Storage(format!("PostgreSQL: {} ({})", db.message(), code.code()));
+    }
+    if e.is_closed() || std::error::Error::source(&e).is_some_and(|s| s.is::<std::io::Error>()) {
+        return Error::StoreUnavailable {
+            reason: format!("PostgreSQL: {e}"),
+        };
+    }
+    Error::Storage(format!("PostgreSQL: {e}"))
+}
+
+/// Prepared statements of one connection, on one vault's schema.
+pub(super) struct Statements {
+    get: Statement,
+    from: Statement,
+    range: Statement,
+    from_rev: Statement,
+    range_rev: Statement,
+    upsert: Statement,
+    delete: Statement,
+}
+
+struct Conn {
+    client: Client,
+    st: Statements,
+}
+
+fn connect(url: &str) -> Result<Client> {
+    Client::connect(url, NoTls).map_err(|e| match pg_error(e) {
+        Error::Storage(reason) => Error::StoreUnavailable { reason },
+        other => other,
+    })
+}
+
+fn quoted(schema: &str) -> String {
+    format!("\"{}\"", schema.replace('"', "\"\""))
+}
+
+impl Conn {
+    fn open(url: &str, schema: &str) -> Result<Conn> {
+        let mut client = connect(url)?;
+        let kv = format!("{}.kv", quoted(schema));
+        let mut prep = |sql: String| client.prepare(&sql).map_err(pg_error);
+        let select = format!("SELECT k, v FROM {kv} WHERE t = $1 AND k >= $2");
+        let st = Statements {
+            get: prep(format!("SELECT v FROM {kv} WHERE t = $1 AND k = $2"))?,
+            from: prep(format!("{select} ORDER BY k LIMIT $3"))?,
+            range: prep(format!("{select} AND k < $3 ORDER BY k LIMIT $4"))?,
+            from_rev: prep(format!("{select} ORDER BY k DESC LIMIT $3"))?,
+            range_rev: prep(format!("{select} AND k < $3 ORDER BY k DESC LIMIT $4"))?,
+            upsert: prep(format!(
+                "INSERT INTO {kv} (t, k, v) SELECT * FROM unnest($1::int2[], $2::bytea[], $3::bytea[]) \
+                 ON CONFLICT (t, k) DO UPDATE SET v = EXCLUDED.v"
+            ))?,
+            delete: prep(format!(
+                "DELETE FROM {kv} WHERE (t, k) IN (SELECT * FROM unnest($1::int2[], $2::bytea[]))"
+            ))?,
+        };
+        Ok(Conn { client, st })
+    }
+}
+
+/// The advisory lock every writer of a vault takes: derived from its schema.
+fn lock_key(schema: &str) -> i64 {
+    let h = blake3::hash(schema.as_bytes());
+    i64::from_le_bytes(h.as_bytes()[..8].try_into().expect("8 bytes"))
+}
+
+/// The lock that orders changes to `avfs_vaults` and schema creation.
+const CATALOG_LOCK: i64 = 0x6176_6673_7661_756c;
+
+fn catalog(client: &mut Client) -> Result<postgres::Transaction<'_>> {
+    let mut txn = client.transaction().map_err(pg_error)?;
+    txn.execute("SELECT pg_advisory_xact_lock($1)", &[&CATALOG_LOCK])
+        .map_err(pg_error)?;
+    txn.batch_execute(
+        "CREATE TABLE IF NOT EXISTS avfs_vaults (name text PRIMARY KEY, schema text NOT NULL \
+         UNIQUE, created_at timestamptz NOT NULL DEFAULT now())",
+    )
+    .map_err(pg_error)?;
+    Ok(txn)
+}
+
+/// Bring `schema` up to this build's migrations; refuse one from a newer build.
+fn migrate_schema(client: &mut Client, schema: &str, path: &Path) -> Result<()> {
+    let s = quoted(schema);
+    let mut txn = client.transaction().map_err(pg_error)?;
+    txn.execute("SELECT pg_advisory_xact_lock($1)", &[&lock_key(schema)])
+        .map_err(pg_error)?;
+    let listed = txn
+        .query_opt(
+            "SELECT 1 FROM pg_namespace n WHERE n.nspname = $1 AND EXISTS \
+             (SELECT 1 FROM pg_class c WHERE c.relnamespace = n.oid AND c.relname = 'migrations')",
+            &[&schema],
+        )
+        .map_err(pg_error)?;
+    if listed.is_none() {
+        return Err(Error::VaultNotFound {
+            name: format!(
+                "{} (its schema {schema} is not on the PostgreSQL server: deleted, or moved off it by `vault migrate`)",
+                path.display()
+            ),
+            suggestions: Vec::new(),
+        });
+    }
+    let done: i64 = txn
+        .query_one(&format!("SELECT count(*) FROM {s}.migrations"), &[])
+        .map_err(pg_error)?
+        .get(0);
+    if done as usize > MIGRATIONS.len() {
+        return Err(Error::UnsupportedFormat {
+            path: path.to_path_buf(),
+            found: done as u32,
+            supported: MIGRATIONS.len() as u32,
+        });
+    }
+    for (i, sql) in MIGRATIONS.iter().enumerate().skip(done as usize) {
+        txn.batch_execute(&sql.replace("{s}", &s))
+            .map_err(pg_error)?;
+        txn.execute(
+            &format!("INSERT INTO {s}.migrations (version) VALUES ($1)"),
+            &[&(i as i32 + 1)],
+        )
+        .map_err(pg_error)?;
+    }
+    txn.commit().map_err(pg_error)
+}
+
+pub struct PgStore {
+    /// The vault file on this host (canonical).
+    path: PathBuf,
+    file: FileIdentity,
+    url: String,
+    schema: String,
+    /// The connection writes go through (one writer of this process at a time).
+    writer: Mutex<Option<Conn>>,
+    /// Idle connections for reads, which run side by side.
+    readers: Mutex<Vec<Conn>>,
+}
+
+impl PgStore {
+    /// Create vault `server.name` on the server and the vault file at `path` pointing at it.
+    pub fn create(path: &Path, server: &Server) -> Result<Arc<PgStore>> {
+        if path.exists() {
+            return Err(Error::AlreadyExists {
+                name: path.display().to_string(),
+            });
+        }
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|e| Error::io("creating directory", dir, e))?;
+        }
+        let mut client = connect(&server.url)?;
+        let schema = {
+            let mut txn = catalog(&mut client)?;
+            let taken = txn
+                .query_opt("SELECT 1 FROM avfs_vaults WHERE name = $1", &[&server.name])
+                .map_err(pg_error)?;
+            if taken.is_some() {
+                return Err(Error::AlreadyExists {
+                    name: format!("{} (on the PostgreSQL server)", server.name),
+                });
+            }
+            let schema = new_schema_name(&server.name);
+            let s = quoted(&schema);
+            txn.batch_execute(&format!(
+                "CREATE SCHEMA {s}; CREATE TABLE {s}.migrations (version int PRIMARY KEY, \
+                 applied_at timestamptz NOT NULL DEFAULT now())"
+            ))
+            .map_err(pg_error)?;
+            txn.execute(
+                "INSERT INTO avfs_vaults (name, schema) VALUES ($1, $2)",
+                &[&server.name, &schema],
+            )
+            .map_err(pg_error)?;
+            txn.commit().map_err(pg_error)?;
+            schema
+        };
+        let locator = Locator {
+            engine: "postgres".into(),
+            name: server.name.clone(),
+            schema,
+            url: (!server.from_env).then(|| server.url.clone()),
+            url_env: server.from_env.then(|| URL_ENV.to_string()),
+        };
+        let made = locator.write(path).and_then(|_| {
+            let store = Self::open_inner(path)?;
+            store.kv_write(|w| {
+                w.meta_put(FORMAT_KEY, &FORMAT_VERSION.to_le_bytes())?;
+                w.meta_put(ENGINE_KEY, b"postgres")
+            })?;
+            Ok(store)
+        });
+        if made.is_err() {
+            let _ = drop_vault(&mut client, &locator);
+            let _ = std::fs::remove_file(path);
+        }
+        made
+    }
+
+    /// Write a vault file at `path` for vault `server.name`, which exists on the server.
+    pub fn attach(path: &Path, server: &Server) -> Result<Arc<PgStore>> {
+        if path.exists() {
+            return Err(Error::AlreadyExists {
+                name: path.display().to_string(),
+            });
+        }
+        let mut client = connect(&server.url)?;
+        let mut txn = catalog(&mut client)?;
+        let found = txn
+            .query_opt(
+                "SELECT schema FROM avfs_vaults WHERE name = $1",
+                &[&server.name],
+            )
+            .map_err(pg_error)?;
+        let Some(row) = found else {
+            let names = txn
+                .query("SELECT name FROM avfs_vaults ORDER BY name", &[])
+                .map_err(pg_error)?;
+            return Err(Error::VaultNotFound {
+                name: format!("{} (on the PostgreSQL server)", server.name),
+                suggestions: names.iter().map(|r| r.get(0)).collect(),
+            });
+        };
+        txn.commit().map_err(pg_error)?;
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|e| Error::io("creating directory", dir, e))?;
+        }
+        let locator = Locator {
+            engine: "postgres".into(),
+            name: server.name.clone(),
+            schema: row.get(0),
+            url: (!server.from_env).then(|| server.url.clone()),
+            url_env: server.from_env.then(|| URL_ENV.to_string()),
+        };
+        locator.write(path)?;
+        Self::open(path).inspect_err(|_| {
+            let _ = std::fs::remove_file(path);
+        })
+    }
+
+    pub fn open(path: &Path) -> Result<Arc<PgStore>> {
+        let store = Self::open_inner(path)?;
+        let found = store.kv_read(|r| r.meta_get(FORMAT_KEY))?;
+        check_format("PostgreSQL", &store.path, found)?;
+        Ok(store)
+    }
+
+    /// Open without looking at the vault format (`create` writes it next).
+    fn open_inner(path: &Path) -> Result<Arc<PgStore>> {
+        let canonical = super::kv::canonical(path)?;
+        let locator = Locator::read(&canonical)?;
+        if locator.engine != "postgres" {
+            return Err(Error::NotAVault {
+                path: canonical,
+                reason: format!("its vault file names engine `{}`", locator.engine),
+            });
+        }
+        let url = locator.url()?;
+        let mut client = connect(&url)?;
+        migrate_schema(&mut client, &locator.schema, &canonical)?;
+        drop(client);
+        Ok(Arc::new(PgStore {
+            file: FileIdentity::of(&canonical)?,
+            path: canonical,
+            url,
+            schema: locator.schema,
+            writer: Mutex::new(None),
+            readers: Mutex::new(Vec::new()),
+        }))
+    }
+
+    /// Delete the vault at `path` from the server (its schema and its name), then the file.
+    pub fn destroy(path: &Path) -> Result<()> {
+        let locator = Locator::read(path)?;
+        let mut client = connect(&locator.url()?)?;
+        drop_vault(&mut client, &locator)?;
+        std::fs::remove_file(path).map_err(|e| Error::io("deleting", path, e))
+    }
+
+    fn conn(&self) -> Result<Conn> {
+        Conn::open(&self.url, &self.schema)
+    }
+
+    /// Run `f` on an idle read connection (a new one if none is idle), and keep it for the
+    /// next read unless it was lost.
+    fn with_reader<R>(&self, f: impl FnOnce(&mut Conn) -> Result<R>) -> Result<R> {
+        let mut conn = match lock(&self.readers).pop() {
+            Some(c) if !c.client.is_closed() => c,
+            _ => self.conn()?,
+        };
+        let out = f(&mut conn);
+        if !conn.client.is_closed() {
+            lock(&self.readers).push(conn);
+        }
+        out
+    }
+
+    fn kv_read<R>(&self, f: impl FnOnce(&Reader<'_, View<'_, '_>>) -> Result<R>) -> Result<R> {
+        self.with_reader(|conn| {
+            let txn = conn
+                .client
+                .build_transaction()
+                .isolation_level(IsolationLevel::RepeatableRead)
+                .read_only(true)
+                .start()
+                .map_err(pg_error)?;
+            let view = View::new(txn, &conn.st);
+            let out = f(&Reader::new(&view))?;
+            view.commit()?;
+            Ok(out)
+        })
+    }
+
+    fn kv_write<R>(&self, f: impl FnOnce(&mut Writer<'_, View<'_, '_>>) -> Result<R>) -> Result<R> {
+        let mut slot = lock(&self.writer);
+        if slot.as_ref().is_none_or(|c| c.client.is_closed()) {
+            *slot = Some(self.conn()?);
+        }
+        let conn = slot.as_mut().expect("a connection");
+        let mut txn = conn.client.transaction().map_err(pg_error)?;
+        txn.execute(
+            "SELECT pg_advisory_xact_lock($1)",
+            &[&lock_key(&self.schema)],
+        )
+        .map_err(pg_error)?;
+        // `vault migrate` replaces the vault file while it holds the lock.
+        self.file.still(&self.path)?;
+        let mut view = View::new(txn, &conn.st);
+        let out = f(&mut Writer::new(&mut view))?;
+        view.commit()?;
+        Ok(out)
+    }
+}
+
+/// A schema name for a new vault: readable, and unique on the server.
+fn new_schema_name(name: &str) -> String {
+    let readable: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '_'
+            }
+        })
+        .take(32)
+        .collect();
+    let salt = blake3::hash(
+        format!("{name}\0{}\0{}", crate::model::now_ns(), std::process::id()).as_bytes(),
+    );
+    format!("avfs_{readable}_{}", &salt.to_hex()[..12])
+}
+
+fn drop_vault(client: &mut Client, locator: &Locator) -> Result<()> {
+    let mut txn = catalog(client)?;
+    txn.execute(
+        "SELECT pg_advisory_xact_lock($1)",
+        &[&lock_key(&locator.schema)],
+    )
+    .map_err(pg_error)?;
+    txn.batch_execute(&format!(
+        "DROP SCHEMA IF EXISTS {} CASCADE",
+        quoted(&locator.schema)
+    ))
+    .map_err(pg_error)?;
+    txn.execute(
+        "DELETE FROM avfs_vaults WHERE name = $1 AND schema = $2",
+        &[&locator.name, &locator.schema],
+    )
+    .map_err(pg_error)?;
+    txn.commit().map_err(pg_error)
+}
+
+impl Store for PgStore {
+    fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn engine(&self) -> Engine {
+        Engine::Postgres
+    }
+
+    fn read_with(&self, f: &mut dyn FnMut(&dyn StoreRead) -> Result<()>) -> Result<()> {
+        self.kv_read(|r| f(r))
+    }
+
+    fn write_with(&self, f: &mut dyn FnMut(&mut dyn StoreWrite) -> Result<()>) -> Result<()> {
+        self.kv_write(|w| f(w))
+    }
+
+    fn set_batching(&self, _on: bool) -> Result<()> {
+        Ok(())
+    }
+
+    fn flush_batch(&self) -> Result<()> {
+        Ok(())
+    }
+
+    fn compact(&self) -> Result<()> {
+        let vacuum = format!("VACUUM {}.kv", quoted(&self.schema));
+        self.with_reader(|c| c.client.batch_execute(&vacuum).map_err(pg_error))
+    }
+
+    /// Every commit is durable once the server acknowledged it.
+    fn sync(&self) -> Result<()> {
+        Ok(())
+    }
+
+    fn integrity_problems(&self) -> Result<Vec<String>> {
+        self.kv_read(|r| r.integrity_problems())
+    }
+
+    fn disk_size(&self) -> u64 {
+        let table = format!("{}.kv", quoted(&self.schema));
+        let size = self.with_reader(|c| {
+            c.client
+                .query_one(
+                    "SELECT coalesce(pg_total_relation_size(to_regclass($1::text)), 0)",
+                    &[&table],
+                )
+                .map_err(pg_error)
+        });
+        size.map(|r| r.get::<_, i64>(0).max(0) as u64).unwrap_or(0)
+    }
+}

@@ -1,0 +1,213 @@
+//! One view of a PostgreSQL vault: a read inside a `REPEATABLE READ` transaction (one
+//! snapshot of the server), or a write inside a transaction that holds the vault's write
+//! lock. A write buffers its changes and sends them at commit in a few statements, however
+//! many there are; its own reads see the buffer. Scans fetch the table in pages, so a
+//! visitor that stops early costs one small query, and a long scan holds one page at a time.
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::ops::Bound;
+
+use postgres::Transaction;
+
+use super::{Statements, pg_error};
+use crate::error::Result;
+use crate::store::kv::{Buffer, KvRead, KvWrite, Table, Val, Visit, merge, prefix_end};
+
+/// Rows per page of a scan: small first (most scans stop early), then larger.
+const FIRST_PAGE: i64 = 64;
+const PAGE: i64 = 2048;
+/// Bytes of keys and values sent in one statement at commit.
+const BATCH_BYTES: usize = 8 << 20;
+
+pub(super) struct View<'c, 's> {
+    txn: RefCell<Transaction<'c>>,
+    st: &'s Statements,
+    buf: [Buffer; Table::COUNT],
+}
+
+impl<'c, 's> View<'c, 's> {
+    pub(super) fn new(txn: Transaction<'c>, st: &'s Statements) -> Self {
+        View {
+            txn: RefCell::new(txn),
+            st,
+            buf: Default::default(),
+        }
+    }
+
+    /// Send the buffered writes and commit: all of them land or none does.
+    pub(super) fn commit(self) -> Result<()> {
+        let mut txn = self.txn.into_inner();
+        for (i, buf) in self.buf.into_iter().enumerate() {
+            let t = i as i16;
+            let (mut puts, mut dels) = (Batch::default(), Batch::default());
+            for (k, v) in buf {
+                match v {
+                    Some(v) => {
+                        puts.push(k, Some(v));
+                        if puts.bytes >= BATCH_BYTES {
+                            puts.send(&mut txn, &self.st.upsert, t)?;
+                        }
+                    }
+                    None => {
+                        dels.push(k, None);
+                        if dels.bytes >= BATCH_BYTES {
+                            dels.send(&mut txn, &self.st.delete, t)?;
+                        }
+                    }
+                }
+            }
+            puts.send(&mut txn, &self.st.upsert, t)?;
+            dels.send(&mut txn, &self.st.delete, t)?;
+        }
+        txn.commit().map_err(pg_error)
+    }
+
+    /// One page of `t`'s keys in [lo, hi), ascending or (`rev`) descending.
+    fn page(
+        &self,
+        t: Table,
+        lo: &[u8],
+        hi: Option<&[u8]>,
+        rev: bool,
+        limit: i64,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let t = t as i16;
+        let mut txn = self.txn.borrow_mut();
+        let rows = match (hi, rev) {
+            (Some(hi), false) => txn.query(&self.st.range, &[&t, &lo, &hi, &limit]),
+            (None, false) => txn.query(&self.st.from, &[&t, &lo, &limit]),
+            (Some(hi), true) => txn.query(&self.st.range_rev, &[&t, &lo, &hi, &limit]),
+            (None, true) => txn.query(&self.st.from_rev, &[&t, &lo, &limit]),
+        }
+        .map_err(pg_error)?;
+        Ok(rows.into_iter().map(|r| (r.get(0), r.get(1))).collect())
+    }
+}
+
+/// Keys and values for one statement at commit.
+#[derive(Default)]
+struct Batch {
+    keys: Vec<Vec<u8>>,
+    values: Vec<Vec<u8>>,
+    bytes: usize,
+}
+
+impl Batch {
+    fn push(&mut self, k: Vec<u8>, v: Option<Vec<u8>>) {
+        self.bytes += k.len() + v.as_ref().map_or(0, Vec::len);
+        self.keys.push(k);
+        if let Some(v) = v {
+            self.values.push(v);
+        }
+    }
+
+    fn send(&mut self, txn: &mut Transaction<'_>, st: &postgres::Statement, t: i16) -> Result<()> {
+        if self.keys.is_empty() {
+            return Ok(());
+        }
+        let tables = vec![t; self.keys.len()];
+        let batch = std::mem::take(self);
+        if st.params().len() == 3 {
+            txn.execute(st, &[&tables, &batch.keys, &batch.values])
+        } else {
+            txn.execute(st, &[&tables, &batch.keys])
+        }
+        .map_err(pg_error)?;
+        Ok(())
+    }
+}
+
+/// A scan's rows, fetched a page at a time.
+struct Pages<'v, 'c, 's> {
+    view: &'v View<'c, 's>,
+    t: Table,
+    lo: Vec<u8>,
+    hi: Option<Vec<u8>>,
+    rev: bool,
+    rows: VecDeque<(Vec<u8>, Vec<u8>)>,
+    limit: i64,
+    done: bool,
+}
+
+impl Iterator for Pages<'_, '_, '_> {
+    type Item = Result<(Vec<u8>, Vec<u8>)>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.rows.is_empty() && !self.done {
+            let page =
+                match self
+                    .view
+                    .page(self.t, &self.lo, self.hi.as_deref(), self.rev, self.limit)
+                {
+                    Ok(p) => p,
+                    Err(e) => {
+                        self.done = true;
+                        return Some(Err(e));
+                    }
+                };
+            self.done = (page.len() as i64) < self.limit;
+            self.limit = PAGE;
+            if let Some((last, _)) = page.last() {
+                if self.rev {
+                    self.hi = Some(last.clone());
+                } else {
+                    // The first key after `last`.
+                    self.lo = last.iter().copied().chain([0]).collect();
+                }
+            }
+            self.rows = page.into();
+        }
+        self.rows.pop_front().map(Ok)
+    }
+}
+
+impl KvRead for View<'_, '_> {
+    fn get(&self, t: Table, key: &[u8]) -> Result<Option<Val<'_>>> {
+        if let Some(v) = self.buf[t as usize].get(key) {
+            return Ok(v.as_deref().map(Val::Ref));
+        }
+        let row = self
+            .txn
+            .borrow_mut()
+            .query_opt(&self.st.get, &[&(t as i16), &key])
+            .map_err(pg_error)?;
+        Ok(row.map(|r| Val::Held(Box::new(r.get::<_, Vec<u8>>(0)))))
+    }
+
+    fn scan(&self, t: Table, prefix: &[u8], rev: bool, visit: &mut Visit<'_>) -> Result<()> {
+        let end = prefix_end(prefix);
+        let stored = Pages {
+            view: self,
+            t,
+            lo: prefix.to_vec(),
+            hi: match &end {
+                Bound::Excluded(e) => Some(e.clone()),
+                _ => None,
+            },
+            rev,
+            rows: VecDeque::new(),
+            limit: FIRST_PAGE,
+            done: false,
+        };
+        let bounds = (Bound::Included(prefix), end.as_ref().map(Vec::as_slice));
+        let layered = self.buf[t as usize].range::<[u8], _>(bounds);
+        if rev {
+            merge(stored, layered.rev(), true, visit)
+        } else {
+            merge(stored, layered, false, visit)
+        }
+    }
+}
+
+impl KvWrite for View<'_, '_> {
+    fn put(&mut self, t: Table, key: &[u8], value: &[u8]) -> Result<()> {
+        self.buf[t as usize].insert(key.to_vec(), Some(value.to_vec()));
+        Ok(())
+    }
+
+    fn del(&mut self, t: Table, key: &[u8]) -> Result<()> {
+        self.buf[t as usize].insert(key.to_vec(), None);
+        Ok(())
+    }
+}

@@ -1,0 +1,314 @@
+//! Vaults kept in PostgreSQL, through the real binary and a real server: hosts (separate
+//! `$AVFS_HOME`s) create, attach and share one vault; concurrent writers on several hosts
+//! lose nothing; bad input and a stopped server give typed errors and change nothing; a
+//! vault moves from SQLite to PostgreSQL and back. The server is the one scripts/test.sh
+//! starts (`AVFS_TEST_POSTGRES_URL`), or one this test starts and stops itself.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use common::check_json_output;
+use serde_json::Value;
+
+/// A host: its own `$AVFS_HOME`, and the server URL in its environment (never on the
+/// command line, as a user keeps it out of shell history).
+struct Host {
+    _dir: tempfile::TempDir,
+    home: PathBuf,
+    url: String,
+}
+
+impl Host {
+    fn new(url: &str) -> Host {
+        let dir = tempfile::tempdir().unwrap();
+        Host {
+            home: dir.path().join("home"),
+            _dir: dir,
+            url: url.to_string(),
+        }
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        let mut full = vec!["--json"];
+        full.extend_from_slice(args);
+        std::process::Command::new(common::BIN)
+            .args(&full)
+            .env("AVFS_HOME", &self.home)
+            .env("AVFS_ACTOR", "test")
+            .env("AVFS_POSTGRES_URL", &self.url)
+            .env_remove("AVFS_ENGINE")
+            .env_remove("AVFS_WORKSPACE")
+            .env_remove("AVFS_VAULT")
+            .output()
+            .expect("run avfs")
+    }
+
+    /// The command's data; it must succeed.
+    fn data(&self, args: &[&str]) -> Value {
+        let out = self.run(args);
+        let doc = check_json_output(args, &out);
+        assert!(out.status.success(), "avfs {args:?}: {doc}");
+        doc["data"].clone()
+    }
+
+    /// The command's error document; it must fail with `kind`.
+    fn err(&self, args: &[&str], kind: &str) -> Value {
+        let out = self.run(args);
+        let doc = check_json_output(args, &out);
+        assert_eq!(doc["error"]["kind"], kind, "avfs {args:?}: {doc}");
+        doc["error"].clone()
+    }
+
+    fn cat(&self, path: &str) -> String {
+        let out = self.run(&["cat", path]);
+        assert!(out.status.success(), "cat {path}: {out:?}");
+        serde_json::from_slice::<Value>(&out.stdout).unwrap()["data"]["content"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    }
+}
+
+/// A vault name no other test (or earlier run on the same server) uses.
+fn unique(what: &str) -> String {
+    use std::time::{SystemTime, UNIX_EPOCH};
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!("{what}-{}-{}", std::process::id(), nanos % 1_000_000_000)
+}
+
+fn server() -> Option<String> {
+    common::skip::postgres_url()
+}
+
+#[test]
+fn a_vault_made_on_one_host_is_read_and_written_by_another() {
+    let Some(url) = server() else { return };
+    let (a, b) = (Host::new(&url), Host::new(&url));
+    let name = unique("shared");
+    let made = a.data(&["vault", "create", &name, "--engine", "postgres"]);
+    // The URL came from the environment: the vault file names the variable, not the URL,
+    // and only its owner may read it.
+    let file = PathBuf::from(made["path"].as_str().unwrap());
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(
+        !text.contains(&url),
+        "the vault file holds the URL:\n{text}"
+    );
+    assert!(text.contains("AVFS_POSTGRES_URL"), "{text}");
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&file).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    assert_eq!(a.data(&["vault", "info"])["engine"], "postgres");
+
+    a.data(&["write", "notes.txt", "from host a\n"]);
+    a.data(&["checkpoint", "save", "first"]);
+    b.data(&["vault", "attach", &name]);
+    assert_eq!(b.cat("notes.txt"), "from host a\n");
+    b.data(&["write", "notes.txt", "changed on host b\n"]);
+    b.data(&["mkdir", "-p", "src/lib"]);
+    assert_eq!(a.cat("notes.txt"), "changed on host b\n");
+    // A checkpoint taken on one host restores on the other.
+    b.data(&["checkpoint", "restore", "first"]);
+    assert_eq!(a.cat("notes.txt"), "from host a\n");
+    // A fork made on one host is there on the other.
+    a.data(&["vault", "fork", &name, "task-1"]);
+    let forks = b.data(&["vault", "info"]);
+    assert!(forks.to_string().contains("task-1"), "{forks}");
+    for h in [&a, &b] {
+        h.data(&["vault", "check"]);
+    }
+    // Attached twice on one host, or created twice on one server: refused.
+    b.err(&["vault", "attach", &name], "already_exists");
+    Host::new(&url).err(
+        &["vault", "create", &name, "--engine", "postgres"],
+        "already_exists",
+    );
+    // Deleting it on one host deletes it from the server: the other host's file is left
+    // pointing at nothing, and says so.
+    a.data(&["vault", "delete", &name, "--yes"]);
+    b.err(&["cat", "notes.txt"], "vault_not_found");
+}
+
+#[test]
+fn writers_on_many_hosts_lose_no_acknowledged_write() {
+    let Some(url) = server() else { return };
+    let name = unique("writers");
+    let first = Host::new(&url);
+    first.data(&["vault", "create", &name, "--engine", "postgres"]);
+    let hosts: Vec<Host> = (0..4).map(|_| Host::new(&url)).collect();
+    for h in &hosts {
+        h.data(&["vault", "attach", &name]);
+    }
+    // 4 hosts x 2 processes, 10 writes each, all at once.
+    std::thread::scope(|s| {
+        for (i, h) in hosts.iter().enumerate() {
+            for p in 0..2 {
+                s.spawn(move || {
+                    for n in 0..10 {
+                        let path = format!("h{i}/p{p}/f{n}.txt");
+                        let out = h.run(&["write", "-p", &path, &format!("{i} {p} {n}\n")]);
+                        assert!(out.status.success(), "{path}: {out:?}");
+                    }
+                });
+            }
+        }
+    });
+    for (i, _) in hosts.iter().enumerate() {
+        for p in 0..2 {
+            for n in 0..10 {
+                let path = format!("h{i}/p{p}/f{n}.txt");
+                assert_eq!(first.cat(&path), format!("{i} {p} {n}\n"), "{path}");
+            }
+        }
+    }
+    let stats = first.data(&["stats"]);
+    assert_eq!(stats["live_files"], 80, "{stats}");
+    first.data(&["vault", "check"]);
+    first.data(&["vault", "delete", &name, "--yes"]);
+}
+
+#[test]
+fn bad_server_input_gets_typed_errors_and_registers_nothing() {
+    let Some(url) = server() else { return };
+    let h = Host::new(&url);
+    let name = unique("bad");
+    // No URL anywhere.
+    let out = std::process::Command::new(common::BIN)
+        .args(["--json", "vault", "create", &name, "--engine", "postgres"])
+        .env("AVFS_HOME", &h.home)
+        .env_remove("AVFS_POSTGRES_URL")
+        .env_remove("AVFS_ENGINE")
+        .output()
+        .unwrap();
+    let doc = check_json_output(&["vault", "create"], &out);
+    assert_eq!(doc["error"]["kind"], "invalid_argument", "{doc}");
+    for (args, kind) in [
+        (vec!["--url", "mysql://x@y/z"], "invalid_argument"),
+        (
+            vec!["--url", "postgres://avfs@127.0.0.1:1/none"],
+            "store_unavailable",
+        ),
+    ] {
+        let mut full = vec!["vault", "create", &name, "--engine", "postgres"];
+        full.extend(args);
+        h.err(&full, kind);
+    }
+    // A server URL for a file engine, and attaching a vault the server does not have.
+    h.err(
+        &[
+            "vault", "create", &name, "--engine", "sqlite", "--url", &url,
+        ],
+        "invalid_argument",
+    );
+    let missing = h.err(&["vault", "attach", &name], "vault_not_found");
+    assert!(
+        missing["message"].as_str().unwrap().contains(&name),
+        "{missing}"
+    );
+    let list = h.data(&["vault", "list"]);
+    assert_eq!(list.as_array().map(Vec::len), Some(0), "{list}");
+    // Nothing was left on the server either: the name is free.
+    h.data(&["vault", "create", &name, "--engine", "postgres"]);
+    h.data(&["vault", "delete", &name, "--yes"]);
+}
+
+/// A server of this test's own, stopped and started again.
+struct OwnServer {
+    dir: tempfile::TempDir,
+}
+
+impl OwnServer {
+    fn start(dir: Option<tempfile::TempDir>) -> (OwnServer, String) {
+        let dir = dir.unwrap_or_else(|| tempfile::tempdir_in("/tmp").unwrap());
+        let out = std::process::Command::new(script())
+            .args(["start", dir.path().to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "the test server did not come up: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let url = String::from_utf8(out.stdout).unwrap().trim().to_string();
+        (OwnServer { dir }, url)
+    }
+
+    fn stop(self) -> tempfile::TempDir {
+        let out = std::process::Command::new(script())
+            .args(["stop", self.dir.path().to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        self.dir
+    }
+}
+
+fn script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/postgres.sh")
+}
+
+#[test]
+fn a_stopped_server_gives_a_typed_error_and_nothing_half_applied() {
+    if server().is_none() {
+        return;
+    }
+    let (pg, url) = OwnServer::start(None);
+    let h = Host::new(&url);
+    let name = unique("stopped");
+    h.data(&["vault", "create", &name, "--engine", "postgres"]);
+    h.data(&["write", "kept.txt", "before\n"]);
+    let dir = pg.stop();
+    let e = h.err(&["write", "lost.txt", "during\n"], "store_unavailable");
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap()
+            .contains("run the command again"),
+        "{e}"
+    );
+    let out = h.run(&["ls", "/"]);
+    assert_eq!(out.status.code(), Some(8), "{out:?}");
+    // Back (on another port: the URL comes from the environment, so the vault follows it).
+    let (pg, url) = OwnServer::start(Some(dir));
+    let h = Host { url, ..h };
+    assert_eq!(h.cat("kept.txt"), "before\n");
+    h.err(&["cat", "lost.txt"], "path_not_found");
+    h.data(&["vault", "check"]);
+    h.data(&["write", "after.txt", "after\n"]);
+    drop(pg.stop());
+}
+
+#[test]
+fn a_vault_moves_from_sqlite_to_postgres_and_back() {
+    let Some(url) = server() else { return };
+    let h = Host::new(&url);
+    let name = unique("moving");
+    h.data(&["vault", "create", &name, "--engine", "sqlite"]);
+    h.data(&["write", "-p", "src/main.rs", "fn main() {}\n"]);
+    h.data(&["checkpoint", "save", "one"]);
+    h.data(&["write", "src/main.rs", "fn main() { run() }\n"]);
+    let moved = h.data(&["vault", "migrate", &name, "--to", "postgres"]);
+    assert_eq!(moved["to"], "postgres");
+    assert_eq!(h.data(&["vault", "info"])["engine"], "postgres");
+    // Another host attaches the moved vault and sees its history.
+    let other = Host::new(&url);
+    other.data(&["vault", "attach", &name]);
+    assert_eq!(other.cat("src/main.rs"), "fn main() { run() }\n");
+    other.data(&["checkpoint", "restore", "one"]);
+    assert_eq!(h.cat("src/main.rs"), "fn main() {}\n");
+    let back = h.data(&["vault", "migrate", &name, "--to", "sqlite"]);
+    assert_eq!(back["from"], "postgres");
+    assert_eq!(h.data(&["vault", "info"])["engine"], "sqlite");
+    assert_eq!(h.cat("src/main.rs"), "fn main() {}\n");
+    h.data(&["checkpoint", "restore", "one"]);
+    h.data(&["vault", "check"]);
+    // Off the server now: the other host's file points at nothing, and says so.
+    other.err(&["cat", "src/main.rs"], "vault_not_found");
+}
