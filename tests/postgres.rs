@@ -312,3 +312,201 @@ fn a_vault_moves_from_sqlite_to_postgres_and_back() {
     // Off the server now: the other host's file points at nothing, and says so.
     other.err(&["cat", "src/main.rs"], "vault_not_found");
 }
+
+/// The test S3 gateway (`AVFS_TEST_S3_ENDPOINT`, with the AWS variables set for it; the
+/// scripts that start the servers set both), or a SKIP under `AVFS_TEST_NO_S3=1`.
+fn s3() -> Option<String> {
+    server()?;
+    let endpoint = std::env::var("AVFS_TEST_S3_ENDPOINT").unwrap_or_default();
+    common::skip::require(
+        "AVFS_TEST_S3_ENDPOINT is not set (scripts/s3.sh start DIR prints one)",
+        !endpoint.is_empty(),
+        "AVFS_TEST_NO_S3",
+    )
+    .then_some(endpoint)
+}
+
+/// The keys under `prefix` in the test bucket, listed through the gateway itself.
+fn s3_keys(endpoint: &str, prefix: &str) -> Vec<String> {
+    let out = std::process::Command::new("curl")
+        .args([
+            "-sf",
+            &format!("{endpoint}/avfs-test?list-type=2&max-keys=1000&prefix={prefix}/"),
+        ])
+        .output()
+        .expect("curl runs");
+    assert!(out.status.success(), "listing the bucket: {out:?}");
+    let xml = String::from_utf8_lossy(&out.stdout).to_string();
+    xml.split("<Key>")
+        .skip(1)
+        .filter_map(|k| k.split("</Key>").next())
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn large_objects_live_in_s3_and_another_host_reads_them_through_its_cache() {
+    let (Some(url), Some(endpoint)) = (server(), s3()) else {
+        return;
+    };
+    let name = unique("objects");
+    let (a, b) = (Host::new(&url), Host::new(&url));
+    a.data(&[
+        "vault",
+        "create",
+        &name,
+        "--engine",
+        "postgres",
+        "--objects",
+        &format!("s3://avfs-test/{name}"),
+    ]);
+    // 600 KB of varied bytes: three content chunks, each over the 4 KiB inline bound.
+    let big: String = (0..600_000u32)
+        .map(|i| char::from(b'a' + ((i * 7 + i / 1000) % 26) as u8))
+        .collect();
+    let src = a._dir.path().join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("big.txt"), &big).unwrap();
+    a.data(&["import", src.to_str().unwrap()]);
+    a.data(&["write", "small.txt", "small stays in the database\n"]);
+    let keys = s3_keys(&endpoint, &name);
+    assert_eq!(keys.len(), 3, "only the large chunks go to S3: {keys:?}");
+
+    b.data(&["vault", "attach", &name]);
+    assert_eq!(b.cat("big.txt"), big);
+    assert_eq!(b.cat("small.txt"), "small stays in the database\n");
+    let cache = b.home.join(format!("vaults/{name}.avfs.objects"));
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&cache).unwrap().permissions().mode() & 0o777,
+        0o700,
+        "the host cache holds vault content: private"
+    );
+    let cached: Vec<PathBuf> = std::fs::read_dir(&cache)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(cached.len(), 3, "{cached:?}");
+    for f in &cached {
+        assert_eq!(
+            std::fs::metadata(f).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+    }
+    // A damaged cached copy is never served: it is dropped and fetched again.
+    std::fs::write(&cached[0], b"not the object").unwrap();
+    assert_eq!(b.cat("big.txt"), big);
+    assert_ne!(std::fs::read(&cached[0]).unwrap(), b"not the object");
+    for h in [&a, &b] {
+        h.data(&["vault", "check"]);
+    }
+    a.data(&["vault", "delete", &name, "--yes"]);
+}
+
+#[test]
+fn compact_sweeps_objects_nothing_refers_to_after_the_grace_period() {
+    let (Some(url), Some(endpoint)) = (server(), s3()) else {
+        return;
+    };
+    let name = unique("sweep");
+    let h = Host::new(&url);
+    h.data(&[
+        "vault",
+        "create",
+        &name,
+        "--engine",
+        "postgres",
+        "--objects",
+        &format!("s3://avfs-test/{name}"),
+    ]);
+    let body: String = (0..100_000u32)
+        .map(|i| char::from(b'a' + (i % 23) as u8))
+        .collect();
+    h.data(&["write", "kept.txt", &body]);
+    // What a writer killed between its upload and its commit leaves: an object in the
+    // store that no row refers to.
+    let orphan = format!("{name}/{}", "ab".repeat(32));
+    let put = std::process::Command::new("curl")
+        .args(["-sf", "-X", "PUT", "--data-binary", "orphan"])
+        .arg(format!("{endpoint}/avfs-test/{orphan}"))
+        .output()
+        .unwrap();
+    assert!(put.status.success(), "{put:?}");
+    let before = s3_keys(&endpoint, &name);
+    assert!(before.contains(&orphan), "{before:?}");
+    // Within the grace period (a write may be about to commit it): kept.
+    h.data(&["compact"]);
+    assert_eq!(s3_keys(&endpoint, &name), before);
+    let out = std::process::Command::new(common::BIN)
+        .args(["--json", "compact"])
+        .env("AVFS_HOME", &h.home)
+        .env("AVFS_POSTGRES_URL", &h.url)
+        .env("AVFS_OBJECT_GRACE_SECS", "0")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let after = s3_keys(&endpoint, &name);
+    assert!(!after.contains(&orphan), "{after:?}");
+    assert_eq!(
+        after.len(),
+        before.len() - 1,
+        "only the orphan went: {after:?}"
+    );
+    assert_eq!(h.cat("kept.txt"), body);
+    h.data(&["vault", "check"]);
+    h.data(&["vault", "delete", &name, "--yes"]);
+}
+
+#[test]
+fn an_unreachable_object_store_is_refused_at_create_and_registers_nothing() {
+    let (Some(url), Some(_)) = (server(), s3()) else {
+        return;
+    };
+    let name = unique("nos3");
+    let h = Host::new(&url);
+    let out = std::process::Command::new(common::BIN)
+        .args([
+            "--json",
+            "vault",
+            "create",
+            &name,
+            "--engine",
+            "postgres",
+            "--objects",
+        ])
+        .arg(format!("s3://avfs-test/{name}"))
+        .env("AVFS_HOME", &h.home)
+        .env("AVFS_POSTGRES_URL", &url)
+        .env("AWS_ENDPOINT_URL", "http://127.0.0.1:1")
+        .output()
+        .unwrap();
+    let doc = check_json_output(&["vault", "create"], &out);
+    assert_eq!(doc["error"]["kind"], "store_unavailable", "{doc}");
+    for bad in [
+        "s3://",
+        "s3://UPPER/x",
+        "https://bucket/x",
+        "s3://avfs-test/../x",
+    ] {
+        h.err(
+            &[
+                "vault",
+                "create",
+                &name,
+                "--engine",
+                "postgres",
+                "--objects",
+                bad,
+            ],
+            "invalid_argument",
+        );
+    }
+    h.err(
+        &["vault", "create", &name, "--objects", "s3://avfs-test/x"],
+        "invalid_argument",
+    );
+    assert_eq!(h.data(&["vault", "list"]).as_array().map(Vec::len), Some(0));
+    // The name is free on the server again.
+    h.data(&["vault", "create", &name, "--engine", "postgres"]);
+    h.data(&["vault", "delete", &name, "--yes"]);
+}

@@ -67,6 +67,10 @@ pub struct MigrateArgs {
     /// With --to postgres: the server (else $AVFS_POSTGRES_URL).
     #[arg(long, value_name = "URL")]
     pub url: Option<String>,
+    /// With --to postgres: an S3-compatible store for objects larger than 4 KiB, as for
+    /// `vault create --objects`.
+    #[arg(long, value_name = "S3_URL")]
+    pub objects: Option<String>,
 }
 
 #[derive(Args)]
@@ -90,6 +94,12 @@ pub struct CreateArgs {
     /// out of the vault file.
     #[arg(long, value_name = "URL")]
     pub url: Option<String>,
+    /// With --engine postgres: keep objects larger than 4 KiB in an S3-compatible store,
+    /// s3://bucket[/prefix], instead of in the database. The endpoint and credentials come
+    /// from the standard AWS variables (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID,
+    /// AWS_SECRET_ACCESS_KEY, AWS_REGION, AWS_ALLOW_HTTP) on every host.
+    #[arg(long, value_name = "S3_URL")]
+    pub objects: Option<String>,
 }
 
 #[derive(Args)]
@@ -130,9 +140,13 @@ pub fn run(ctx: &Ctx, cmd: VaultCmd) -> (&'static str, Result<Reply>) {
 
 fn cmd_create(ctx: &Ctx, a: CreateArgs) -> Result<Reply> {
     let engine: Engine = a.engine.parse()?;
-    let t = ctx
-        .service
-        .create_vault(&a.name, a.path.as_deref(), engine, a.url.as_deref())?;
+    let t = ctx.service.create_vault(
+        &a.name,
+        a.path.as_deref(),
+        engine,
+        a.url.as_deref(),
+        a.objects.as_deref(),
+    )?;
     let human = format!(
         "created vault {} at {} ({})",
         t.name,
@@ -163,9 +177,13 @@ fn cmd_migrate(ctx: &Ctx, a: MigrateArgs) -> Result<Reply> {
             bar.tick();
         }
     };
-    let r = ctx
-        .service
-        .migrate(&a.name, to, a.url.as_deref(), &mut progress)?;
+    let r = ctx.service.migrate(
+        &a.name,
+        to,
+        a.url.as_deref(),
+        a.objects.as_deref(),
+        &mut progress,
+    )?;
     if let Some(bar) = bar {
         bar.finish_and_clear();
     }

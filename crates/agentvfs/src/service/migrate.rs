@@ -39,6 +39,7 @@ impl WorkspaceService {
         name: &str,
         to: Engine,
         url: Option<&str>,
+        objects: Option<&str>,
         progress: Progress<'_>,
     ) -> Result<MigrateReport> {
         let target = self.resolve(Some(name))?;
@@ -54,16 +55,7 @@ impl WorkspaceService {
         if !to.built() {
             return Err(to.unsupported(&path));
         }
-        let server = match (to.is_server(), url) {
-            (true, url) => Some(Server::new(url, name)?),
-            (false, None) => None,
-            (false, Some(_)) => {
-                return Err(Error::invalid(format!(
-                    "--url is for moving a vault onto a server (--to postgres), not into {}",
-                    to.name()
-                )));
-            }
-        };
+        let server = Server::for_engine(to, url, objects, name)?;
         let busy: Vec<String> = session::all_mounts(self.registry())?
             .into_iter()
             .filter(|m| m.alive && m.path.canonicalize().is_ok_and(|p| p == path))

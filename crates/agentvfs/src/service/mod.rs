@@ -50,7 +50,7 @@ pub(crate) mod testing {
         };
         let service = WorkspaceService::new(Registry::at(dir.path().join("home")), actor);
         service
-            .create_vault("demo", None, crate::store::Engine::default(), None)
+            .create_vault("demo", None, crate::store::Engine::default(), None, None)
             .expect("create vault");
         let (_, ws) = service.open(Some("demo")).expect("open vault");
         Home { dir, service, ws }

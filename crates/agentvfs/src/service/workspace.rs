@@ -248,18 +248,10 @@ impl WorkspaceService {
         path: Option<&Path>,
         engine: Engine,
         url: Option<&str>,
+        objects: Option<&str>,
     ) -> Result<Target> {
         validate_vault_name(name)?;
-        let server = match (engine.is_server(), url) {
-            (true, url) => Some(Server::new(url, name)?),
-            (false, None) => None,
-            (false, Some(_)) => {
-                return Err(Error::invalid(format!(
-                    "--url is for a vault kept on a server (--engine postgres), not in {}",
-                    engine.name()
-                )));
-            }
-        };
+        let server = Server::for_engine(engine, url, objects, name)?;
         self.register_new(name, path, |path| {
             Vault::create_on(path, engine, server.as_ref()).map(|_| ())
         })

@@ -13,14 +13,44 @@ use super::{
 use crate::error::Error;
 use crate::store::id::ObjectId;
 
-/// The engines under test: every one this build has. A server engine needs its server:
-/// `AVFS_TEST_POSTGRES_URL` (scripts/test.sh starts one); without it the suite fails, unless
-/// `AVFS_TEST_NO_POSTGRES=1` opts out, which prints a SKIP line.
-fn engines() -> Vec<Engine> {
-    Engine::built_in()
-        .into_iter()
-        .filter(|e| !e.is_server() || server_url().is_some())
-        .collect()
+/// The setups under test: every engine this build has, and PostgreSQL once more with every
+/// object in an S3-compatible store. A server engine needs its server:
+/// `AVFS_TEST_POSTGRES_URL`, and for S3 `AVFS_TEST_S3_ENDPOINT` with the AWS variables
+/// (scripts/test.sh starts both); without them the suite fails, unless
+/// `AVFS_TEST_NO_POSTGRES=1` (or `AVFS_TEST_NO_S3=1`) opts out, which prints a SKIP line.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Setup {
+    engine: Engine,
+    s3: bool,
+}
+
+fn engines() -> Vec<Setup> {
+    let mut out = Vec::new();
+    for engine in Engine::built_in() {
+        if !engine.is_server() {
+            out.push(Setup { engine, s3: false });
+        } else if server_url().is_some() {
+            out.push(Setup { engine, s3: false });
+            if s3_configured() {
+                out.push(Setup { engine, s3: true });
+            }
+        }
+    }
+    out
+}
+
+fn s3_configured() -> bool {
+    match std::env::var("AVFS_TEST_S3_ENDPOINT") {
+        Ok(url) if !url.is_empty() => true,
+        _ if std::env::var("AVFS_TEST_NO_S3").as_deref() == Ok("1") => {
+            println!("SKIP store conformance on postgres+S3: AVFS_TEST_NO_S3=1");
+            false
+        }
+        _ => panic!(
+            "the postgres engine is built but AVFS_TEST_S3_ENDPOINT is not set: start a server \
+             (scripts/s3.sh start DIR) or set AVFS_TEST_NO_S3=1 to leave it out"
+        ),
+    }
 }
 
 fn server_url() -> Option<String> {
@@ -37,20 +67,26 @@ fn server_url() -> Option<String> {
     }
 }
 
-/// A new store in `engine` at `file` in `dir`; on a server, under a name no other test uses.
-fn new_store(dir: &std::path::Path, file: &str, engine: Engine) -> Arc<dyn Store> {
-    let server = engine.is_server().then(|| {
+/// A new store in `setup` at `file` in `dir`; on a server, under a name no other test uses
+/// (and with S3, under a prefix of that name, every object in the store).
+fn new_store(dir: &std::path::Path, file: &str, setup: Setup) -> Arc<dyn Store> {
+    let server = setup.engine.is_server().then(|| {
         let name = format!(
             "t{}",
             ObjectId::of(dir.join(file).as_os_str().as_encoded_bytes()).to_hex()
         );
-        super::Server::new(server_url().as_deref(), &name[..20]).unwrap()
+        let mut server = super::Server::new(server_url().as_deref(), &name[..20]).unwrap();
+        if setup.s3 {
+            server.objects = Some(format!("s3://avfs-test/{}", &name[..20]));
+            server.inline_max = Some(0);
+        }
+        server
     });
-    create_store(&dir.join(file), engine, server.as_ref()).unwrap()
+    create_store(&dir.join(file), setup.engine, server.as_ref()).unwrap()
 }
 
-/// A fresh vault in each engine under test.
-fn stores() -> Vec<(Engine, Arc<dyn Store>, tempfile::TempDir)> {
+/// A fresh vault in each setup under test.
+fn stores() -> Vec<(Setup, Arc<dyn Store>, tempfile::TempDir)> {
     engines()
         .into_iter()
         .map(|e| {
@@ -286,7 +322,7 @@ fn workspaces_get_ids_in_order_that_are_never_reused() {
             Ok(())
         })
         .unwrap();
-        if engine != Engine::Sqlite {
+        if engine.engine != Engine::Sqlite {
             // SQLite's rowids may come back after the newest row is deleted; the others
             // never hand an id out twice.
             let c = s.write(|w| w.insert_workspace(&ws("c"))).unwrap();
@@ -495,7 +531,7 @@ fn ops_and_audit_read_newest_first_within_their_limits() {
             .collect();
         assert_eq!(left, [3, 1], "{engine:?}");
         let next = s.write(|w| w.append_op(&op(2, 9))).unwrap();
-        if engine != Engine::Sqlite {
+        if engine.engine != Engine::Sqlite {
             // (SQLite's rowids may come back after the newest row is deleted.)
             assert!(
                 next > ids[4],
@@ -511,9 +547,9 @@ fn a_vault_reopens_in_the_engine_that_made_it() {
         s.write(|w| w.set_setting("kept", Some("yes"))).unwrap();
         let path: PathBuf = s.path().to_path_buf();
         drop(s);
-        assert_eq!(super::engine_of(&path), engine);
+        assert_eq!(super::engine_of(&path), engine.engine);
         let again = open_store(&path).unwrap();
-        assert_eq!(again.engine(), engine);
+        assert_eq!(again.engine(), engine.engine);
         assert_eq!(
             again.read(|r| r.setting("kept")).unwrap().as_deref(),
             Some("yes")

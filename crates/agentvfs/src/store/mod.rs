@@ -122,9 +122,45 @@ pub struct Server {
     pub from_env: bool,
     /// The vault's name on the server, by which other hosts attach it.
     pub name: String,
+    /// Where large objects go: `s3://bucket[/prefix]` in any S3-compatible store (its
+    /// endpoint and credentials from the standard AWS variables); `None`: in the database.
+    pub objects: Option<String>,
+    /// Objects up to this many bytes stay in the database even with an object store
+    /// (`None`: 4 KiB).
+    pub inline_max: Option<usize>,
 }
 
 impl Server {
+    /// The server a new vault in `engine` goes to: for a server engine, `url` (or
+    /// `$AVFS_POSTGRES_URL`) and `objects`; a file engine takes neither
+    /// (`invalid_argument`).
+    pub fn for_engine(
+        engine: Engine,
+        url: Option<&str>,
+        objects: Option<&str>,
+        name: &str,
+    ) -> Result<Option<Server>> {
+        if !engine.is_server() {
+            if let Some(flag) = [(url, "--url"), (objects, "--objects")]
+                .iter()
+                .find_map(|(v, f)| v.is_some().then_some(*f))
+            {
+                return Err(Error::invalid(format!(
+                    "{flag} is for a vault kept on a server (postgres), not in {}",
+                    engine.name()
+                )));
+            }
+            return Ok(None);
+        }
+        let mut server = Server::new(url, name)?;
+        if let Some(o) = objects {
+            #[cfg(feature = "postgres")]
+            postgres::check_objects_url(o)?;
+            server.objects = Some(o.to_string());
+        }
+        Ok(Some(server))
+    }
+
     /// `url`, or else `$AVFS_POSTGRES_URL`; `invalid_argument` when neither is given.
     pub fn new(url: Option<&str>, name: &str) -> Result<Server> {
         let (url, from_env) = match url {
@@ -148,6 +184,8 @@ impl Server {
             url,
             from_env,
             name: name.to_string(),
+            objects: None,
+            inline_max: None,
         })
     }
 }

@@ -101,6 +101,19 @@ pub(super) trait KvRead {
     /// Every (key, value) whose key starts with `prefix` (empty: the whole table), in key
     /// order or, with `rev`, in reverse, until `visit` returns false.
     fn scan(&self, t: Table, prefix: &[u8], rev: bool, visit: &mut Visit<'_>) -> Result<()>;
+
+    /// The kind and size of the object whose `objects` row holds `v`, as a scan sees the
+    /// row (an engine that keeps large objects elsewhere stores a reference there).
+    fn object_head(&self, v: &[u8]) -> Option<(u8, u64)> {
+        v.split_first().map(|(k, d)| (*k, d.len() as u64))
+    }
+
+    /// The kind and size of object `key`, without fetching its bytes from elsewhere.
+    fn object_head_at(&self, key: &[u8]) -> Result<Option<(u8, u64)>> {
+        Ok(self
+            .get(Table::Objects, key)?
+            .and_then(|v| self.object_head(&v)))
+    }
 }
 
 /// Writes inside one atomic commit; reads see them.

@@ -84,10 +84,10 @@ impl<'a, K: KvRead + ?Sized> Reader<'a, K> {
         let (count, bytes, chunks) = self.object_stats()?;
         let (mut n, mut b, mut c) = (0u64, 0u64, 0u64);
         self.kv.scan(Table::Objects, b"", false, &mut |_, v| {
-            let size = v.len().saturating_sub(1) as u64;
+            let (kind, size) = self.kv.object_head(v).unwrap_or((0, 0));
             n += 1;
             b += size;
-            if v.first() == Some(&CHUNK_KIND) {
+            if kind == CHUNK_KIND {
                 c += size;
             }
             Ok(true)
@@ -147,14 +147,15 @@ impl<K: KvRead + ?Sized> StoreRead for Reader<'_, K> {
     }
 
     fn has_object(&self, id: &ObjectId) -> Result<bool> {
-        Ok(self.get(Table::Objects, &id.0)?.is_some())
+        Ok(self.kv.object_head_at(&id.0)?.is_some())
     }
 
     fn object_ids(&self) -> Result<Vec<(ObjectId, u8)>> {
         let mut out = Vec::new();
         self.kv.scan(Table::Objects, b"", false, &mut |k, v| {
             let id = ObjectId::from_slice(k).ok_or_else(|| damaged("object"))?;
-            out.push((id, *v.first().ok_or_else(|| damaged("object"))?));
+            let (kind, _) = self.kv.object_head(v).ok_or_else(|| damaged("object"))?;
+            out.push((id, kind));
             Ok(true)
         })?;
         Ok(out)

@@ -173,13 +173,10 @@ impl<K: KvWrite + ?Sized> StoreWrite for Writer<'_, K> {
     }
 
     fn delete_object(&mut self, id: &ObjectId) -> Result<()> {
-        let Some((kind, size)) = self
-            .reader()
-            .get(Table::Objects, &id.0)?
-            .and_then(|v| v.split_first().map(|(k, d)| (*k, d.len() as i64)))
-        else {
+        let Some((kind, size)) = self.kv.object_head_at(&id.0)? else {
             return Ok(());
         };
+        let size = size as i64;
         self.del(Table::Objects, &id.0)?;
         self.add(b"objects.count", -1)?;
         self.add(b"objects.bytes", -size)?;

@@ -12,6 +12,7 @@
 //! READ` snapshots and never wait for writers. The schema is versioned (`migrations`) and
 //! checked at every open.
 
+mod objects;
 mod view;
 
 use std::path::{Path, PathBuf};
@@ -20,7 +21,8 @@ use std::sync::{Arc, Mutex};
 use postgres::{Client, IsolationLevel, NoTls, Statement};
 use serde::{Deserialize, Serialize};
 
-use self::view::View;
+use self::objects::Objects;
+use self::view::{Placement, View};
 use super::kv::{ENGINE_KEY, FORMAT_KEY, Reader, Writer, check_format};
 use super::lock::lock;
 use super::sqlite::FORMAT_VERSION;
@@ -28,6 +30,13 @@ use super::{Engine, FileIdentity, Server, Store, StoreRead, StoreWrite};
 use crate::error::{Error, Result};
 
 use super::{POSTGRES_MARK as MARK, SERVER_URL_ENV as URL_ENV};
+
+/// `meta` keys: where large objects go (none: their rows), and from what size.
+const OBJECTS_KEY: &[u8] = b"objects.url";
+const INLINE_KEY: &[u8] = b"objects.inline_max";
+/// Objects up to this size stay in their rows in the object-store setup: trees and
+/// attributes are read with the row, and only file content makes a trip to the store.
+const INLINE_MAX: usize = 4096;
 
 /// The schema changes, in order; `migrations` records how many a vault has had. An open
 /// applies the missing ones and refuses a vault with more than this build knows.
@@ -88,6 +97,11 @@ impl Locator {
             ))
         })
     }
+}
+
+/// `invalid_argument` unless `url` is an object store URL (`s3://bucket[/prefix]`).
+pub(crate) fn check_objects_url(url: &str) -> Result<()> {
+    objects::parse_url(url).map(|_| ())
 }
 
 /// A server error as a typed error: lost or refused connections are `store_unavailable`.
@@ -243,6 +257,16 @@ pub struct PgStore {
     writer: Mutex<Option<Conn>>,
     /// Idle connections for reads, which run side by side.
     readers: Mutex<Vec<Conn>>,
+    /// The object store large objects go to, if the vault has one.
+    objects: Option<Objects>,
+    inline_max: usize,
+}
+
+/// The host's cache of a vault's objects: beside its vault file.
+fn cache_dir(path: &Path) -> PathBuf {
+    let mut p = path.as_os_str().to_owned();
+    p.push(".objects");
+    PathBuf::from(p)
 }
 
 impl PgStore {
@@ -290,12 +314,21 @@ impl PgStore {
             url_env: server.from_env.then(|| URL_ENV.to_string()),
         };
         let made = locator.write(path).and_then(|_| {
-            let store = Self::open_inner(path)?;
-            store.kv_write(|w| {
+            if let Some(url) = &server.objects {
+                // An object store that does not answer is refused now, not at the first write.
+                Objects::open(url, cache_dir(path))?.probe()?;
+            }
+            Self::open_inner(path)?.kv_write(|w| {
                 w.meta_put(FORMAT_KEY, &FORMAT_VERSION.to_le_bytes())?;
-                w.meta_put(ENGINE_KEY, b"postgres")
+                w.meta_put(ENGINE_KEY, b"postgres")?;
+                if let Some(url) = &server.objects {
+                    w.meta_put(OBJECTS_KEY, url.as_bytes())?;
+                    let inline = server.inline_max.unwrap_or(INLINE_MAX) as u64;
+                    w.meta_put(INLINE_KEY, &inline.to_le_bytes())?;
+                }
+                Ok(())
             })?;
-            Ok(store)
+            Self::open(path)
         });
         if made.is_err() {
             let _ = drop_vault(&mut client, &locator);
@@ -346,9 +379,25 @@ impl PgStore {
     }
 
     pub fn open(path: &Path) -> Result<Arc<PgStore>> {
-        let store = Self::open_inner(path)?;
-        let found = store.kv_read(|r| r.meta_get(FORMAT_KEY))?;
+        let mut store = Self::open_inner(path)?;
+        let (found, objects, inline) = store.kv_read(|r| {
+            Ok((
+                r.meta_get(FORMAT_KEY)?,
+                r.meta_get(OBJECTS_KEY)?,
+                r.meta_get(INLINE_KEY)?,
+            ))
+        })?;
         check_format("PostgreSQL", &store.path, found)?;
+        if let Some(url) = objects {
+            let url = String::from_utf8(url).map_err(|_| Error::CorruptVault {
+                reason: "the vault's object store URL is not text".into(),
+            })?;
+            let s = Arc::get_mut(&mut store).expect("not shared yet");
+            s.objects = Some(Objects::open(&url, cache_dir(&s.path))?);
+            s.inline_max = inline
+                .and_then(|b| <[u8; 8]>::try_from(b.as_slice()).ok())
+                .map_or(INLINE_MAX, |b| u64::from_le_bytes(b) as usize);
+        }
         Ok(store)
     }
 
@@ -373,6 +422,8 @@ impl PgStore {
             schema: locator.schema,
             writer: Mutex::new(None),
             readers: Mutex::new(Vec::new()),
+            objects: None,
+            inline_max: INLINE_MAX,
         }))
     }
 
@@ -381,7 +432,17 @@ impl PgStore {
         let locator = Locator::read(path)?;
         let mut client = connect(&locator.url()?)?;
         drop_vault(&mut client, &locator)?;
+        // The objects in an object store stay: other vaults may share the prefix, and a
+        // bucket's lifecycle rules are its owner's. This host's cache goes.
+        let _ = std::fs::remove_dir_all(cache_dir(path));
         std::fs::remove_file(path).map_err(|e| Error::io("deleting", path, e))
+    }
+
+    fn placement(&self) -> Placement<'_> {
+        Placement {
+            store: self.objects.as_ref(),
+            inline_max: self.inline_max,
+        }
     }
 
     fn conn(&self) -> Result<Conn> {
@@ -411,7 +472,7 @@ impl PgStore {
                 .read_only(true)
                 .start()
                 .map_err(pg_error)?;
-            let view = View::new(txn, &conn.st);
+            let view = View::new(txn, &conn.st, self.placement());
             let out = f(&Reader::new(&view))?;
             view.commit()?;
             Ok(out)
@@ -432,7 +493,7 @@ impl PgStore {
         .map_err(pg_error)?;
         // `vault migrate` replaces the vault file while it holds the lock.
         self.file.still(&self.path)?;
-        let mut view = View::new(txn, &conn.st);
+        let mut view = View::new(txn, &conn.st, self.placement());
         let out = f(&mut Writer::new(&mut view))?;
         view.commit()?;
         Ok(out)
@@ -505,7 +566,25 @@ impl Store for PgStore {
 
     fn compact(&self) -> Result<()> {
         let vacuum = format!("VACUUM {}.kv", quoted(&self.schema));
-        self.with_reader(|c| c.client.batch_execute(&vacuum).map_err(pg_error))
+        self.with_reader(|c| c.client.batch_execute(&vacuum).map_err(pg_error))?;
+        // Objects in the store that no row refers to (a write that crashed between its
+        // upload and its commit, or objects gc removed), past the grace period.
+        if let Some(objects) = &self.objects {
+            let kv = format!("{}.kv", quoted(&self.schema));
+            let sql = format!("SELECT k FROM {kv} WHERE t = $1 AND k = ANY($2)");
+            objects.sweep(&mut |ids| {
+                self.with_reader(|c| {
+                    let rows = c
+                        .client
+                        .query(&sql, &[&(super::kv::Table::Objects as i16), &ids])
+                        .map_err(pg_error)?;
+                    let found: std::collections::HashSet<Vec<u8>> =
+                        rows.iter().map(|r| r.get(0)).collect();
+                    Ok(ids.iter().map(|id| found.contains(id)).collect())
+                })
+            })?;
+        }
+        Ok(())
     }
 
     /// Every commit is durable once the server acknowledged it.

@@ -10,6 +10,7 @@ use std::ops::Bound;
 
 use postgres::Transaction;
 
+use super::objects::Objects;
 use super::{Statements, pg_error};
 use crate::error::Result;
 use crate::store::kv::{Buffer, KvRead, KvWrite, Table, Val, Visit, merge, prefix_end};
@@ -20,23 +21,63 @@ const PAGE: i64 = 2048;
 /// Bytes of keys and values sent in one statement at commit.
 const BATCH_BYTES: usize = 8 << 20;
 
+/// The first byte of an `objects` row whose bytes are in the object store: then the
+/// object's kind, its size (u64, little-endian) and the BLAKE3 of its stored bytes. No
+/// object kind is this byte.
+const ELSEWHERE: u8 = 0xff;
+const REF_LEN: usize = 2 + 8 + 32;
+
+/// Where a vault's objects go: their rows, or the object store for those larger than
+/// `inline_max` bytes.
+#[derive(Clone, Copy)]
+pub(super) struct Placement<'s> {
+    pub(super) store: Option<&'s Objects>,
+    pub(super) inline_max: usize,
+}
+
+/// An `objects` row that refers to the object store: (kind, size, hash).
+fn reference(v: &[u8]) -> Option<(u8, u64, [u8; 32])> {
+    if v.len() != REF_LEN || v[0] != ELSEWHERE {
+        return None;
+    }
+    let size = u64::from_le_bytes(v[2..10].try_into().ok()?);
+    Some((v[1], size, v[10..].try_into().ok()?))
+}
+
 pub(super) struct View<'c, 's> {
     txn: RefCell<Transaction<'c>>,
     st: &'s Statements,
+    place: Placement<'s>,
     buf: [Buffer; Table::COUNT],
 }
 
 impl<'c, 's> View<'c, 's> {
-    pub(super) fn new(txn: Transaction<'c>, st: &'s Statements) -> Self {
+    pub(super) fn new(txn: Transaction<'c>, st: &'s Statements, place: Placement<'s>) -> Self {
         View {
             txn: RefCell::new(txn),
             st,
+            place,
             buf: Default::default(),
         }
     }
 
-    /// Send the buffered writes and commit: all of them land or none does.
-    pub(super) fn commit(self) -> Result<()> {
+    /// Send the buffered writes and commit: all of them land or none does. New objects
+    /// bound for the object store are uploaded first, in parallel; their rows refer to them.
+    pub(super) fn commit(mut self) -> Result<()> {
+        if let Some(store) = self.place.store {
+            let mut uploads = Vec::new();
+            for (k, v) in self.buf[Table::Objects as usize].iter_mut() {
+                let Some(bytes) = v.as_mut().filter(|b| b.len() > self.place.inline_max) else {
+                    continue;
+                };
+                let mut row = Vec::with_capacity(REF_LEN);
+                row.extend_from_slice(&[ELSEWHERE, bytes[0]]);
+                row.extend_from_slice(&((bytes.len() - 1) as u64).to_le_bytes());
+                row.extend_from_slice(blake3::hash(bytes).as_bytes());
+                uploads.push((k.clone(), std::mem::replace(bytes, row)));
+            }
+            store.put_all(uploads)?;
+        }
         let mut txn = self.txn.into_inner();
         for (i, buf) in self.buf.into_iter().enumerate() {
             let t = i as i16;
@@ -162,17 +203,52 @@ impl Iterator for Pages<'_, '_, '_> {
     }
 }
 
-impl KvRead for View<'_, '_> {
-    fn get(&self, t: Table, key: &[u8]) -> Result<Option<Val<'_>>> {
-        if let Some(v) = self.buf[t as usize].get(key) {
-            return Ok(v.as_deref().map(Val::Ref));
-        }
+impl View<'_, '_> {
+    /// A row as stored (an object in the object store: its reference).
+    fn row(&self, t: Table, key: &[u8]) -> Result<Option<Vec<u8>>> {
         let row = self
             .txn
             .borrow_mut()
             .query_opt(&self.st.get, &[&(t as i16), &key])
             .map_err(pg_error)?;
-        Ok(row.map(|r| Val::Held(Box::new(r.get::<_, Vec<u8>>(0)))))
+        Ok(row.map(|r| r.get::<_, Vec<u8>>(0)))
+    }
+}
+
+impl KvRead for View<'_, '_> {
+    fn get(&self, t: Table, key: &[u8]) -> Result<Option<Val<'_>>> {
+        if let Some(v) = self.buf[t as usize].get(key) {
+            return Ok(v.as_deref().map(Val::Ref));
+        }
+        let Some(v) = self.row(t, key)? else {
+            return Ok(None);
+        };
+        let v = match (t, reference(&v), self.place.store) {
+            (Table::Objects, Some((_, _, hash)), Some(store)) => store.get(key, &hash)?,
+            (Table::Objects, Some(_), None) => {
+                return Err(crate::error::Error::CorruptVault {
+                    reason: "an object is in the object store, but the vault names none".into(),
+                });
+            }
+            _ => v,
+        };
+        Ok(Some(Val::Held(Box::new(v))))
+    }
+
+    fn object_head(&self, v: &[u8]) -> Option<(u8, u64)> {
+        match reference(v) {
+            Some((kind, size, _)) => Some((kind, size)),
+            None => v.split_first().map(|(k, d)| (*k, d.len() as u64)),
+        }
+    }
+
+    fn object_head_at(&self, key: &[u8]) -> Result<Option<(u8, u64)>> {
+        if let Some(v) = self.buf[Table::Objects as usize].get(key) {
+            return Ok(v.as_deref().and_then(|v| self.object_head(v)));
+        }
+        Ok(self
+            .row(Table::Objects, key)?
+            .and_then(|v| self.object_head(&v)))
     }
 
     fn scan(&self, t: Table, prefix: &[u8], rev: bool, visit: &mut Visit<'_>) -> Result<()> {
@@ -202,6 +278,11 @@ impl KvRead for View<'_, '_> {
 
 impl KvWrite for View<'_, '_> {
     fn put(&mut self, t: Table, key: &[u8], value: &[u8]) -> Result<()> {
+        if t == Table::Objects && value.first() == Some(&ELSEWHERE) {
+            return Err(crate::error::Error::Storage(format!(
+                "object kind {ELSEWHERE} is reserved by the PostgreSQL engine"
+            )));
+        }
         self.buf[t as usize].insert(key.to_vec(), Some(value.to_vec()));
         Ok(())
     }
