@@ -1,0 +1,281 @@
+//! A shared vault on PostgreSQL at a simulated network round trip, against a local SQLite
+//! vault in the same run: fork, checkpoint and restore latency (p50/p99) at each tree size,
+//! then checkpoints while many agents work in their own forks at once.
+//!
+//! Run it with `scripts/bench_shared.sh`, which starts a private PostgreSQL server (and an
+//! S3 gateway for `AVFS_BENCH_S3=1`) and passes `AVFS_BENCH_POSTGRES_URL`. The database
+//! connection goes through a TCP proxy in this process that holds every chunk for half the
+//! round trip each way (`AVFS_BENCH_RTT_MS`, default 1). Knobs: `AVFS_BENCH_SIZES` (default
+//! `1000,10000`), `AVFS_BENCH_AGENTS` (default `16,128`), `AVFS_BENCH_SECONDS` per load run
+//! (default 10), `AVFS_BENCH_OBJECTS=s3://bucket/prefix` to keep large objects in S3.
+//!
+//! Timings never feed assertions; this only measures and prints.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use agentvfs::model::path::VPath;
+use agentvfs::model::{Actor, Vault, Workspace, WriteOptions};
+use agentvfs::store::{Engine, Server};
+
+const SETUP_BATCH: usize = 4000;
+
+fn actor() -> Actor {
+    Actor {
+        actor: "bench".into(),
+        source: "sdk".into(),
+    }
+}
+
+fn env_list(name: &str, default: &[usize]) -> Vec<usize> {
+    match std::env::var(name) {
+        Ok(v) => v
+            .split(',')
+            .map(|s| s.trim().parse().expect("a number"))
+            .collect(),
+        Err(_) => default.to_vec(),
+    }
+}
+
+fn tree_path(i: usize) -> VPath {
+    VPath::parse(&format!(
+        "src/m{:03}/d{}/f{:02}.rs",
+        i / 1000,
+        (i / 100) % 10,
+        i % 100
+    ))
+    .expect("path")
+}
+
+fn content(i: usize, version: u64) -> Vec<u8> {
+    format!("// file {i}, version {version}\npub fn f{i}() -> u64 {{ {i} ^ {version} }}\n")
+        .into_bytes()
+}
+
+fn parents() -> WriteOptions {
+    WriteOptions {
+        parents: true,
+        ..WriteOptions::default()
+    }
+}
+
+/// Forward `127.0.0.1:<port>` to `upstream`, holding each chunk for `delay` first.
+fn delay_proxy(upstream: String, delay: Duration) -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    std::thread::spawn(move || {
+        for client in listener.incoming().flatten() {
+            let Ok(server) = TcpStream::connect(&upstream) else {
+                continue;
+            };
+            let _ = client.set_nodelay(true);
+            let _ = server.set_nodelay(true);
+            let pipe = |mut from: TcpStream, mut to: TcpStream| {
+                std::thread::spawn(move || {
+                    let mut buf = vec![0u8; 64 * 1024];
+                    while let Ok(n) = from.read(&mut buf) {
+                        if n == 0 {
+                            break;
+                        }
+                        std::thread::sleep(delay);
+                        if to.write_all(&buf[..n]).is_err() {
+                            break;
+                        }
+                    }
+                    let _ = to.shutdown(std::net::Shutdown::Both);
+                });
+            };
+            pipe(
+                client.try_clone().expect("clone"),
+                server.try_clone().expect("clone"),
+            );
+            pipe(server, client);
+        }
+    });
+    port
+}
+
+/// The URL with its host and port replaced by the proxy's.
+fn through_proxy(url: &str, delay: Duration) -> String {
+    let (scheme, rest) = url.split_once("://").expect("a URL");
+    let (auth, tail) = rest.split_once('/').unwrap_or((rest, ""));
+    let (user, hostport) = auth.rsplit_once('@').map_or(("", auth), |(u, h)| (u, h));
+    let port = delay_proxy(hostport.to_string(), delay);
+    let at = if user.is_empty() { "" } else { "@" };
+    format!("{scheme}://{user}{at}127.0.0.1:{port}/{tail}")
+}
+
+struct Lat(Vec<Duration>);
+
+impl Lat {
+    fn time<R>(&mut self, f: impl FnOnce() -> R) -> R {
+        let t = Instant::now();
+        let r = f();
+        self.0.push(t.elapsed());
+        r
+    }
+
+    fn pct(&mut self, p: f64) -> f64 {
+        self.0.sort();
+        let i = ((self.0.len() as f64 - 1.0) * p).round() as usize;
+        self.0[i].as_secs_f64() * 1e3
+    }
+}
+
+struct Setup {
+    name: &'static str,
+    vault: Arc<Vault>,
+}
+
+fn make(name: &'static str, dir: &Path, server: Option<&Server>, n: usize) -> Setup {
+    let engine = if server.is_some() {
+        Engine::Postgres
+    } else {
+        Engine::Sqlite
+    };
+    let vault = Vault::create_on(&dir.join(format!("{name}.avfs")), engine, server).expect("vault");
+    let ws = vault.workspace("main", actor()).expect("main");
+    let t = Instant::now();
+    for lo in (0..n).step_by(SETUP_BATCH) {
+        let hi = (lo + SETUP_BATCH).min(n);
+        ws.edit("bench.setup", &[], |e| {
+            for i in lo..hi {
+                e.write_file(&tree_path(i), &content(i, 0), parents())?;
+            }
+            Ok(())
+        })
+        .expect("setup");
+    }
+    ws.checkpoint_save(Some("base"), None).expect("base");
+    eprintln!(
+        "setup {name}: {n} files in {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
+    Setup { name, vault }
+}
+
+fn change(ws: &Workspace, i: usize, version: u64) {
+    let p = tree_path(i);
+    ws.edit("bench.change", &[&p], |e| {
+        e.write_file(&p, &content(i, version), parents())
+    })
+    .expect("edit");
+}
+
+fn row(op: &str, n: usize, results: &mut [(&str, Lat)]) {
+    let cells: Vec<(String, f64, f64)> = results
+        .iter_mut()
+        .map(|(name, lat)| (name.to_string(), lat.pct(0.5), lat.pct(0.99)))
+        .collect();
+    let mut line = format!("{op:<28} {n:>8}");
+    for (name, p50, p99) in &cells {
+        line += &format!("  {name}: p50 {p50:>7.2} ms p99 {p99:>7.2} ms");
+    }
+    if let [(_, a50, a99), (_, b50, b99)] = cells.as_slice() {
+        line += &format!("  ratio p50 {:.1}x p99 {:.1}x", b50 / a50, b99 / a99);
+    }
+    println!("{line}");
+}
+
+fn main() {
+    let Ok(url) = std::env::var("AVFS_BENCH_POSTGRES_URL") else {
+        eprintln!("AVFS_BENCH_POSTGRES_URL is not set: run scripts/bench_shared.sh");
+        return;
+    };
+    let rtt: f64 = std::env::var("AVFS_BENCH_RTT_MS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1.0);
+    let half = Duration::from_secs_f64(rtt / 2000.0);
+    let url = through_proxy(&url, half);
+    let seconds: u64 = std::env::var("AVFS_BENCH_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(10);
+    let objects = std::env::var("AVFS_BENCH_OBJECTS").ok();
+    println!(
+        "shared vault bench: PostgreSQL at {rtt} ms simulated RTT{} vs local SQLite",
+        objects
+            .as_deref()
+            .map(|o| format!(", objects in {o}"))
+            .unwrap_or_default()
+    );
+    for n in env_list("AVFS_BENCH_SIZES", &[1000, 10_000]) {
+        let dir = tempfile::tempdir().expect("dir");
+        let stamp = std::process::id();
+        let mut server = Server::new(Some(&url), &format!("bench-{stamp}-{n}")).expect("server");
+        server.objects = objects.clone().map(|o| format!("{o}/{stamp}-{n}"));
+        let setups = [
+            make("sqlite", dir.path(), None, n),
+            make("postgres", dir.path(), Some(&server), n),
+        ];
+        let mut forks: Vec<(&str, Lat)> = Vec::new();
+        let mut saves: Vec<(&str, Lat)> = Vec::new();
+        let mut restores: Vec<(&str, Lat)> = Vec::new();
+        for s in &setups {
+            let ws = s.vault.workspace("main", actor()).expect("main");
+            let (mut f, mut c, mut r) = (Lat(vec![]), Lat(vec![]), Lat(vec![]));
+            for k in 0..100u64 {
+                let name = format!("fork-{k}");
+                f.time(|| s.vault.fork(&ws, &name, None).expect("fork"));
+                s.vault.delete_fork(&name).expect("delete fork");
+                change(&ws, (k as usize * 37) % n, k + 1);
+                let cp = format!("cp-{k}");
+                c.time(|| ws.checkpoint_save(Some(&cp), None).expect("save"));
+                ws.checkpoint_delete(&cp).expect("delete cp");
+                change(&ws, (k as usize * 53) % n, k + 1000);
+                r.time(|| ws.checkpoint_restore("base").expect("restore"));
+            }
+            forks.push((s.name, f));
+            saves.push((s.name, c));
+            restores.push((s.name, r));
+        }
+        row("fork", n, &mut forks);
+        row("checkpoint (1 file changed)", n, &mut saves);
+        row("restore (1 file changed)", n, &mut restores);
+
+        for agents in env_list("AVFS_BENCH_AGENTS", &[16, 128]) {
+            let mut loaded: Vec<(&str, Lat)> = Vec::new();
+            for s in &setups {
+                let main = s.vault.workspace("main", actor()).expect("main");
+                let until = Instant::now() + Duration::from_secs(seconds);
+                let lats: Vec<Vec<Duration>> = std::thread::scope(|scope| {
+                    let handles: Vec<_> = (0..agents)
+                        .map(|a| {
+                            let vault = &s.vault;
+                            let name = format!("agent-{agents}-{a}");
+                            vault.fork(&main, &name, None).expect("fork");
+                            scope.spawn(move || {
+                                let ws = vault.workspace(&name, actor()).expect("fork ws");
+                                let mut lat = Lat(vec![]);
+                                let mut k = 0u64;
+                                while Instant::now() < until {
+                                    k += 1;
+                                    change(&ws, (a * 97 + k as usize) % n, k);
+                                    let cp = format!("a{k}");
+                                    lat.time(|| ws.checkpoint_save(Some(&cp), None).expect("save"));
+                                }
+                                lat.0
+                            })
+                        })
+                        .collect();
+                    handles
+                        .into_iter()
+                        .map(|h| h.join().expect("agent"))
+                        .collect()
+                });
+                let all: Vec<Duration> = lats.into_iter().flatten().collect();
+                eprintln!(
+                    "{}: {} checkpoints by {agents} agents in {seconds} s",
+                    s.name,
+                    all.len()
+                );
+                loaded.push((s.name, Lat(all)));
+            }
+            row(&format!("checkpoint, {agents} agents"), n, &mut loaded);
+        }
+    }
+}
