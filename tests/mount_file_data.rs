@@ -372,17 +372,9 @@ fn an_unlinked_file_reads_what_was_written_before_the_unlink() {
             .unwrap();
         drop(w);
         fs::remove_file(&path).unwrap();
-        let mut got = vec![0u8; size + 10];
-        let mut n = 0;
-        while n < got.len() {
-            let k = r.read_at(&mut got[n..], n as u64).unwrap();
-            if k == 0 {
-                break;
-            }
-            n += k;
-        }
-        assert_eq!(n, size, "{label}: length read back");
-        assert!(got[..n] == data[..], "{label}: content read back differs");
+        let got = read_to_end_at(&r, size + 10);
+        assert_eq!(got.len(), size, "{label}: length read back");
+        assert!(got == data, "{label}: content read back differs");
     }
 }
 
@@ -411,15 +403,23 @@ fn a_file_removed_behind_the_mount_reads_what_was_written() {
         .unwrap();
     common::mount::ok(m.avfs(&["rm", "f"]));
     drop(w);
-    let mut got = vec![0u8; data.len() + 10];
+    let got = read_to_end_at(&r, data.len() + 10);
+    assert_eq!(got.len(), data.len(), "length read back");
+    assert!(got == data, "content read back differs");
+}
+
+/// Read `f` from offset 0 until end of file or `limit` bytes, whichever comes first.
+fn read_to_end_at(f: &File, limit: usize) -> Vec<u8> {
+    use std::os::unix::fs::FileExt;
+    let mut got = vec![0u8; limit];
     let mut n = 0;
     while n < got.len() {
-        let k = r.read_at(&mut got[n..], n as u64).unwrap();
+        let k = f.read_at(&mut got[n..], n as u64).unwrap();
         if k == 0 {
             break;
         }
         n += k;
     }
-    assert_eq!(n, data.len(), "length read back");
-    assert!(got[..n] == data[..], "content read back differs");
+    got.truncate(n);
+    got
 }

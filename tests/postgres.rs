@@ -31,18 +31,42 @@ impl Host {
     }
 
     fn run(&self, args: &[&str]) -> Output {
+        self.run_with(args, &[])
+    }
+
+    /// `avfs --json ARGS` with `env` on top of the host's (a `None` value unsets it).
+    fn run_with(&self, args: &[&str], env: &[(&str, Option<&str>)]) -> Output {
         let mut full = vec!["--json"];
         full.extend_from_slice(args);
-        std::process::Command::new(common::BIN)
-            .args(&full)
+        let mut cmd = std::process::Command::new(common::BIN);
+        cmd.args(&full)
             .env("AVFS_HOME", &self.home)
             .env("AVFS_ACTOR", "test")
             .env("AVFS_POSTGRES_URL", &self.url)
             .env_remove("AVFS_ENGINE")
             .env_remove("AVFS_WORKSPACE")
-            .env_remove("AVFS_VAULT")
-            .output()
-            .expect("run avfs")
+            .env_remove("AVFS_VAULT");
+        for (k, v) in env {
+            match v {
+                Some(v) => cmd.env(k, v),
+                None => cmd.env_remove(k),
+            };
+        }
+        cmd.output().expect("run avfs")
+    }
+
+    /// Create vault `name` on the server with its large objects under `s3://avfs-test/name`.
+    fn create_with_objects(&self, name: &str) {
+        let objects = format!("s3://avfs-test/{name}");
+        self.data(&[
+            "vault",
+            "create",
+            name,
+            "--engine",
+            "postgres",
+            "--objects",
+            &objects,
+        ]);
     }
 
     /// The command's data; it must succeed.
@@ -62,7 +86,17 @@ impl Host {
     }
 
     fn cat(&self, path: &str) -> String {
-        let out = self.run(&["cat", path]);
+        self.cat_in("", path)
+    }
+
+    /// `cat PATH` in workspace `ws` (empty: the current one).
+    fn cat_in(&self, ws: &str, path: &str) -> String {
+        let args: Vec<&str> = if ws.is_empty() {
+            vec!["cat", path]
+        } else {
+            vec!["--workspace", ws, "cat", path]
+        };
+        let out = self.run(&args);
         assert!(out.status.success(), "cat {path}: {out:?}");
         serde_json::from_slice::<Value>(&out.stdout).unwrap()["data"]["content"]
             .as_str()
@@ -180,13 +214,10 @@ fn bad_server_input_gets_typed_errors_and_registers_nothing() {
     let h = Host::new(&url);
     let name = unique("bad");
     // No URL anywhere.
-    let out = std::process::Command::new(common::BIN)
-        .args(["--json", "vault", "create", &name, "--engine", "postgres"])
-        .env("AVFS_HOME", &h.home)
-        .env_remove("AVFS_POSTGRES_URL")
-        .env_remove("AVFS_ENGINE")
-        .output()
-        .unwrap();
+    let out = h.run_with(
+        &["vault", "create", &name, "--engine", "postgres"],
+        &[("AVFS_POSTGRES_URL", None)],
+    );
     let doc = check_json_output(&["vault", "create"], &out);
     assert_eq!(doc["error"]["kind"], "invalid_argument", "{doc}");
     for (args, kind) in [
@@ -351,15 +382,7 @@ fn large_objects_live_in_s3_and_another_host_reads_them_through_its_cache() {
     };
     let name = unique("objects");
     let (a, b) = (Host::new(&url), Host::new(&url));
-    a.data(&[
-        "vault",
-        "create",
-        &name,
-        "--engine",
-        "postgres",
-        "--objects",
-        &format!("s3://avfs-test/{name}"),
-    ]);
+    a.create_with_objects(&name);
     // 600 KB of varied bytes: three content chunks, each over the 4 KiB inline bound.
     let big: String = (0..600_000u32)
         .map(|i| char::from(b'a' + ((i * 7 + i / 1000) % 26) as u8))
@@ -410,15 +433,7 @@ fn compact_sweeps_objects_nothing_refers_to_after_the_grace_period() {
     };
     let name = unique("sweep");
     let h = Host::new(&url);
-    h.data(&[
-        "vault",
-        "create",
-        &name,
-        "--engine",
-        "postgres",
-        "--objects",
-        &format!("s3://avfs-test/{name}"),
-    ]);
+    h.create_with_objects(&name);
     let body: String = (0..100_000u32)
         .map(|i| char::from(b'a' + (i % 23) as u8))
         .collect();
@@ -437,13 +452,7 @@ fn compact_sweeps_objects_nothing_refers_to_after_the_grace_period() {
     // Within the grace period (a write may be about to commit it): kept.
     h.data(&["compact"]);
     assert_eq!(s3_keys(&endpoint, &name), before);
-    let out = std::process::Command::new(common::BIN)
-        .args(["--json", "compact"])
-        .env("AVFS_HOME", &h.home)
-        .env("AVFS_POSTGRES_URL", &h.url)
-        .env("AVFS_OBJECT_GRACE_SECS", "0")
-        .output()
-        .unwrap();
+    let out = h.run_with(&["compact"], &[("AVFS_OBJECT_GRACE_SECS", Some("0"))]);
     assert!(out.status.success(), "{out:?}");
     let after = s3_keys(&endpoint, &name);
     assert!(!after.contains(&orphan), "{after:?}");
@@ -464,22 +473,19 @@ fn an_unreachable_object_store_is_refused_at_create_and_registers_nothing() {
     };
     let name = unique("nos3");
     let h = Host::new(&url);
-    let out = std::process::Command::new(common::BIN)
-        .args([
-            "--json",
+    let objects = format!("s3://avfs-test/{name}");
+    let out = h.run_with(
+        &[
             "vault",
             "create",
             &name,
             "--engine",
             "postgres",
             "--objects",
-        ])
-        .arg(format!("s3://avfs-test/{name}"))
-        .env("AVFS_HOME", &h.home)
-        .env("AVFS_POSTGRES_URL", &url)
-        .env("AWS_ENDPOINT_URL", "http://127.0.0.1:1")
-        .output()
-        .unwrap();
+            &objects,
+        ],
+        &[("AWS_ENDPOINT_URL", Some("http://127.0.0.1:1"))],
+    );
     let doc = check_json_output(&["vault", "create"], &out);
     assert_eq!(doc["error"]["kind"], "store_unavailable", "{doc}");
     for bad in [
@@ -509,4 +515,221 @@ fn an_unreachable_object_store_is_refused_at_create_and_registers_nothing() {
     // The name is free on the server again.
     h.data(&["vault", "create", &name, "--engine", "postgres"]);
     h.data(&["vault", "delete", &name, "--yes"]);
+}
+
+#[test]
+fn agents_on_several_hosts_run_proxied_commands_in_their_own_forks() {
+    let Some(url) = server() else { return };
+    if !common::skip::require_fuse() {
+        return;
+    }
+    let name = unique("agents");
+    let hosts: Vec<Host> = (0..4).map(|_| Host::new(&url)).collect();
+    hosts[0].data(&["vault", "create", &name, "--engine", "postgres"]);
+    hosts[0].data(&["write", "-p", "src/lib.rs", "pub fn f() {}\n"]);
+    for h in &hosts[1..] {
+        h.data(&["vault", "attach", &name]);
+    }
+    // 4 hosts x 4 agents, each in a fork of its own, 3 commands each, all at once.
+    let name = name.as_str();
+    std::thread::scope(|s| {
+        for (i, h) in hosts.iter().enumerate() {
+            for a in 0..4 {
+                s.spawn(move || {
+                    let fork = format!("h{i}-a{a}");
+                    h.data(&["vault", "fork", name, &fork]);
+                    for k in 0..3 {
+                        let script = format!("echo {k} >> log.txt && cat src/lib.rs > copy.rs");
+                        let out = h.run(&[
+                            "proxy",
+                            "exec",
+                            "--workspace",
+                            &fork,
+                            "--",
+                            "sh",
+                            "-c",
+                            &script,
+                        ]);
+                        let doc = check_json_output(&["proxy", "exec"], &out);
+                        assert!(out.status.success(), "{fork} command {k}: {doc}");
+                        assert_eq!(doc["data"]["exit_code"], 0, "{fork}: {doc}");
+                    }
+                });
+            }
+        }
+    });
+    // Every fork holds exactly its own agent's work, read from any host: a fork made on one
+    // host is found by name on another.
+    for (i, _) in hosts.iter().enumerate() {
+        for a in 0..4 {
+            let fork = format!("h{i}-a{a}");
+            let reader = &hosts[(i + 1) % hosts.len()];
+            assert_eq!(reader.cat_in(&fork, "log.txt"), "0\n1\n2\n", "{fork}");
+            assert_eq!(reader.cat_in(&fork, "copy.rs"), "pub fn f() {}\n", "{fork}");
+        }
+    }
+    for h in &hosts {
+        h.data(&["vault", "check"]);
+    }
+    hosts[0].data(&["vault", "delete", name, "--yes"]);
+}
+
+#[test]
+fn migrating_off_the_server_loses_no_write_another_host_was_told_succeeded() {
+    let Some(url) = server() else { return };
+    let name = unique("moveoff");
+    let (a, b) = (Host::new(&url), Host::new(&url));
+    a.data(&["vault", "create", &name, "--engine", "postgres"]);
+    // Enough files that the copy takes a while, with writers of another host queued on it.
+    let src = a._dir.path().join("tree");
+    for i in 0..1500 {
+        let d = src.join(format!("d{}", i % 30));
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join(format!("f{i}.txt")), format!("{i}\n")).unwrap();
+    }
+    a.data(&["import", src.to_str().unwrap()]);
+    b.data(&["vault", "attach", &name]);
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let acked: Vec<String> = std::thread::scope(|s| {
+        let writers: Vec<_> = (0..3)
+            .map(|w| {
+                let (b, done) = (&b, &done);
+                s.spawn(move || {
+                    let mut acked = Vec::new();
+                    for i in 0.. {
+                        if done.load(std::sync::atomic::Ordering::SeqCst) && i > 5 {
+                            break;
+                        }
+                        let path = format!("w{w}-{i}.txt");
+                        if b.run(&["write", &path, "x"]).status.success() {
+                            acked.push(path);
+                        }
+                    }
+                    acked
+                })
+            })
+            .collect();
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        a.data(&["vault", "migrate", &name, "--to", "sqlite"]);
+        done.store(true, std::sync::atomic::Ordering::SeqCst);
+        writers
+            .into_iter()
+            .flat_map(|w| w.join().unwrap())
+            .collect()
+    });
+    assert!(!acked.is_empty(), "no write got in before the migration");
+    let lost: Vec<&String> = acked
+        .iter()
+        .filter(|p| !a.run(&["cat", p]).status.success())
+        .collect();
+    assert!(
+        lost.is_empty(),
+        "acknowledged writes lost: {lost:?} of {}",
+        acked.len()
+    );
+    a.data(&["vault", "check"]);
+}
+
+#[test]
+fn a_vault_file_naming_what_is_not_its_vault_drops_nothing_and_leaks_nothing() {
+    let Some(url) = server() else { return };
+    let (a, b) = (Host::new(&url), Host::new(&url));
+    let name = unique("victim");
+    a.data(&["vault", "create", &name, "--engine", "postgres"]);
+    a.data(&["write", "keep.txt", "kept\n"]);
+    let made = PathBuf::from(a.data(&["vault", "info"])["path"].as_str().unwrap());
+    let real = std::fs::read_to_string(&made).unwrap();
+    let schema = real
+        .lines()
+        .find_map(|l| l.strip_prefix("schema = "))
+        .unwrap()
+        .trim_matches('"')
+        .to_string();
+    let dir = b._dir.path().join("evil");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("v.avfs");
+    let mark = "# agentvfs vault kept in PostgreSQL";
+    // Another vault's schema under a wrong name: deleting it drops nothing.
+    std::fs::write(
+        &file,
+        format!("{mark}\nengine = \"postgres\"\nname = \"someone-else\"\nschema = \"{schema}\"\nurl_env = \"AVFS_POSTGRES_URL\"\n"),
+    )
+    .unwrap();
+    b.err(
+        &["--workspace", file.to_str().unwrap(), "ls", "/"],
+        "vault_not_found",
+    );
+    let path = file.to_str().unwrap();
+    let _ = b.run(&["vault", "delete", path, "--yes"]);
+    assert_eq!(
+        a.cat("keep.txt"),
+        "kept\n",
+        "another vault's schema was dropped"
+    );
+    // A schema avfs did not make, or another variable for the URL: not a vault at all.
+    for (schema, var) in [
+        ("public", "AVFS_POSTGRES_URL"),
+        (schema.as_str(), "DATABASE_URL"),
+    ] {
+        std::fs::write(
+            &file,
+            format!("{mark}\nengine = \"postgres\"\nname = \"{name}\"\nschema = \"{schema}\"\nurl_env = \"{var}\"\n"),
+        )
+        .unwrap();
+        b.err(&["vault", "delete", path, "--yes"], "not_a_vault");
+    }
+    assert_eq!(a.cat("keep.txt"), "kept\n");
+    // A damaged vault file holding a password: the error names no part of it.
+    std::fs::write(
+        &file,
+        format!(
+            "{mark}\nengine = \"postgres\"\nurl = \"postgres://u:Sw0rdfish@h/db\nname = \"x\"\n"
+        ),
+    )
+    .unwrap();
+    let out = b.run(&["--workspace", path, "ls", "/"]);
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(!text.contains("Sw0rdfish"), "the password leaked: {text}");
+    a.data(&["vault", "delete", &name, "--yes"]);
+}
+
+#[test]
+fn a_login_the_server_refuses_is_invalid_input_not_a_retry() {
+    let Some(url) = server() else { return };
+    let h = Host::new(&url);
+    let (server_part, _) = url.rsplit_once('/').unwrap();
+    let missing_db = format!("{server_part}/no_such_database_here");
+    let e = h.err(
+        &[
+            "vault",
+            "create",
+            &unique("nodb"),
+            "--engine",
+            "postgres",
+            "--url",
+            &missing_db,
+        ],
+        "invalid_argument",
+    );
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap()
+            .contains("no_such_database_here"),
+        "{e}"
+    );
+    h.err(
+        &[
+            "vault",
+            "create",
+            &unique("badurl"),
+            "--engine",
+            "postgres",
+            "--url",
+            "postgres://x@h:notaport/db",
+        ],
+        "invalid_argument",
+    );
 }

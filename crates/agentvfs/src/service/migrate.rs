@@ -55,6 +55,10 @@ impl WorkspaceService {
         if !to.built() {
             return Err(to.unsupported(&path));
         }
+        if to.is_server() {
+            // The name other hosts attach it by: a registered vault name, not a path.
+            super::workspace::validate_vault_name(name)?;
+        }
         let server = Server::for_engine(to, url, objects, name)?;
         let busy: Vec<String> = session::all_mounts(self.registry())?
             .into_iter()
@@ -85,6 +89,12 @@ impl WorkspaceService {
         // checked and renamed over the vault; nothing is written to the vault itself. A
         // writer that waited for the lock then finds the file replaced and writes nothing
         // (`vault_replaced`) instead of committing into the unlinked file.
+        //
+        // A vault on a server is shared with other hosts, which never see this host's file:
+        // the transaction marks it moved away instead (`retire`), so a writer of any host
+        // that takes its turn after the commit writes nothing (`vault_replaced`), and the
+        // exchange follows the commit. Were the commit lost, nothing was exchanged.
+        let shared = from.is_server();
         let mut swapped = false;
         let copied = vault.store.write(|w| {
             let dst = create_store(&dest, to, server.as_ref())?;
@@ -92,11 +102,32 @@ impl WorkspaceService {
             dst.read(|r| verify_copy(&*w, r, &mut *progress))?;
             dst.sync()?;
             drop(dst);
-            swap(&dest, &path)?;
-            swapped = true;
+            if shared {
+                w.retire()?;
+            } else {
+                swap(&dest, &path)?;
+                swapped = true;
+            }
             Ok(copied)
         });
         drop(vault);
+        let copied = match copied {
+            Ok(c) if shared => match swap(&dest, &path) {
+                Ok(()) => {
+                    swapped = true;
+                    Ok(c)
+                }
+                // The server's copy is retired and this is the vault now: keep it.
+                Err(e) => {
+                    return Err(Error::Storage(format!(
+                        "the vault was copied to {} and moved off the server, but putting the copy in place failed ({e}): rename it over {} by hand",
+                        dest.display(),
+                        path.display()
+                    )));
+                }
+            },
+            other => other,
+        };
         let copied = match copied {
             Ok(c) => c,
             // Before the exchange `dest` is the copy; after it, the old vault (kept).

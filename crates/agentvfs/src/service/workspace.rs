@@ -74,7 +74,7 @@ pub struct WorkspaceService {
     actor: Actor,
 }
 
-fn validate_vault_name(name: &str) -> Result<()> {
+pub(super) fn validate_vault_name(name: &str) -> Result<()> {
     let ok = !name.is_empty()
         && name.len() <= 100
         && !name.starts_with(['-', '.'])
@@ -136,6 +136,26 @@ impl WorkspaceService {
                 path,
                 workspace: MAIN.into(),
             });
+        }
+        // A fork another host made in a shared (PostgreSQL) vault is in the vault, not in
+        // this host's registry: find it there.
+        for entry in data.vaults.values() {
+            if entry.workspace != MAIN || crate::store::engine_of(&entry.path) != Engine::Postgres {
+                continue;
+            }
+            let Ok(vault) = Vault::open(&entry.path) else {
+                continue;
+            };
+            if vault
+                .forks()
+                .is_ok_and(|f| f.iter().any(|f| f.name == name))
+            {
+                return Ok(Target {
+                    workspace: name.clone(),
+                    name,
+                    path: entry.path.clone(),
+                });
+            }
         }
         Err(Error::VaultNotFound {
             suggestions: close_names(&name, data.vaults.keys()),

@@ -531,6 +531,13 @@ pub trait StoreWrite: StoreRead {
     fn copy_checkpoint(&mut self, rec: &CheckpointRecord) -> Result<()>;
     fn copy_op(&mut self, rec: &OpRecord) -> Result<()>;
     fn copy_audit(&mut self, rec: &AuditRecord) -> Result<()>;
+
+    /// Mark the vault as moved away (`vault migrate`), in this transaction: a writer of a
+    /// vault shared across hosts that takes its turn afterwards writes nothing and gets
+    /// `vault_replaced`. A file engine needs no mark (its file is exchanged under the lock).
+    fn retire(&mut self) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// A vault's storage engine. Closures run inside one read snapshot or one write transaction;

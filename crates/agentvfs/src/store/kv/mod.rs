@@ -32,6 +32,8 @@ use crate::error::{Error, Result};
 /// `meta` keys.
 pub(super) const FORMAT_KEY: &[u8] = b"format";
 pub(super) const ENGINE_KEY: &[u8] = b"engine";
+/// Set by `vault migrate` in the transaction that copied the vault away.
+pub(super) const RETIRED_KEY: &[u8] = b"retired";
 
 /// The tables of a vault, in `Table::NAMES` order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,6 +57,7 @@ pub(super) enum Table {
 impl Table {
     pub(super) const COUNT: usize = 14;
     /// Each table's name in the engine's files (an index into it is `table as usize`).
+    #[cfg_attr(not(any(feature = "lmdb", feature = "sled")), allow(dead_code))]
     pub(super) const NAMES: [&'static str; Table::COUNT] = [
         "meta",
         "objects",

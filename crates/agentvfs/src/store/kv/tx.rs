@@ -298,6 +298,10 @@ impl<K: KvWrite + ?Sized> StoreWrite for Writer<'_, K> {
         self.checkpoint_remove(id).map(drop)
     }
 
+    fn retire(&mut self) -> Result<()> {
+        self.meta_put(super::RETIRED_KEY, b"migrated")
+    }
+
     fn set_setting(&mut self, key: &str, value: Option<&str>) -> Result<()> {
         let k = text_key(key.as_bytes()).into_owned();
         match value {

@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 
 use self::objects::Objects;
 use self::view::{Placement, View};
-use super::kv::{ENGINE_KEY, FORMAT_KEY, Reader, Writer, check_format};
+use super::kv::{ENGINE_KEY, FORMAT_KEY, RETIRED_KEY, Reader, Writer, check_format};
 use super::lock::lock;
 use super::sqlite::FORMAT_VERSION;
 use super::{Engine, FileIdentity, Server, Store, StoreRead, StoreWrite};
@@ -63,10 +63,26 @@ struct Locator {
 impl Locator {
     fn read(path: &Path) -> Result<Locator> {
         let text = std::fs::read_to_string(path).map_err(|e| Error::io("reading", path, e))?;
-        toml::from_str(&text).map_err(|e| Error::NotAVault {
+        // The parser's message quotes the line, which may hold a password: name the line only.
+        let locator: Locator = toml::from_str(&text).map_err(|e| Error::NotAVault {
             path: path.to_path_buf(),
-            reason: format!("its PostgreSQL vault file does not parse: {e}"),
-        })
+            reason: format!(
+                "its PostgreSQL vault file does not parse (near byte {})",
+                e.span().map_or(0, |s| s.start)
+            ),
+        })?;
+        let ours = locator.engine == "postgres"
+            && locator.url_env.as_deref().is_none_or(|v| v == URL_ENV)
+            && locator.schema.starts_with("avfs_");
+        if !ours {
+            return Err(Error::NotAVault {
+                path: path.to_path_buf(),
+                reason: format!(
+                    "its PostgreSQL vault file names an engine other than postgres, a schema not made by avfs, or a URL variable other than ${URL_ENV}"
+                ),
+            });
+        }
+        Ok(locator)
     }
 
     fn write(&self, path: &Path) -> Result<()> {
@@ -120,6 +136,22 @@ pub(super) fn pg_error(e: postgres::Error) -> Error {
                 reason: format!("PostgreSQL: {}", db.message()),
             };
         }
+        if *code == SqlState::LOCK_NOT_AVAILABLE {
+            return Error::StoreUnavailable {
+                reason: "another writer has held the vault for longer than the lock wait (60 s)"
+                    .into(),
+            };
+        }
+        if *code == SqlState::UNDEFINED_TABLE || *code == SqlState::INVALID_SCHEMA_NAME {
+            return Error::VaultNotFound {
+                name: "(its schema is gone from the PostgreSQL server: deleted, or moved off it by `vault migrate`)".into(),
+                suggestions: Vec::new(),
+            };
+        }
+        // Who may log in to what: a fix to the URL or the server, not a retry.
+        if code.code().starts_with("28") || *code == SqlState::INVALID_CATALOG_NAME {
+            return Error::invalid(format!("the PostgreSQL server refused: {}", db.message()));
+        }
         return Error::Storage(format!("PostgreSQL: {} ({})", db.message(), code.code()));
     }
     if e.is_closed() || std::error::Error::source(&e).is_some_and(|s| s.is::<std::io::Error>()) {
@@ -139,6 +171,12 @@ pub(super) struct Statements {
     range_rev: Statement,
     upsert: Statement,
     delete: Statement,
+    /// A writer's first statement: the vault's lock.
+    lock: Statement,
+    /// Its second: whether the vault was retired. (Not one statement with the lock: a
+    /// statement's snapshot is taken before it waits for the lock, and would miss the
+    /// commit that retired the vault while it waited.)
+    retired: Statement,
 }
 
 struct Conn {
@@ -146,8 +184,25 @@ struct Conn {
     st: Statements,
 }
 
+/// Connect, with bounds on waiting: 10 s to connect and TCP keepalives unless the URL says
+/// otherwise, and 60 s at most for the vault's lock (so a writer on a host that stopped
+/// answering holds no one up for ever).
 fn connect(url: &str) -> Result<Client> {
-    Client::connect(url, NoTls).map_err(|e| match pg_error(e) {
+    let mut config: postgres::Config = url
+        .parse()
+        .map_err(|e| Error::invalid(format!("the PostgreSQL URL does not parse: {e}")))?;
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(std::time::Duration::from_secs(10));
+    }
+    config
+        .keepalives(true)
+        .keepalives_idle(std::time::Duration::from_secs(30));
+    let options = config.get_options().unwrap_or_default().to_string();
+    config.options(format!("{options} -c lock_timeout=60s").trim());
+    if config.get_application_name().is_none() {
+        config.application_name("avfs");
+    }
+    config.connect(NoTls).map_err(|e| match pg_error(e) {
         Error::Storage(reason) => Error::StoreUnavailable { reason },
         other => other,
     })
@@ -176,6 +231,10 @@ impl Conn {
             delete: prep(format!(
                 "DELETE FROM {kv} WHERE (t, k) IN (SELECT * FROM unnest($1::int2[], $2::bytea[]))"
             ))?,
+            lock: prep("SELECT pg_advisory_xact_lock($1)".into())?,
+            retired: prep(format!(
+                "SELECT EXISTS (SELECT 1 FROM {kv} WHERE t = $1 AND k = $2)"
+            ))?,
         };
         Ok(Conn { client, st })
     }
@@ -202,32 +261,32 @@ fn catalog(client: &mut Client) -> Result<postgres::Transaction<'_>> {
     Ok(txn)
 }
 
-/// Bring `schema` up to this build's migrations; refuse one from a newer build.
-fn migrate_schema(client: &mut Client, schema: &str, path: &Path) -> Result<()> {
+/// Check that vault `name` on the server is `schema`, and bring the schema up to this
+/// build's migrations; refuse one from a newer build. Takes the vault's lock only when a
+/// migration is due, so opening a vault never waits for its writers.
+fn check_schema(client: &mut Client, name: &str, schema: &str, path: &Path) -> Result<()> {
     let s = quoted(schema);
-    let mut txn = client.transaction().map_err(pg_error)?;
-    txn.execute("SELECT pg_advisory_xact_lock($1)", &[&lock_key(schema)])
-        .map_err(pg_error)?;
-    let listed = txn
+    let gone = || Error::VaultNotFound {
+        name: format!(
+            "{} (vault `{name}` is not on the PostgreSQL server as {schema}: deleted, or moved off it by `vault migrate`)",
+            path.display()
+        ),
+        suggestions: Vec::new(),
+    };
+    let listed = client
         .query_opt(
-            "SELECT 1 FROM pg_namespace n WHERE n.nspname = $1 AND EXISTS \
-             (SELECT 1 FROM pg_class c WHERE c.relnamespace = n.oid AND c.relname = 'migrations')",
-            &[&schema],
+            "SELECT 1 FROM avfs_vaults WHERE name = $1 AND schema = $2",
+            &[&name, &schema],
         )
-        .map_err(pg_error)?;
+        .map_err(|e| match pg_error(e) {
+            Error::VaultNotFound { .. } => gone(),
+            other => other,
+        })?;
     if listed.is_none() {
-        return Err(Error::VaultNotFound {
-            name: format!(
-                "{} (its schema {schema} is not on the PostgreSQL server: deleted, or moved off it by `vault migrate`)",
-                path.display()
-            ),
-            suggestions: Vec::new(),
-        });
+        return Err(gone());
     }
-    let done: i64 = txn
-        .query_one(&format!("SELECT count(*) FROM {s}.migrations"), &[])
-        .map_err(pg_error)?
-        .get(0);
+    let count = format!("SELECT count(*) FROM {s}.migrations");
+    let done: i64 = client.query_one(&count, &[]).map_err(pg_error)?.get(0);
     if done as usize > MIGRATIONS.len() {
         return Err(Error::UnsupportedFormat {
             path: path.to_path_buf(),
@@ -235,8 +294,21 @@ fn migrate_schema(client: &mut Client, schema: &str, path: &Path) -> Result<()> 
             supported: MIGRATIONS.len() as u32,
         });
     }
-    for (i, sql) in MIGRATIONS.iter().enumerate().skip(done as usize) {
-        txn.batch_execute(&sql.replace("{s}", &s))
+    if done as usize == MIGRATIONS.len() {
+        return Ok(());
+    }
+    let mut txn = client.transaction().map_err(pg_error)?;
+    txn.execute("SELECT pg_advisory_xact_lock($1)", &[&lock_key(schema)])
+        .map_err(pg_error)?;
+    let done: i64 = txn.query_one(&count, &[]).map_err(pg_error)?.get(0);
+    apply_migrations(&mut txn, &s, done as usize)?;
+    txn.commit().map_err(pg_error)
+}
+
+/// Apply the migrations after the first `done` to the schema `s` (quoted).
+fn apply_migrations(txn: &mut postgres::Transaction<'_>, s: &str, done: usize) -> Result<()> {
+    for (i, sql) in MIGRATIONS.iter().enumerate().skip(done) {
+        txn.batch_execute(&sql.replace("{s}", s))
             .map_err(pg_error)?;
         txn.execute(
             &format!("INSERT INTO {s}.migrations (version) VALUES ($1)"),
@@ -244,7 +316,7 @@ fn migrate_schema(client: &mut Client, schema: &str, path: &Path) -> Result<()> 
         )
         .map_err(pg_error)?;
     }
-    txn.commit().map_err(pg_error)
+    Ok(())
 }
 
 pub struct PgStore {
@@ -280,7 +352,13 @@ impl PgStore {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|e| Error::io("creating directory", dir, e))?;
         }
+        if let Some(url) = &server.objects {
+            // An object store that does not answer is refused now, not at the first write.
+            Objects::open(url, cache_dir(path))?.probe()?;
+        }
         let mut client = connect(&server.url)?;
+        // The name, the schema, its tables and the vault's format: one transaction, so a
+        // create that dies half-way leaves nothing on the server (and holds no name).
         let schema = {
             let mut txn = catalog(&mut client)?;
             let taken = txn
@@ -298,6 +376,21 @@ impl PgStore {
                  applied_at timestamptz NOT NULL DEFAULT now())"
             ))
             .map_err(pg_error)?;
+            apply_migrations(&mut txn, &s, 0)?;
+            let mut meta: Vec<(&[u8], Vec<u8>)> = vec![
+                (FORMAT_KEY, FORMAT_VERSION.to_le_bytes().to_vec()),
+                (ENGINE_KEY, b"postgres".to_vec()),
+            ];
+            if let Some(url) = &server.objects {
+                let inline = server.inline_max.unwrap_or(INLINE_MAX) as u64;
+                meta.push((OBJECTS_KEY, url.as_bytes().to_vec()));
+                meta.push((INLINE_KEY, inline.to_le_bytes().to_vec()));
+            }
+            let insert = format!("INSERT INTO {s}.kv (t, k, v) VALUES ($1, $2, $3)");
+            for (k, v) in meta {
+                txn.execute(&insert, &[&(super::kv::Table::Meta as i16), &k, &v])
+                    .map_err(pg_error)?;
+            }
             txn.execute(
                 "INSERT INTO avfs_vaults (name, schema) VALUES ($1, $2)",
                 &[&server.name, &schema],
@@ -313,23 +406,7 @@ impl PgStore {
             url: (!server.from_env).then(|| server.url.clone()),
             url_env: server.from_env.then(|| URL_ENV.to_string()),
         };
-        let made = locator.write(path).and_then(|_| {
-            if let Some(url) = &server.objects {
-                // An object store that does not answer is refused now, not at the first write.
-                Objects::open(url, cache_dir(path))?.probe()?;
-            }
-            Self::open_inner(path)?.kv_write(|w| {
-                w.meta_put(FORMAT_KEY, &FORMAT_VERSION.to_le_bytes())?;
-                w.meta_put(ENGINE_KEY, b"postgres")?;
-                if let Some(url) = &server.objects {
-                    w.meta_put(OBJECTS_KEY, url.as_bytes())?;
-                    let inline = server.inline_max.unwrap_or(INLINE_MAX) as u64;
-                    w.meta_put(INLINE_KEY, &inline.to_le_bytes())?;
-                }
-                Ok(())
-            })?;
-            Self::open(path)
-        });
+        let made = locator.write(path).and_then(|_| Self::open(path));
         if made.is_err() {
             let _ = drop_vault(&mut client, &locator);
             let _ = std::fs::remove_file(path);
@@ -413,7 +490,7 @@ impl PgStore {
         }
         let url = locator.url()?;
         let mut client = connect(&url)?;
-        migrate_schema(&mut client, &locator.schema, &canonical)?;
+        check_schema(&mut client, &locator.name, &locator.schema, &canonical)?;
         drop(client);
         Ok(Arc::new(PgStore {
             file: FileIdentity::of(&canonical)?,
@@ -464,39 +541,79 @@ impl PgStore {
     }
 
     fn kv_read<R>(&self, f: impl FnOnce(&Reader<'_, View<'_, '_>>) -> Result<R>) -> Result<R> {
-        self.with_reader(|conn| {
-            let txn = conn
+        for attempt in 0.. {
+            let pooled = lock(&self.readers).pop().filter(|c| !c.client.is_closed());
+            let fresh = pooled.is_none();
+            let mut conn = match pooled {
+                Some(c) => c,
+                None => self.conn()?,
+            };
+            let begun = conn
                 .client
                 .build_transaction()
                 .isolation_level(IsolationLevel::RepeatableRead)
                 .read_only(true)
                 .start()
-                .map_err(pg_error)?;
-            let view = View::new(txn, &conn.st, self.placement());
-            let out = f(&Reader::new(&view))?;
-            view.commit()?;
-            Ok(out)
-        })
+                .map_err(pg_error);
+            // A pooled connection the server dropped (it restarted): replaced once.
+            if matches!(begun, Err(Error::StoreUnavailable { .. })) && !fresh && attempt == 0 {
+                continue;
+            }
+            let out = begun.and_then(|txn| {
+                let view = View::new(txn, &conn.st, self.placement());
+                let out = f(&Reader::new(&view))?;
+                view.commit()?;
+                Ok(out)
+            });
+            if !conn.client.is_closed() {
+                lock(&self.readers).push(conn);
+            }
+            return out;
+        }
+        unreachable!("the loop returns")
     }
 
     fn kv_write<R>(&self, f: impl FnOnce(&mut Writer<'_, View<'_, '_>>) -> Result<R>) -> Result<R> {
         let mut slot = lock(&self.writer);
-        if slot.as_ref().is_none_or(|c| c.client.is_closed()) {
-            *slot = Some(self.conn()?);
+        let retired_key: &[u8] = RETIRED_KEY;
+        let meta = super::kv::Table::Meta as i16;
+        let key = lock_key(&self.schema);
+        for attempt in 0.. {
+            let fresh = slot.as_ref().is_none_or(|c| c.client.is_closed());
+            if fresh {
+                *slot = Some(self.conn()?);
+            }
+            let Conn { client, st } = slot.as_mut().expect("a connection");
+            // The vault's lock, then whether `vault migrate` moved the vault away while this
+            // waited for it. A pooled connection the server dropped (it
+            // restarted) is replaced once, before anything was done on it.
+            let begun = client.transaction().and_then(|mut txn| {
+                txn.execute(&st.lock, &[&key])?;
+                let row = txn.query_one(&st.retired, &[&meta, &retired_key])?;
+                Ok((txn, row.get::<_, bool>(0)))
+            });
+            let begun = begun.map_err(pg_error);
+            let stale = matches!(begun, Err(Error::StoreUnavailable { .. }));
+            if stale && !fresh && attempt == 0 {
+                drop(begun);
+                *slot = None;
+                continue;
+            }
+            let (txn, retired) = begun?;
+            // `vault migrate` replaces the vault file while it holds the lock, and marks a
+            // shared vault it moved away.
+            if retired {
+                return Err(Error::VaultReplaced {
+                    path: self.path.clone(),
+                });
+            }
+            self.file.still(&self.path)?;
+            let mut view = View::new(txn, st, self.placement());
+            let out = f(&mut Writer::new(&mut view))?;
+            view.commit()?;
+            return Ok(out);
         }
-        let conn = slot.as_mut().expect("a connection");
-        let mut txn = conn.client.transaction().map_err(pg_error)?;
-        txn.execute(
-            "SELECT pg_advisory_xact_lock($1)",
-            &[&lock_key(&self.schema)],
-        )
-        .map_err(pg_error)?;
-        // `vault migrate` replaces the vault file while it holds the lock.
-        self.file.still(&self.path)?;
-        let mut view = View::new(txn, &conn.st, self.placement());
-        let out = f(&mut Writer::new(&mut view))?;
-        view.commit()?;
-        Ok(out)
+        unreachable!("the loop returns")
     }
 }
 
@@ -519,8 +636,21 @@ fn new_schema_name(name: &str) -> String {
     format!("avfs_{readable}_{}", &salt.to_hex()[..12])
 }
 
+/// Drop vault `locator.name` from the server: only the schema `avfs_vaults` lists under
+/// that name (a vault file naming any other schema drops nothing).
 fn drop_vault(client: &mut Client, locator: &Locator) -> Result<()> {
     let mut txn = catalog(client)?;
+    let listed = txn
+        .query_opt(
+            "SELECT 1 FROM avfs_vaults WHERE name = $1 AND schema = $2",
+            &[&locator.name, &locator.schema],
+        )
+        .map_err(pg_error)?;
+    if listed.is_none() {
+        // Not there (already deleted, or a vault file naming a schema that is not this
+        // vault's): nothing on the server is dropped.
+        return Ok(());
+    }
     txn.execute(
         "SELECT pg_advisory_xact_lock($1)",
         &[&lock_key(&locator.schema)],

@@ -78,29 +78,24 @@ impl<'c, 's> View<'c, 's> {
             }
             store.put_all(uploads)?;
         }
+        // Every table's puts in one statement and its deletions in another (split only past
+        // BATCH_BYTES): a commit costs a few round trips, however many tables it touches.
         let mut txn = self.txn.into_inner();
+        let (mut puts, mut dels) = (Batch::default(), Batch::default());
         for (i, buf) in self.buf.into_iter().enumerate() {
-            let t = i as i16;
-            let (mut puts, mut dels) = (Batch::default(), Batch::default());
             for (k, v) in buf {
-                match v {
-                    Some(v) => {
-                        puts.push(k, Some(v));
-                        if puts.bytes >= BATCH_BYTES {
-                            puts.send(&mut txn, &self.st.upsert, t)?;
-                        }
-                    }
-                    None => {
-                        dels.push(k, None);
-                        if dels.bytes >= BATCH_BYTES {
-                            dels.send(&mut txn, &self.st.delete, t)?;
-                        }
-                    }
+                let (batch, st) = match v {
+                    Some(_) => (&mut puts, &self.st.upsert),
+                    None => (&mut dels, &self.st.delete),
+                };
+                batch.push(i as i16, k, v);
+                if batch.bytes >= BATCH_BYTES {
+                    batch.send(&mut txn, st)?;
                 }
             }
-            puts.send(&mut txn, &self.st.upsert, t)?;
-            dels.send(&mut txn, &self.st.delete, t)?;
         }
+        puts.send(&mut txn, &self.st.upsert)?;
+        dels.send(&mut txn, &self.st.delete)?;
         txn.commit().map_err(pg_error)
     }
 
@@ -126,33 +121,34 @@ impl<'c, 's> View<'c, 's> {
     }
 }
 
-/// Keys and values for one statement at commit.
+/// Tables, keys and values for one statement at commit.
 #[derive(Default)]
 struct Batch {
+    tables: Vec<i16>,
     keys: Vec<Vec<u8>>,
     values: Vec<Vec<u8>>,
     bytes: usize,
 }
 
 impl Batch {
-    fn push(&mut self, k: Vec<u8>, v: Option<Vec<u8>>) {
+    fn push(&mut self, t: i16, k: Vec<u8>, v: Option<Vec<u8>>) {
         self.bytes += k.len() + v.as_ref().map_or(0, Vec::len);
+        self.tables.push(t);
         self.keys.push(k);
         if let Some(v) = v {
             self.values.push(v);
         }
     }
 
-    fn send(&mut self, txn: &mut Transaction<'_>, st: &postgres::Statement, t: i16) -> Result<()> {
+    fn send(&mut self, txn: &mut Transaction<'_>, st: &postgres::Statement) -> Result<()> {
         if self.keys.is_empty() {
             return Ok(());
         }
-        let tables = vec![t; self.keys.len()];
-        let batch = std::mem::take(self);
+        let b = std::mem::take(self);
         if st.params().len() == 3 {
-            txn.execute(st, &[&tables, &batch.keys, &batch.values])
+            txn.execute(st, &[&b.tables, &b.keys, &b.values])
         } else {
-            txn.execute(st, &[&tables, &batch.keys])
+            txn.execute(st, &[&b.tables, &b.keys])
         }
         .map_err(pg_error)?;
         Ok(())
