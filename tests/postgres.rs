@@ -55,6 +55,16 @@ impl Host {
         cmd.output().expect("run avfs")
     }
 
+    /// The schema of vault `name` on the server, from this host's vault file.
+    fn schema(&self, name: &str) -> String {
+        let text = std::fs::read_to_string(self.home.join(format!("vaults/{name}.avfs"))).unwrap();
+        text.lines()
+            .find_map(|l| l.strip_prefix("schema = "))
+            .expect("a schema line")
+            .trim_matches('"')
+            .to_string()
+    }
+
     /// Create vault `name` on the server with its large objects under `s3://avfs-test/name`.
     fn create_with_objects(&self, name: &str) {
         let objects = format!("s3://avfs-test/{name}");
@@ -440,13 +450,24 @@ fn compact_sweeps_objects_nothing_refers_to_after_the_grace_period() {
     h.data(&["write", "kept.txt", &body]);
     // What a writer killed between its upload and its commit leaves: an object in the
     // store that no row refers to.
-    let orphan = format!("{name}/{}", "ab".repeat(32));
-    let put = std::process::Command::new("curl")
-        .args(["-sf", "-X", "PUT", "--data-binary", "orphan"])
-        .arg(format!("{endpoint}/avfs-test/{orphan}"))
-        .output()
-        .unwrap();
-    assert!(put.status.success(), "{put:?}");
+    let schema = h.schema(&name);
+    let orphan = format!("{name}/{schema}/{}", "ab".repeat(32));
+    // And keys that are not this vault's, in the same bucket and under the same prefix:
+    // a sweep must never take them (another vault's folder, a sub-folder, other names).
+    let others = [
+        format!("{name}/{}", "cd".repeat(32)),
+        format!("{name}/avfs_someone_else/{}", "cd".repeat(32)),
+        format!("{name}/{schema}/sub/{}", "cd".repeat(32)),
+        format!("{name}/{schema}/notes.txt"),
+    ];
+    for key in std::iter::once(&orphan).chain(&others) {
+        let put = std::process::Command::new("curl")
+            .args(["-sf", "-X", "PUT", "--data-binary", "not referenced"])
+            .arg(format!("{endpoint}/avfs-test/{key}"))
+            .output()
+            .unwrap();
+        assert!(put.status.success(), "{put:?}");
+    }
     let before = s3_keys(&endpoint, &name);
     assert!(before.contains(&orphan), "{before:?}");
     // Within the grace period (a write may be about to commit it): kept.
@@ -456,6 +477,12 @@ fn compact_sweeps_objects_nothing_refers_to_after_the_grace_period() {
     assert!(out.status.success(), "{out:?}");
     let after = s3_keys(&endpoint, &name);
     assert!(!after.contains(&orphan), "{after:?}");
+    for key in &others {
+        assert!(
+            after.contains(key),
+            "the sweep took {key}, which is not this vault's"
+        );
+    }
     assert_eq!(
         after.len(),
         before.len() - 1,
@@ -732,4 +759,54 @@ fn a_login_the_server_refuses_is_invalid_input_not_a_retry() {
         ],
         "invalid_argument",
     );
+}
+
+#[test]
+fn a_vault_being_moved_onto_the_server_cannot_be_attached_until_it_is_there() {
+    let Some(url) = server() else { return };
+    let name = unique("moveon");
+    let (a, b) = (Host::new(&url), Host::new(&url));
+    a.data(&["vault", "create", &name, "--engine", "sqlite"]);
+    let src = a._dir.path().join("tree");
+    for i in 0..1500 {
+        let d = src.join(format!("d{}", i % 30));
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join(format!("f{i}.txt")), format!("{i}\n")).unwrap();
+    }
+    a.data(&["import", src.to_str().unwrap()]);
+    // Another host tries to attach it, again and again, while the move runs: it must not
+    // get in before the move is done (a write of its would be lost were the move to fail).
+    let mut mover = std::process::Command::new(common::BIN)
+        .args(["--json", "vault", "migrate", &name, "--to", "postgres"])
+        .env("AVFS_HOME", &a.home)
+        .env("AVFS_POSTGRES_URL", &url)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut early = Vec::new();
+    loop {
+        let running = mover.try_wait().unwrap().is_none();
+        if !running {
+            break;
+        }
+        let out = b.run(&["vault", "attach", &name]);
+        if out.status.success() {
+            // Attached: the move must be done by now.
+            if mover.try_wait().unwrap().is_none() {
+                early.push(String::from_utf8_lossy(&out.stdout).to_string());
+            }
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let status = mover.wait().unwrap();
+    assert!(status.success(), "the migration failed");
+    assert!(early.is_empty(), "attached while the move ran: {early:?}");
+    // Done: it attaches, and the hosts see the same vault.
+    let c = Host::new(&url);
+    c.data(&["vault", "attach", &name]);
+    assert_eq!(c.cat("d7/f7.txt"), "7\n");
+    c.data(&["write", "from-c.txt", "c\n"]);
+    assert_eq!(a.cat("from-c.txt"), "c\n");
+    a.data(&["vault", "delete", &name, "--yes"]);
 }

@@ -59,7 +59,10 @@ impl WorkspaceService {
             // The name other hosts attach it by: a registered vault name, not a path.
             super::workspace::validate_vault_name(name)?;
         }
-        let server = Server::for_engine(to, url, objects, name)?;
+        let mut server = Server::for_engine(to, url, objects, name)?;
+        if let Some(s) = server.as_mut() {
+            s.pending = true;
+        }
         let busy: Vec<String> = session::all_mounts(self.registry())?
             .into_iter()
             .filter(|m| m.alive && m.path.canonicalize().is_ok_and(|p| p == path))

@@ -128,6 +128,9 @@ pub struct Server {
     /// Objects up to this many bytes stay in the database even with an object store
     /// (`None`: 4 KiB).
     pub inline_max: Option<usize>,
+    /// Made by `vault migrate`: other hosts may attach it only once it is opened in the
+    /// vault's place.
+    pub pending: bool,
 }
 
 impl Server {
@@ -186,6 +189,7 @@ impl Server {
             name: name.to_string(),
             objects: None,
             inline_max: None,
+            pending: false,
         })
     }
 }

@@ -68,6 +68,11 @@ impl<'a, K: KvWrite + ?Sized> Writer<'a, K> {
         self.put(Table::Meta, key, value)
     }
 
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    pub(in crate::store) fn meta_delete(&mut self, key: &[u8]) -> Result<()> {
+        self.del(Table::Meta, key)
+    }
+
     fn add(&mut self, key: &[u8], delta: i64) -> Result<()> {
         let n = self.reader().counter(key)?;
         let n = n.saturating_add_signed(delta);

@@ -34,6 +34,9 @@ use super::{POSTGRES_MARK as MARK, SERVER_URL_ENV as URL_ENV};
 /// `meta` keys: where large objects go (none: their rows), and from what size.
 const OBJECTS_KEY: &[u8] = b"objects.url";
 const INLINE_KEY: &[u8] = b"objects.inline_max";
+/// Set while `vault migrate` is still moving the vault onto the server: no other host may
+/// attach it yet (a write there would be lost were the move to fail).
+const PENDING_KEY: &[u8] = b"pending";
 /// Objects up to this size stay in their rows in the object-store setup: trees and
 /// attributes are read with the row, and only file content makes a trip to the store.
 const INLINE_MAX: usize = 4096;
@@ -154,12 +157,18 @@ pub(super) fn pg_error(e: postgres::Error) -> Error {
         }
         return Error::Storage(format!("PostgreSQL: {} ({})", db.message(), code.code()));
     }
-    if e.is_closed() || std::error::Error::source(&e).is_some_and(|s| s.is::<std::io::Error>()) {
+    if connection_lost(&e) {
         return Error::StoreUnavailable {
             reason: format!("PostgreSQL: {e}"),
         };
     }
     Error::Storage(format!("PostgreSQL: {e}"))
+}
+
+/// Whether `e` says the connection itself is gone (closed, or its socket failed), as
+/// opposed to an answer from the server.
+fn connection_lost(e: &postgres::Error) -> bool {
+    e.is_closed() || std::error::Error::source(e).is_some_and(|s| s.is::<std::io::Error>())
 }
 
 /// Prepared statements of one connection, on one vault's schema.
@@ -354,7 +363,7 @@ impl PgStore {
         }
         if let Some(url) = &server.objects {
             // An object store that does not answer is refused now, not at the first write.
-            Objects::open(url, cache_dir(path))?.probe()?;
+            Objects::open(url, "probe", cache_dir(path))?.probe()?;
         }
         let mut client = connect(&server.url)?;
         // The name, the schema, its tables and the vault's format: one transaction, so a
@@ -385,6 +394,9 @@ impl PgStore {
                 let inline = server.inline_max.unwrap_or(INLINE_MAX) as u64;
                 meta.push((OBJECTS_KEY, url.as_bytes().to_vec()));
                 meta.push((INLINE_KEY, inline.to_le_bytes().to_vec()));
+            }
+            if server.pending {
+                meta.push((PENDING_KEY, b"migrating".to_vec()));
             }
             let insert = format!("INSERT INTO {s}.kv (t, k, v) VALUES ($1, $2, $3)");
             for (k, v) in meta {
@@ -430,14 +442,39 @@ impl PgStore {
             )
             .map_err(pg_error)?;
         let Some(row) = found else {
+            // A few names like it (a shared server may hold thousands).
+            let stem: String = server.name.chars().take(3).collect();
             let names = txn
-                .query("SELECT name FROM avfs_vaults ORDER BY name", &[])
+                .query(
+                    "SELECT name FROM avfs_vaults WHERE name LIKE $1 || '%' ORDER BY name LIMIT 5",
+                    &[&stem.replace(['%', '_', '\\'], "")],
+                )
                 .map_err(pg_error)?;
             return Err(Error::VaultNotFound {
                 name: format!("{} (on the PostgreSQL server)", server.name),
                 suggestions: names.iter().map(|r| r.get(0)).collect(),
             });
         };
+        let schema: String = row.get(0);
+        let pending = txn
+            .query_one(
+                &format!(
+                    "SELECT EXISTS (SELECT 1 FROM {}.kv WHERE t = $1 AND k = $2)",
+                    quoted(&schema)
+                ),
+                &[&(super::kv::Table::Meta as i16), &PENDING_KEY],
+            )
+            .map_err(pg_error)?
+            .get::<_, bool>(0);
+        if pending {
+            return Err(Error::VaultNotFound {
+                name: format!(
+                    "{} (still being moved onto the PostgreSQL server by `vault migrate`: attach it once that is done)",
+                    server.name
+                ),
+                suggestions: Vec::new(),
+            });
+        }
         txn.commit().map_err(pg_error)?;
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|e| Error::io("creating directory", dir, e))?;
@@ -445,7 +482,7 @@ impl PgStore {
         let locator = Locator {
             engine: "postgres".into(),
             name: server.name.clone(),
-            schema: row.get(0),
+            schema,
             url: (!server.from_env).then(|| server.url.clone()),
             url_env: server.from_env.then(|| URL_ENV.to_string()),
         };
@@ -457,20 +494,28 @@ impl PgStore {
 
     pub fn open(path: &Path) -> Result<Arc<PgStore>> {
         let mut store = Self::open_inner(path)?;
-        let (found, objects, inline) = store.kv_read(|r| {
+        let (found, objects, inline, pending) = store.kv_read(|r| {
             Ok((
                 r.meta_get(FORMAT_KEY)?,
                 r.meta_get(OBJECTS_KEY)?,
                 r.meta_get(INLINE_KEY)?,
+                r.meta_get(PENDING_KEY)?,
             ))
         })?;
         check_format("PostgreSQL", &store.path, found)?;
+        // A vault `vault migrate` moved here, opened through the vault file in the vault's
+        // place (not the copy's, `*.migrating`): the move is done (or was cut short after
+        // the exchange), so other hosts may attach it now.
+        let in_place = !store.path.to_string_lossy().ends_with(".migrating");
+        if pending.is_some() && in_place {
+            store.kv_write(|w| w.meta_delete(PENDING_KEY))?;
+        }
         if let Some(url) = objects {
             let url = String::from_utf8(url).map_err(|_| Error::CorruptVault {
                 reason: "the vault's object store URL is not text".into(),
             })?;
             let s = Arc::get_mut(&mut store).expect("not shared yet");
-            s.objects = Some(Objects::open(&url, cache_dir(&s.path))?);
+            s.objects = Some(Objects::open(&url, &s.schema, cache_dir(&s.path))?);
             s.inline_max = inline
                 .and_then(|b| <[u8; 8]>::try_from(b.as_slice()).ok())
                 .map_or(INLINE_MAX, |b| u64::from_le_bytes(b) as usize);
@@ -553,10 +598,13 @@ impl PgStore {
                 .build_transaction()
                 .isolation_level(IsolationLevel::RepeatableRead)
                 .read_only(true)
-                .start()
-                .map_err(pg_error);
-            // A pooled connection the server dropped (it restarted): replaced once.
-            if matches!(begun, Err(Error::StoreUnavailable { .. })) && !fresh && attempt == 0 {
+                .start();
+            let lost = matches!(&begun, Err(e) if connection_lost(e));
+            let begun = begun.map_err(pg_error);
+            // A pooled connection the server dropped (it restarted): so are the others in
+            // the pool, which go with it; the read runs once more on a new one.
+            if lost && !fresh && attempt == 0 {
+                lock(&self.readers).clear();
                 continue;
             }
             let out = begun.and_then(|txn| {
@@ -592,8 +640,10 @@ impl PgStore {
                 let row = txn.query_one(&st.retired, &[&meta, &retired_key])?;
                 Ok((txn, row.get::<_, bool>(0)))
             });
+            // Only a connection the server dropped is replaced: a lock wait that timed out is
+            // an answer, not a lost connection.
+            let stale = matches!(&begun, Err(e) if connection_lost(e));
             let begun = begun.map_err(pg_error);
-            let stale = matches!(begun, Err(Error::StoreUnavailable { .. }));
             if stale && !fresh && attempt == 0 {
                 drop(begun);
                 *slot = None;

@@ -55,9 +55,12 @@ pub(super) struct Objects {
 }
 
 impl Objects {
-    /// The store at `url` (`s3://bucket[/prefix]`), with its host cache in `cache_dir`.
-    pub(super) fn open(url: &str, cache_dir: PathBuf) -> Result<Objects> {
+    /// The store at `url` (`s3://bucket[/prefix]`), with the vault's objects under
+    /// `prefix/vault/` (its schema: no two vaults share a folder, so one vault's sweep can
+    /// never take another's objects) and its host cache in `cache_dir`.
+    pub(super) fn open(url: &str, vault: &str, cache_dir: PathBuf) -> Result<Objects> {
         let (bucket, prefix) = parse_url(url)?;
+        let prefix = format!("{prefix}{vault}/");
         let store = AmazonS3Builder::from_env()
             .with_bucket_name(bucket)
             .build()
@@ -170,11 +173,17 @@ impl Objects {
             .rt
             .block_on(async { self.store.list(Some(&prefix)).try_collect::<Vec<_>>().await })
             .map_err(|e| s3_error("listing", e))?;
+        // Only keys this vault writes: directly in its folder, named by a 32-byte id in hex.
+        // Anything else there (a sub-folder, another name) is not ours to delete.
         let old: Vec<(Key, Vec<u8>)> = listed
             .into_iter()
             .filter(|m| m.last_modified.timestamp() <= cutoff)
             .filter_map(|m| {
-                let id = hex::decode(m.location.filename()?).ok()?;
+                let rest = m.location.as_ref().strip_prefix(self.prefix.as_str())?;
+                if rest.len() != 64 || rest.contains('/') {
+                    return None;
+                }
+                let id = hex::decode(rest).ok()?;
                 Some((m.location, id))
             })
             .collect();
