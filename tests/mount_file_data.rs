@@ -349,7 +349,6 @@ fn a_size_change_of_any_size_costs_the_same() {
 /// the file's times: each size runs many times to meet both orders.
 #[test]
 fn an_unlinked_file_reads_what_was_written_before_the_unlink() {
-    use std::os::unix::fs::FileExt;
     let Some(m) = Mounted::new("unlinked") else {
         return;
     };
@@ -358,18 +357,7 @@ fn an_unlinked_file_reads_what_was_written_before_the_unlink() {
     for (round, (size, label)) in sizes.iter().cycle().take(40).enumerate() {
         let (size, label) = (*size, format!("{label} (round {round})"));
         let data: Vec<u8> = (0..size).map(|i| (i % 251) as u8 + 1).collect();
-        let w = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&path)
-            .unwrap();
-        w.write_all_at(&data, 0).unwrap();
-        let r = OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_DIRECT)
-            .open(&path)
-            .unwrap();
+        let (w, r) = write_then_open_direct(&path, &data);
         drop(w);
         fs::remove_file(&path).unwrap();
         let got = read_to_end_at(&r, size + 10);
@@ -383,29 +371,37 @@ fn an_unlinked_file_reads_what_was_written_before_the_unlink() {
 /// the reader still reads every byte written, not the size with no content behind it.
 #[test]
 fn a_file_removed_behind_the_mount_reads_what_was_written() {
-    use std::os::unix::fs::FileExt;
     let Some(m) = Mounted::new("removed-behind") else {
         return;
     };
     let path = m.dir.join("f");
     let data: Vec<u8> = (0..700_000).map(|i| (i % 251) as u8 + 1).collect();
-    let w = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(&path)
-        .unwrap();
-    w.write_all_at(&data, 0).unwrap();
-    let r = OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_DIRECT)
-        .open(&path)
-        .unwrap();
+    let (w, r) = write_then_open_direct(&path, &data);
     common::mount::ok(m.avfs(&["rm", "f"]));
     drop(w);
     let got = read_to_end_at(&r, data.len() + 10);
     assert_eq!(got.len(), data.len(), "length read back");
     assert!(got == data, "content read back differs");
+}
+
+/// Create (or truncate) `path` and write `data` into it, leaving the writer open, then open
+/// a reader that bypasses the page cache (O_DIRECT, so reads reach the daemon): (writer,
+/// reader).
+fn write_then_open_direct(path: &std::path::Path, data: &[u8]) -> (File, File) {
+    use std::os::unix::fs::FileExt;
+    let w = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(path)
+        .unwrap();
+    w.write_all_at(data, 0).unwrap();
+    let r = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(path)
+        .unwrap();
+    (w, r)
 }
 
 /// Read `f` from offset 0 until end of file or `limit` bytes, whichever comes first.

@@ -55,6 +55,18 @@ impl Host {
         cmd.output().expect("run avfs")
     }
 
+    /// Import `n` small files (`d<i % 30>/f<i>.txt` holding `i`), so a copy of the vault
+    /// takes a while.
+    fn import_files(&self, n: usize) {
+        let src = self._dir.path().join("tree");
+        for i in 0..n {
+            let d = src.join(format!("d{}", i % 30));
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(d.join(format!("f{i}.txt")), format!("{i}\n")).unwrap();
+        }
+        self.data(&["import", src.to_str().unwrap()]);
+    }
+
     /// The schema of vault `name` on the server, from this host's vault file.
     fn schema(&self, name: &str) -> String {
         let text = std::fs::read_to_string(self.home.join(format!("vaults/{name}.avfs"))).unwrap();
@@ -608,13 +620,7 @@ fn migrating_off_the_server_loses_no_write_another_host_was_told_succeeded() {
     let (a, b) = (Host::new(&url), Host::new(&url));
     a.data(&["vault", "create", &name, "--engine", "postgres"]);
     // Enough files that the copy takes a while, with writers of another host queued on it.
-    let src = a._dir.path().join("tree");
-    for i in 0..1500 {
-        let d = src.join(format!("d{}", i % 30));
-        std::fs::create_dir_all(&d).unwrap();
-        std::fs::write(d.join(format!("f{i}.txt")), format!("{i}\n")).unwrap();
-    }
-    a.data(&["import", src.to_str().unwrap()]);
+    a.import_files(1500);
     b.data(&["vault", "attach", &name]);
     let done = std::sync::atomic::AtomicBool::new(false);
     let acked: Vec<String> = std::thread::scope(|s| {
@@ -767,13 +773,7 @@ fn a_vault_being_moved_onto_the_server_cannot_be_attached_until_it_is_there() {
     let name = unique("moveon");
     let (a, b) = (Host::new(&url), Host::new(&url));
     a.data(&["vault", "create", &name, "--engine", "sqlite"]);
-    let src = a._dir.path().join("tree");
-    for i in 0..1500 {
-        let d = src.join(format!("d{}", i % 30));
-        std::fs::create_dir_all(&d).unwrap();
-        std::fs::write(d.join(format!("f{i}.txt")), format!("{i}\n")).unwrap();
-    }
-    a.data(&["import", src.to_str().unwrap()]);
+    a.import_files(1500);
     // Another host tries to attach it, again and again, while the move runs: it must not
     // get in before the move is done (a write of its would be lost were the move to fail).
     let mut mover = std::process::Command::new(common::BIN)

@@ -64,6 +64,18 @@ struct Locator {
 }
 
 impl Locator {
+    /// The vault file for vault `server.name`, kept in `schema`: the URL, or the variable
+    /// it came from.
+    fn new(server: &Server, schema: String) -> Locator {
+        Locator {
+            engine: "postgres".into(),
+            name: server.name.clone(),
+            schema,
+            url: (!server.from_env).then(|| server.url.clone()),
+            url_env: server.from_env.then(|| URL_ENV.to_string()),
+        }
+    }
+
     fn read(path: &Path) -> Result<Locator> {
         let text = std::fs::read_to_string(path).map_err(|e| Error::io("reading", path, e))?;
         // The parser's message quotes the line, which may hold a password: name the line only.
@@ -411,13 +423,7 @@ impl PgStore {
             txn.commit().map_err(pg_error)?;
             schema
         };
-        let locator = Locator {
-            engine: "postgres".into(),
-            name: server.name.clone(),
-            schema,
-            url: (!server.from_env).then(|| server.url.clone()),
-            url_env: server.from_env.then(|| URL_ENV.to_string()),
-        };
+        let locator = Locator::new(server, schema);
         let made = locator.write(path).and_then(|_| Self::open(path));
         if made.is_err() {
             let _ = drop_vault(&mut client, &locator);
@@ -479,13 +485,7 @@ impl PgStore {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|e| Error::io("creating directory", dir, e))?;
         }
-        let locator = Locator {
-            engine: "postgres".into(),
-            name: server.name.clone(),
-            schema,
-            url: (!server.from_env).then(|| server.url.clone()),
-            url_env: server.from_env.then(|| URL_ENV.to_string()),
-        };
+        let locator = Locator::new(server, schema);
         locator.write(path)?;
         Self::open(path).inspect_err(|_| {
             let _ = std::fs::remove_file(path);
