@@ -40,29 +40,36 @@ fn engines() -> Vec<Setup> {
 }
 
 fn s3_configured() -> bool {
-    match std::env::var("AVFS_TEST_S3_ENDPOINT") {
-        Ok(url) if !url.is_empty() => true,
-        _ if std::env::var("AVFS_TEST_NO_S3").as_deref() == Ok("1") => {
-            println!("SKIP store conformance on postgres+S3: AVFS_TEST_NO_S3=1");
-            false
-        }
-        _ => panic!(
-            "the postgres engine is built but AVFS_TEST_S3_ENDPOINT is not set: start a server \
-             (scripts/s3.sh start DIR) or set AVFS_TEST_NO_S3=1 to leave it out"
-        ),
-    }
+    test_server(
+        "AVFS_TEST_S3_ENDPOINT",
+        "AVFS_TEST_NO_S3",
+        "postgres+S3",
+        "s3.sh",
+    )
+    .is_some()
 }
 
 fn server_url() -> Option<String> {
-    match std::env::var("AVFS_TEST_POSTGRES_URL") {
+    test_server(
+        "AVFS_TEST_POSTGRES_URL",
+        "AVFS_TEST_NO_POSTGRES",
+        "postgres",
+        "postgres.sh",
+    )
+}
+
+/// The test server `var` names; `None` (with a SKIP line) under `opt_out=1`; a panic
+/// otherwise, naming the script that starts one.
+fn test_server(var: &str, opt_out: &str, setup: &str, script: &str) -> Option<String> {
+    match std::env::var(var) {
         Ok(url) if !url.is_empty() => Some(url),
-        _ if std::env::var("AVFS_TEST_NO_POSTGRES").as_deref() == Ok("1") => {
-            println!("SKIP store conformance on postgres: AVFS_TEST_NO_POSTGRES=1");
+        _ if std::env::var(opt_out).as_deref() == Ok("1") => {
+            println!("SKIP store conformance on {setup}: {opt_out}=1");
             None
         }
         _ => panic!(
-            "the postgres engine is built but AVFS_TEST_POSTGRES_URL is not set: start a server \
-             (scripts/postgres.sh start DIR) or set AVFS_TEST_NO_POSTGRES=1 to leave it out"
+            "the postgres engine is built but {var} is not set: start a server \
+             (scripts/{script} start DIR) or set {opt_out}=1 to leave it out"
         ),
     }
 }

@@ -294,16 +294,11 @@ fn check_schema(client: &mut Client, name: &str, schema: &str, path: &Path) -> R
         ),
         suggestions: Vec::new(),
     };
-    let listed = client
-        .query_opt(
-            "SELECT 1 FROM avfs_vaults WHERE name = $1 AND schema = $2",
-            &[&name, &schema],
-        )
-        .map_err(|e| match pg_error(e) {
-            Error::VaultNotFound { .. } => gone(),
-            other => other,
-        })?;
-    if listed.is_none() {
+    let listed = listed(client, name, schema).map_err(|e| match pg_error(e) {
+        Error::VaultNotFound { .. } => gone(),
+        other => other,
+    })?;
+    if !listed {
         return Err(gone());
     }
     let count = format!("SELECT count(*) FROM {s}.migrations");
@@ -686,17 +681,22 @@ fn new_schema_name(name: &str) -> String {
     format!("avfs_{readable}_{}", &salt.to_hex()[..12])
 }
 
+/// Whether `avfs_vaults` lists vault `name` as kept in `schema`: the server's word on a
+/// vault file, which is trusted for nothing else.
+fn listed(
+    c: &mut impl postgres::GenericClient,
+    name: &str,
+    schema: &str,
+) -> std::result::Result<bool, postgres::Error> {
+    let sql = "SELECT 1 FROM avfs_vaults WHERE name = $1 AND schema = $2";
+    Ok(c.query_opt(sql, &[&name, &schema])?.is_some())
+}
+
 /// Drop vault `locator.name` from the server: only the schema `avfs_vaults` lists under
 /// that name (a vault file naming any other schema drops nothing).
 fn drop_vault(client: &mut Client, locator: &Locator) -> Result<()> {
     let mut txn = catalog(client)?;
-    let listed = txn
-        .query_opt(
-            "SELECT 1 FROM avfs_vaults WHERE name = $1 AND schema = $2",
-            &[&locator.name, &locator.schema],
-        )
-        .map_err(pg_error)?;
-    if listed.is_none() {
+    if !listed(&mut txn, &locator.name, &locator.schema).map_err(pg_error)? {
         // Not there (already deleted, or a vault file naming a schema that is not this
         // vault's): nothing on the server is dropped.
         return Ok(());

@@ -50,8 +50,6 @@ pub(super) struct Objects {
     prefix: String,
     rt: tokio::runtime::Runtime,
     cache: Cache,
-    pub(super) hits: AtomicU64,
-    pub(super) misses: AtomicU64,
 }
 
 impl Objects {
@@ -74,8 +72,6 @@ impl Objects {
             prefix,
             rt,
             cache: Cache::new(cache_dir),
-            hits: AtomicU64::new(0),
-            misses: AtomicU64::new(0),
         })
     }
 
@@ -129,10 +125,8 @@ impl Objects {
     pub(super) fn get(&self, id: &[u8], hash: &[u8; 32]) -> Result<Vec<u8>> {
         let name = hex::encode(id);
         if let Some(bytes) = self.cache.get(&name, hash) {
-            self.hits.fetch_add(1, Ordering::Relaxed);
             return Ok(bytes);
         }
-        self.misses.fetch_add(1, Ordering::Relaxed);
         let key = self.key(id);
         let bytes = self
             .rt
