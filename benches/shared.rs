@@ -62,7 +62,9 @@ fn parents() -> WriteOptions {
     }
 }
 
-/// Forward `127.0.0.1:<port>` to `upstream`, holding each chunk for `delay` first.
+/// Forward `127.0.0.1:<port>` to `upstream`, delivering each chunk `delay` after it was
+/// sent: a link's latency, not a per-chunk cost (chunks in flight together arrive
+/// together, as pipelined statements do on a real network).
 fn delay_proxy(upstream: String, delay: Duration) -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
     let port = listener.local_addr().expect("addr").port();
@@ -74,14 +76,23 @@ fn delay_proxy(upstream: String, delay: Duration) -> u16 {
             let _ = client.set_nodelay(true);
             let _ = server.set_nodelay(true);
             let pipe = |mut from: TcpStream, mut to: TcpStream| {
+                let (tx, rx) = std::sync::mpsc::channel::<(Instant, Vec<u8>)>();
                 std::thread::spawn(move || {
                     let mut buf = vec![0u8; 64 * 1024];
                     while let Ok(n) = from.read(&mut buf) {
-                        if n == 0 {
+                        if n == 0
+                            || tx
+                                .send((Instant::now() + delay, buf[..n].to_vec()))
+                                .is_err()
+                        {
                             break;
                         }
-                        std::thread::sleep(delay);
-                        if to.write_all(&buf[..n]).is_err() {
+                    }
+                });
+                std::thread::spawn(move || {
+                    for (due, chunk) in rx {
+                        std::thread::sleep(due.saturating_duration_since(Instant::now()));
+                        if to.write_all(&chunk).is_err() {
                             break;
                         }
                     }
@@ -277,5 +288,70 @@ fn main() {
             }
             row(&format!("checkpoint, {agents} agents"), n, &mut loaded);
         }
+        if server.objects.is_some() {
+            repeated_builds(dir.path(), &setups[1].vault, &server);
+        }
     }
+}
+
+/// A repeated build on a second host: host B reads every source file (each over the
+/// inline size, so each in the object store) in a fresh process-like handle per build,
+/// while host A changes 5% of them between builds. Prints the share of object reads B's
+/// host cache served.
+fn repeated_builds(dir: &Path, vault_a: &Arc<Vault>, server: &Server) {
+    const FILES: usize = 200;
+    const BUILDS: usize = 10;
+    let source = |i: usize| VPath::parse(&format!("build/src{i:03}.c")).expect("path");
+    let body = |i: usize, v: usize| format!("/* {i} v{v} */\n{}", "x".repeat(8192)).into_bytes();
+    let a = vault_a.workspace("main", actor()).expect("main");
+    a.edit("bench.build", &[], |e| {
+        for i in 0..FILES {
+            e.write_file(&source(i), &body(i, 0), parents())?;
+        }
+        Ok(())
+    })
+    .expect("sources");
+    let b_path = dir.join("host-b.avfs");
+    drop(agentvfs::store::attach_store(&b_path, server).expect("attach on host B"));
+    let mut warm = (0, 0);
+    let mut all = (0, 0);
+    for build in 0..BUILDS {
+        let before = agentvfs::store::object_cache_counts();
+        {
+            // A new handle per build, as a new `avfs` process on host B would open.
+            let b = Vault::open(&b_path).expect("open on host B");
+            let ws = b.workspace("main", actor()).expect("main on B");
+            ws.read(|v| {
+                for i in 0..FILES {
+                    v.read(&source(i))?;
+                }
+                Ok(())
+            })
+            .expect("build reads");
+        }
+        let after = agentvfs::store::object_cache_counts();
+        let (served, fetched) = (after.0 - before.0, after.1 - before.1);
+        all = (all.0 + served, all.1 + fetched);
+        if build > 0 {
+            warm = (warm.0 + served, warm.1 + fetched);
+        }
+        // Host A changes 5% of the sources before the next build.
+        a.edit("bench.build", &[], |e| {
+            for k in 0..FILES / 20 {
+                let i = (build * 31 + k * 7) % FILES;
+                e.write_file(&source(i), &body(i, build + 1), parents())?;
+            }
+            Ok(())
+        })
+        .expect("change");
+    }
+    let share = |(s, f): (u64, u64)| 100.0 * s as f64 / (s + f).max(1) as f64;
+    println!(
+        "repeated build on host B ({FILES} sources of 8 KiB, {BUILDS} builds, 5% changed between builds): \
+         host cache served {:.1}% of object reads after the first build ({} of {}), {:.1}% with the cold first build",
+        share(warm),
+        warm.0,
+        warm.0 + warm.1,
+        share(all)
+    );
 }

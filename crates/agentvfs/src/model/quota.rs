@@ -22,15 +22,18 @@ pub struct Quota {
 const KEYS: [&str; 3] = ["max_size_mb", "max_files", "max_file_size_mb"];
 
 impl Quota {
+    /// The vault's limits: one prefix read (a single round trip on a server engine).
     pub fn load(r: &dyn StoreRead) -> Result<Quota> {
-        let get = |k: &str| -> Result<Option<u64>> {
-            Ok(r.setting(&format!("quota.{k}"))?
-                .and_then(|v| v.parse().ok()))
+        let set = r.settings_with_prefix("quota.")?;
+        let get = |k: &str| -> Option<u64> {
+            set.iter()
+                .find(|(key, _)| key.strip_prefix("quota.") == Some(k))
+                .and_then(|(_, v)| v.parse().ok())
         };
         Ok(Quota {
-            max_size_mb: get(KEYS[0])?,
-            max_files: get(KEYS[1])?,
-            max_file_size_mb: get(KEYS[2])?,
+            max_size_mb: get(KEYS[0]),
+            max_files: get(KEYS[1]),
+            max_file_size_mb: get(KEYS[2]),
         })
     }
 

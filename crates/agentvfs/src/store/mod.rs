@@ -21,6 +21,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 pub use id::ObjectId;
+#[cfg(feature = "postgres")]
+pub use postgres::object_cache_counts;
 pub use sqlite::{FORMAT_VERSION, SqliteStore};
 
 use crate::error::{Error, Result};

@@ -34,9 +34,18 @@ pub(super) const FORMAT_KEY: &[u8] = b"format";
 pub(super) const ENGINE_KEY: &[u8] = b"engine";
 /// Set by `vault migrate` in the transaction that copied the vault away.
 pub(super) const RETIRED_KEY: &[u8] = b"retired";
+/// The id counters (`next.<kind>`), which most writes read: a server engine fetches them
+/// with its lock.
+#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+pub(super) const ID_COUNTERS: [&[u8]; 4] = [
+    b"next.op",
+    b"next.audit",
+    b"next.workspace",
+    b"next.checkpoint",
+];
 
 /// The tables of a vault, in `Table::NAMES` order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(super) enum Table {
     Meta,
     Objects,

@@ -97,7 +97,21 @@ impl<'a, K: KvRead + ?Sized> Reader<'a, K> {
                 "object totals say {count} objects, {bytes} bytes ({chunks} in chunks); the records hold {n}, {b} ({c})"
             ));
         }
-        for ws in self.workspaces()? {
+        // The id index names each workspace once, and each under its own id.
+        let workspaces = self.workspaces()?;
+        let by_id = self.scan(Table::WorkspaceIds, b"")?;
+        let indexed: Vec<(Vec<u8>, Vec<u8>)> = workspaces
+            .iter()
+            .map(|ws| (id8(ws.id).to_vec(), ws.name.as_bytes().to_vec()))
+            .collect();
+        if by_id != indexed {
+            problems.push(format!(
+                "the workspace id index holds {} entries that do not match the {} workspace records",
+                by_id.len(),
+                workspaces.len()
+            ));
+        }
+        for ws in workspaces {
             let len = self.overlay_len(ws.id)?;
             let mut real = 0u64;
             self.kv
@@ -175,13 +189,14 @@ impl<K: KvRead + ?Sized> StoreRead for Reader<'_, K> {
             .transpose()
     }
 
+    /// In id order: one scan of the records (a server engine's round trip per fork would
+    /// make this O(forks) trips), sorted by their ids.
     fn workspaces(&self) -> Result<Vec<WorkspaceRecord>> {
         let mut out = Vec::new();
-        for (_, name) in self.scan(Table::WorkspaceIds, b"")? {
-            if let Some(ws) = self.workspace(&utf8(&name, "workspace")?)? {
-                out.push(ws);
-            }
+        for (_, v) in self.scan(Table::Workspaces, b"")? {
+            out.push(WorkspaceRecord::from(decode::<WsRow>(&v, "workspace")?));
         }
+        out.sort_by_key(|ws| ws.id);
         Ok(out)
     }
 

@@ -11,6 +11,11 @@
 //! see every write before it and no acknowledged write is lost; reads run in `REPEATABLE
 //! READ` snapshots and never wait for writers. The schema is versioned (`migrations`) and
 //! checked at every open.
+//!
+//! Round trips are the cost on a network: the vault's connections are `tokio-postgres`
+//! clients, whose requests are pipelined. A write's `BEGIN`, lock and retired check go out
+//! together, and so do its changes and its `COMMIT`; a read's `BEGIN` goes with its first
+//! query and its end with the connection's next statement.
 
 mod objects;
 mod view;
@@ -18,12 +23,15 @@ mod view;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use postgres::{Client, IsolationLevel, NoTls, Statement};
+use postgres::{Client, NoTls};
 use serde::{Deserialize, Serialize};
+use tokio_postgres::Statement;
 
 use self::objects::Objects;
 use self::view::{Placement, View};
-use super::kv::{ENGINE_KEY, FORMAT_KEY, RETIRED_KEY, Reader, Writer, check_format};
+use super::kv::{
+    ENGINE_KEY, FORMAT_KEY, ID_COUNTERS, RETIRED_KEY, Reader, Table, Writer, check_format,
+};
 use super::lock::lock;
 use super::sqlite::FORMAT_VERSION;
 use super::{Engine, FileIdentity, Server, Store, StoreRead, StoreWrite};
@@ -130,6 +138,16 @@ impl Locator {
     }
 }
 
+/// Object reads of this process so far: (served by the host cache, fetched from the
+/// object store). Objects kept in their rows are neither.
+pub fn object_cache_counts() -> (u64, u64) {
+    use std::sync::atomic::Ordering::Relaxed;
+    (
+        objects::SERVED.load(Relaxed),
+        objects::FETCHED.load(Relaxed),
+    )
+}
+
 /// `invalid_argument` unless `url` is an object store URL (`s3://bucket[/prefix]`).
 pub(crate) fn check_objects_url(url: &str) -> Result<()> {
     objects::parse_url(url).map(|_| ())
@@ -186,6 +204,8 @@ fn connection_lost(e: &postgres::Error) -> bool {
 /// Prepared statements of one connection, on one vault's schema.
 pub(super) struct Statements {
     get: Statement,
+    /// Rows of one table by a list of keys.
+    get_many: Statement,
     from: Statement,
     range: Statement,
     from_rev: Statement,
@@ -201,15 +221,65 @@ pub(super) struct Statements {
 }
 
 struct Conn {
-    client: Client,
+    client: tokio_postgres::Client,
     st: Statements,
+}
+
+/// The runtime the vault connections run on: one worker, which reads each connection's
+/// answers as they come (so a connection the server dropped is seen as closed at once).
+fn runtime() -> Result<&'static tokio::runtime::Runtime> {
+    static RT: std::sync::OnceLock<std::result::Result<tokio::runtime::Runtime, String>> =
+        std::sync::OnceLock::new();
+    RT.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("avfs-postgres")
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())
+    })
+    .as_ref()
+    .map_err(|e| Error::Storage(format!("starting the PostgreSQL client's runtime: {e}")))
+}
+
+/// Wait for `f` on the connections' runtime.
+pub(super) fn block<F: std::future::Future>(f: F) -> F::Output {
+    match runtime() {
+        Ok(rt) => rt.block_on(f),
+        // `connect` made the runtime before any connection existed to wait on.
+        Err(_) => unreachable!("no connection exists without the runtime"),
+    }
 }
 
 /// Connect, with bounds on waiting: 10 s to connect and TCP keepalives unless the URL says
 /// otherwise, and 60 s at most for the vault's lock (so a writer on a host that stopped
 /// answering holds no one up for ever).
 fn connect(url: &str) -> Result<Client> {
-    let mut config: postgres::Config = url
+    let config = postgres::Config::from(config(url)?);
+    config.connect(NoTls).map_err(connect_error)
+}
+
+/// A connection for the vault's reads and writes, on the runtime.
+fn connect_async(url: &str) -> Result<tokio_postgres::Client> {
+    let config = config(url)?;
+    let rt = runtime()?;
+    let (client, connection) = rt.block_on(config.connect(NoTls)).map_err(connect_error)?;
+    // Its failure shows through the client (closed, and the error of the next request).
+    rt.spawn(async move {
+        let _ = connection.await;
+    });
+    Ok(client)
+}
+
+fn connect_error(e: postgres::Error) -> Error {
+    match pg_error(e) {
+        Error::Storage(reason) => Error::StoreUnavailable { reason },
+        other => other,
+    }
+}
+
+fn config(url: &str) -> Result<tokio_postgres::Config> {
+    let mut config: tokio_postgres::Config = url
         .parse()
         .map_err(|e| Error::invalid(format!("the PostgreSQL URL does not parse: {e}")))?;
     if config.get_connect_timeout().is_none() {
@@ -223,10 +293,7 @@ fn connect(url: &str) -> Result<Client> {
     if config.get_application_name().is_none() {
         config.application_name("avfs");
     }
-    config.connect(NoTls).map_err(|e| match pg_error(e) {
-        Error::Storage(reason) => Error::StoreUnavailable { reason },
-        other => other,
-    })
+    Ok(config)
 }
 
 fn quoted(schema: &str) -> String {
@@ -235,29 +302,64 @@ fn quoted(schema: &str) -> String {
 
 impl Conn {
     fn open(url: &str, schema: &str) -> Result<Conn> {
-        let mut client = connect(url)?;
+        Conn::prepared(connect_async(url)?, schema)
+    }
+
+    fn prepared(client: tokio_postgres::Client, schema: &str) -> Result<Conn> {
+        let st = block(Conn::statements(&client, schema))?;
+        Ok(Conn { client, st })
+    }
+
+    /// Prepare the vault's statements on `client`: all in one round trip.
+    async fn statements(client: &tokio_postgres::Client, schema: &str) -> Result<Statements> {
         let kv = format!("{}.kv", quoted(schema));
-        let mut prep = |sql: String| client.prepare(&sql).map_err(pg_error);
         let select = format!("SELECT k, v FROM {kv} WHERE t = $1 AND k >= $2");
-        let st = Statements {
-            get: prep(format!("SELECT v FROM {kv} WHERE t = $1 AND k = $2"))?,
-            from: prep(format!("{select} ORDER BY k LIMIT $3"))?,
-            range: prep(format!("{select} AND k < $3 ORDER BY k LIMIT $4"))?,
-            from_rev: prep(format!("{select} ORDER BY k DESC LIMIT $3"))?,
-            range_rev: prep(format!("{select} AND k < $3 ORDER BY k DESC LIMIT $4"))?,
-            upsert: prep(format!(
+        let sql = [
+            format!("SELECT v FROM {kv} WHERE t = $1 AND k = $2"),
+            format!("SELECT k, v FROM {kv} WHERE t = $1 AND k = ANY($2)"),
+            format!("{select} ORDER BY k LIMIT $3"),
+            format!("{select} AND k < $3 ORDER BY k LIMIT $4"),
+            format!("{select} ORDER BY k DESC LIMIT $3"),
+            format!("{select} AND k < $3 ORDER BY k DESC LIMIT $4"),
+            format!(
                 "INSERT INTO {kv} (t, k, v) SELECT * FROM unnest($1::int2[], $2::bytea[], $3::bytea[]) \
                  ON CONFLICT (t, k) DO UPDATE SET v = EXCLUDED.v"
-            ))?,
-            delete: prep(format!(
+            ),
+            format!(
                 "DELETE FROM {kv} WHERE (t, k) IN (SELECT * FROM unnest($1::int2[], $2::bytea[]))"
-            ))?,
-            lock: prep("SELECT pg_advisory_xact_lock($1)".into())?,
-            retired: prep(format!(
-                "SELECT EXISTS (SELECT 1 FROM {kv} WHERE t = $1 AND k = $2)"
-            ))?,
-        };
-        Ok(Conn { client, st })
+            ),
+            "SELECT pg_advisory_xact_lock($1)".into(),
+            format!("SELECT EXISTS (SELECT 1 FROM {kv} WHERE t = $1 AND k = $2)"),
+        ];
+        let prepared = futures::future::try_join_all(sql.iter().map(|q| client.prepare(q)))
+            .await
+            .map_err(pg_error)?;
+        let [
+            get,
+            get_many,
+            from,
+            range,
+            from_rev,
+            range_rev,
+            upsert,
+            delete,
+            lock,
+            retired,
+        ] = <[Statement; 10]>::try_from(prepared).map_err(|_| {
+            Error::Storage("PostgreSQL prepared a different number of statements".into())
+        })?;
+        Ok(Statements {
+            get,
+            get_many,
+            from,
+            range,
+            from_rev,
+            range_rev,
+            upsert,
+            delete,
+            lock,
+            retired,
+        })
     }
 }
 
@@ -284,8 +386,14 @@ fn catalog(client: &mut Client) -> Result<postgres::Transaction<'_>> {
 
 /// Check that vault `name` on the server is `schema`, and bring the schema up to this
 /// build's migrations; refuse one from a newer build. Takes the vault's lock only when a
-/// migration is due, so opening a vault never waits for its writers.
-fn check_schema(client: &mut Client, name: &str, schema: &str, path: &Path) -> Result<()> {
+/// migration is due, so opening a vault never waits for its writers. The check goes out
+/// with the statements `prepare` makes, whose answer is used when the check passes.
+fn check_schema<T>(
+    client: &tokio_postgres::Client,
+    url: &str,
+    (name, schema, path): (&str, &str, &Path),
+    prepare: impl std::future::Future<Output = Result<T>>,
+) -> Result<T> {
     let s = quoted(schema);
     let gone = || Error::VaultNotFound {
         name: format!(
@@ -294,15 +402,22 @@ fn check_schema(client: &mut Client, name: &str, schema: &str, path: &Path) -> R
         ),
         suggestions: Vec::new(),
     };
-    let listed = listed(client, name, schema).map_err(|e| match pg_error(e) {
+    let sql = format!(
+        "SELECT EXISTS (SELECT 1 FROM avfs_vaults WHERE name = $1 AND schema = $2), \
+         (SELECT count(*) FROM {s}.migrations)"
+    );
+    let (row, prepared) = block(futures::future::join(
+        client.query_one(&sql, &[&name, &schema]),
+        prepare,
+    ));
+    let row = row.map_err(|e| match pg_error(e) {
         Error::VaultNotFound { .. } => gone(),
         other => other,
     })?;
+    let (listed, done): (bool, i64) = (row.get(0), row.get(1));
     if !listed {
         return Err(gone());
     }
-    let count = format!("SELECT count(*) FROM {s}.migrations");
-    let done: i64 = client.query_one(&count, &[]).map_err(pg_error)?.get(0);
     if done as usize > MIGRATIONS.len() {
         return Err(Error::UnsupportedFormat {
             path: path.to_path_buf(),
@@ -311,15 +426,22 @@ fn check_schema(client: &mut Client, name: &str, schema: &str, path: &Path) -> R
         });
     }
     if done as usize == MIGRATIONS.len() {
-        return Ok(());
+        return prepared;
     }
+    let count = format!("SELECT count(*) FROM {s}.migrations");
+    let mut client = connect(url)?;
     let mut txn = client.transaction().map_err(pg_error)?;
     txn.execute("SELECT pg_advisory_xact_lock($1)", &[&lock_key(schema)])
         .map_err(pg_error)?;
     let done: i64 = txn.query_one(&count, &[]).map_err(pg_error)?.get(0);
     apply_migrations(&mut txn, &s, done as usize)?;
-    txn.commit().map_err(pg_error)
+    txn.commit().map_err(pg_error)?;
+    // Statements prepared before the migration may name what it changed.
+    Err(Error::Storage(MIGRATED.into()))
 }
+
+/// What `check_schema` answers when it migrated the vault: prepare again.
+const MIGRATED: &str = "the vault's schema was migrated; prepare again";
 
 /// Apply the migrations after the first `done` to the schema `s` (quoted).
 fn apply_migrations(txn: &mut postgres::Transaction<'_>, s: &str, done: usize) -> Result<()> {
@@ -343,8 +465,8 @@ pub struct PgStore {
     schema: String,
     /// The connection writes go through (one writer of this process at a time).
     writer: Mutex<Option<Conn>>,
-    /// Idle connections for reads, which run side by side.
-    readers: Mutex<Vec<Conn>>,
+    /// Where its idle connections wait in `IDLE`: the server URL and the schema.
+    pool: (String, String),
     /// The object store large objects go to, if the vault has one.
     objects: Option<Objects>,
     inline_max: usize,
@@ -407,7 +529,7 @@ impl PgStore {
             }
             let insert = format!("INSERT INTO {s}.kv (t, k, v) VALUES ($1, $2, $3)");
             for (k, v) in meta {
-                txn.execute(&insert, &[&(super::kv::Table::Meta as i16), &k, &v])
+                txn.execute(&insert, &[&(Table::Meta as i16), &k, &v])
                     .map_err(pg_error)?;
             }
             txn.execute(
@@ -463,7 +585,7 @@ impl PgStore {
                     "SELECT EXISTS (SELECT 1 FROM {}.kv WHERE t = $1 AND k = $2)",
                     quoted(&schema)
                 ),
-                &[&(super::kv::Table::Meta as i16), &PENDING_KEY],
+                &[&(Table::Meta as i16), &PENDING_KEY],
             )
             .map_err(pg_error)?
             .get::<_, bool>(0);
@@ -489,7 +611,8 @@ impl PgStore {
 
     pub fn open(path: &Path) -> Result<Arc<PgStore>> {
         let mut store = Self::open_inner(path)?;
-        let (found, objects, inline, pending) = store.kv_read(|r| {
+        let keys = [FORMAT_KEY, OBJECTS_KEY, INLINE_KEY, PENDING_KEY];
+        let (found, objects, inline, pending) = store.kv_read_keys(&keys, |r| {
             Ok((
                 r.meta_get(FORMAT_KEY)?,
                 r.meta_get(OBJECTS_KEY)?,
@@ -529,16 +652,33 @@ impl PgStore {
             });
         }
         let url = locator.url()?;
-        let mut client = connect(&url)?;
-        check_schema(&mut client, &locator.name, &locator.schema, &canonical)?;
-        drop(client);
+        let pool = (url.clone(), locator.schema.clone());
+        // A connection this process already checked the vault on (it was opened before,
+        // and closed) needs no second check: a vault deleted or moved since shows at its
+        // next statement.
+        if let Some(conn) = take_idle(&pool) {
+            put_idle(&pool, conn);
+        } else {
+            let client = connect_async(&url)?;
+            let names = (
+                locator.name.as_str(),
+                locator.schema.as_str(),
+                canonical.as_path(),
+            );
+            let statements = async { Conn::statements(&client, &locator.schema).await };
+            let first = match check_schema(&client, &url, names, statements) {
+                Err(Error::Storage(m)) if m == MIGRATED => Conn::prepared(client, &locator.schema)?,
+                st => Conn { st: st?, client },
+            };
+            put_idle(&pool, first);
+        }
         Ok(Arc::new(PgStore {
             file: FileIdentity::of(&canonical)?,
             path: canonical,
             url,
             schema: locator.schema,
             writer: Mutex::new(None),
-            readers: Mutex::new(Vec::new()),
+            pool,
             objects: None,
             inline_max: INLINE_MAX,
         }))
@@ -547,7 +687,9 @@ impl PgStore {
     /// Delete the vault at `path` from the server (its schema and its name), then the file.
     pub fn destroy(path: &Path) -> Result<()> {
         let locator = Locator::read(path)?;
-        let mut client = connect(&locator.url()?)?;
+        let url = locator.url()?;
+        lock(idle()).remove(&(url.clone(), locator.schema.clone()));
+        let mut client = connect(&url)?;
         drop_vault(&mut client, &locator)?;
         // The objects in an object store stay: other vaults may share the prefix, and a
         // bucket's lifecycle rules are its owner's. This host's cache goes.
@@ -566,99 +708,139 @@ impl PgStore {
         Conn::open(&self.url, &self.schema)
     }
 
-    /// Run `f` on an idle read connection (a new one if none is idle), and keep it for the
+    /// Run `f` on an idle connection (a new one if none is idle), and keep it for the
     /// next read unless it was lost.
-    fn with_reader<R>(&self, f: impl FnOnce(&mut Conn) -> Result<R>) -> Result<R> {
-        let mut conn = match lock(&self.readers).pop() {
-            Some(c) if !c.client.is_closed() => c,
-            _ => self.conn()?,
+    fn with_reader<R>(&self, f: impl FnOnce(&Conn) -> Result<R>) -> Result<R> {
+        let conn = match take_idle(&self.pool) {
+            Some(c) => c,
+            None => self.conn()?,
         };
-        let out = f(&mut conn);
-        if !conn.client.is_closed() {
-            lock(&self.readers).push(conn);
-        }
+        let out = f(&conn);
+        put_idle(&self.pool, conn);
         out
     }
 
+    /// Run `f` on one snapshot, on an idle connection (a new one if none is). A pooled
+    /// connection the server dropped (it restarted) is seen closed by the runtime, which
+    /// reads every connection's answers as they come, and is not used again.
     fn kv_read<R>(&self, f: impl FnOnce(&Reader<'_, View<'_, '_>>) -> Result<R>) -> Result<R> {
-        for attempt in 0.. {
-            let pooled = lock(&self.readers).pop().filter(|c| !c.client.is_closed());
-            let fresh = pooled.is_none();
-            let mut conn = match pooled {
-                Some(c) => c,
-                None => self.conn()?,
-            };
-            let begun = conn
-                .client
-                .build_transaction()
-                .isolation_level(IsolationLevel::RepeatableRead)
-                .read_only(true)
-                .start();
-            let lost = matches!(&begun, Err(e) if connection_lost(e));
-            let begun = begun.map_err(pg_error);
-            // A pooled connection the server dropped (it restarted): so are the others in
-            // the pool, which go with it; the read runs once more on a new one.
-            if lost && !fresh && attempt == 0 {
-                lock(&self.readers).clear();
-                continue;
+        self.kv_read_keys(&[], f)
+    }
+
+    /// `kv_read`, with the `meta` rows `keys` read first in one query.
+    fn kv_read_keys<R>(
+        &self,
+        keys: &[&[u8]],
+        f: impl FnOnce(&Reader<'_, View<'_, '_>>) -> Result<R>,
+    ) -> Result<R> {
+        let conn = match take_idle(&self.pool) {
+            Some(c) => c,
+            None => self.conn()?,
+        };
+        let out = {
+            let view = View::read(&conn.client, &conn.st, self.placement());
+            if keys.is_empty() {
+                f(&Reader::new(&view))
+            } else {
+                view.prefetch(Table::Meta, keys)
+                    .and_then(|_| f(&Reader::new(&view)))
             }
-            let out = begun.and_then(|txn| {
-                let view = View::new(txn, &conn.st, self.placement());
-                let out = f(&Reader::new(&view))?;
-                view.commit()?;
-                Ok(out)
-            });
-            if !conn.client.is_closed() {
-                lock(&self.readers).push(conn);
-            }
-            return out;
-        }
-        unreachable!("the loop returns")
+        };
+        put_idle(&self.pool, conn);
+        out
     }
 
     fn kv_write<R>(&self, f: impl FnOnce(&mut Writer<'_, View<'_, '_>>) -> Result<R>) -> Result<R> {
         let mut slot = lock(&self.writer);
         let retired_key: &[u8] = RETIRED_KEY;
-        let meta = super::kv::Table::Meta as i16;
+        let meta = Table::Meta as i16;
         let key = lock_key(&self.schema);
         for attempt in 0.. {
             let fresh = slot.as_ref().is_none_or(|c| c.client.is_closed());
             if fresh {
                 *slot = Some(self.conn()?);
             }
-            let Conn { client, st } = slot.as_mut().expect("a connection");
+            let Conn { client, st } = slot.as_ref().expect("a connection");
             // The vault's lock, then whether `vault migrate` moved the vault away while this
-            // waited for it. A pooled connection the server dropped (it
-            // restarted) is replaced once, before anything was done on it.
-            let begun = client.transaction().and_then(|mut txn| {
-                txn.execute(&st.lock, &[&key])?;
-                let row = txn.query_one(&st.retired, &[&meta, &retired_key])?;
-                Ok((txn, row.get::<_, bool>(0)))
+            // waited for it, and the id counters most writes use: sent together, run in
+            // turn (each later statement's snapshot is taken once the lock is held).
+            let begun = block(async {
+                futures::future::try_join4(
+                    client.batch_execute("BEGIN"),
+                    client.execute(&st.lock, &[&key]),
+                    client.query_one(&st.retired, &[&meta, &retired_key]),
+                    client.query(&st.get_many, &[&meta, &ID_COUNTERS.as_slice()]),
+                )
+                .await
             });
-            // Only a connection the server dropped is replaced: a lock wait that timed out is
-            // an answer, not a lost connection.
-            let stale = matches!(&begun, Err(e) if connection_lost(e));
-            let begun = begun.map_err(pg_error);
-            if stale && !fresh && attempt == 0 {
-                drop(begun);
+            let view = View::write(client, st, self.placement());
+            let begun = begun.map(|(_, _, retired, counters)| {
+                view.remember(Table::Meta, &ID_COUNTERS, counters);
+                retired.get::<_, bool>(0)
+            });
+            // A pooled connection the server dropped (it restarted) is replaced once,
+            // before anything was done on it. A lock wait that timed out is an answer, not
+            // a lost connection.
+            if begun.is_err() && client.is_closed() && !fresh && attempt == 0 {
+                drop(view);
                 *slot = None;
                 continue;
             }
-            let (txn, retired) = begun?;
             // `vault migrate` replaces the vault file while it holds the lock, and marks a
             // shared vault it moved away.
-            if retired {
+            if begun.map_err(pg_error)? {
                 return Err(Error::VaultReplaced {
                     path: self.path.clone(),
                 });
             }
             self.file.still(&self.path)?;
-            let mut view = View::new(txn, st, self.placement());
+            let mut view = view;
             let out = f(&mut Writer::new(&mut view))?;
             view.commit()?;
             return Ok(out);
         }
         unreachable!("the loop returns")
+    }
+}
+
+impl Drop for PgStore {
+    /// Its write connection joins the idle ones, for the next open of the vault.
+    fn drop(&mut self) {
+        if let Some(conn) = lock(&self.writer).take() {
+            put_idle(&self.pool, conn);
+        }
+    }
+}
+
+/// Idle connections to each vault: a vault opened again in the same process (a command
+/// that looked a fork up in it, then opens it) reuses them instead of connecting anew.
+type Idle = std::collections::HashMap<(String, String), Vec<Conn>>;
+
+fn idle() -> &'static Mutex<Idle> {
+    static IDLE: std::sync::OnceLock<Mutex<Idle>> = std::sync::OnceLock::new();
+    IDLE.get_or_init(Mutex::default)
+}
+
+/// Connections kept idle per vault: as many as this process read with at once, up to this.
+const IDLE_MAX: usize = 16;
+
+/// An idle connection to vault `pool` the server has not dropped (the runtime sees a
+/// dropped one closed at once: a server restart drops them all, and all are let go).
+fn take_idle(pool: &(String, String)) -> Option<Conn> {
+    let mut idle = lock(idle());
+    let conns = idle.get_mut(pool)?;
+    conns.retain(|c| !c.client.is_closed());
+    conns.pop()
+}
+
+fn put_idle(pool: &(String, String), conn: Conn) {
+    if conn.client.is_closed() {
+        return;
+    }
+    let mut idle = lock(idle());
+    let conns = idle.entry(pool.clone()).or_default();
+    if conns.len() < IDLE_MAX {
+        conns.push(conn);
     }
 }
 
@@ -746,7 +928,7 @@ impl Store for PgStore {
 
     fn compact(&self) -> Result<()> {
         let vacuum = format!("VACUUM {}.kv", quoted(&self.schema));
-        self.with_reader(|c| c.client.batch_execute(&vacuum).map_err(pg_error))?;
+        self.with_reader(|c| block(c.client.batch_execute(&vacuum)).map_err(pg_error))?;
         // Objects in the store that no row refers to (a write that crashed between its
         // upload and its commit, or objects gc removed), past the grace period.
         if let Some(objects) = &self.objects {
@@ -754,10 +936,8 @@ impl Store for PgStore {
             let sql = format!("SELECT k FROM {kv} WHERE t = $1 AND k = ANY($2)");
             objects.sweep(&mut |ids| {
                 self.with_reader(|c| {
-                    let rows = c
-                        .client
-                        .query(&sql, &[&(super::kv::Table::Objects as i16), &ids])
-                        .map_err(pg_error)?;
+                    let t = Table::Objects as i16;
+                    let rows = block(c.client.query(&sql, &[&t, &ids])).map_err(pg_error)?;
                     let found: std::collections::HashSet<Vec<u8>> =
                         rows.iter().map(|r| r.get(0)).collect();
                     Ok(ids.iter().map(|id| found.contains(id)).collect())
@@ -779,12 +959,11 @@ impl Store for PgStore {
     fn disk_size(&self) -> u64 {
         let table = format!("{}.kv", quoted(&self.schema));
         let size = self.with_reader(|c| {
-            c.client
-                .query_one(
-                    "SELECT coalesce(pg_total_relation_size(to_regclass($1::text)), 0)",
-                    &[&table],
-                )
-                .map_err(pg_error)
+            block(c.client.query_one(
+                "SELECT coalesce(pg_total_relation_size(to_regclass($1::text)), 0)",
+                &[&table],
+            ))
+            .map_err(pg_error)
         });
         size.map(|r| r.get::<_, i64>(0).max(0) as u64).unwrap_or(0)
     }

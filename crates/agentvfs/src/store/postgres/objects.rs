@@ -31,6 +31,9 @@ use crate::store::lock::lock;
 
 /// Uploads and downloads in flight at once.
 const PARALLEL: usize = 16;
+/// Object reads this process served from a host cache, and those it fetched from the store.
+pub(super) static SERVED: AtomicU64 = AtomicU64::new(0);
+pub(super) static FETCHED: AtomicU64 = AtomicU64::new(0);
 /// The host cache's default bound (`AVFS_OBJECT_CACHE_MB` sets another).
 const CACHE_MB: u64 = 1024;
 /// Unreferenced objects younger than this are kept by a sweep (`AVFS_OBJECT_GRACE_SECS`).
@@ -125,8 +128,10 @@ impl Objects {
     pub(super) fn get(&self, id: &[u8], hash: &[u8; 32]) -> Result<Vec<u8>> {
         let name = hex::encode(id);
         if let Some(bytes) = self.cache.get(&name, hash) {
+            SERVED.fetch_add(1, Ordering::Relaxed);
             return Ok(bytes);
         }
+        FETCHED.fetch_add(1, Ordering::Relaxed);
         let key = self.key(id);
         let bytes = self
             .rt

@@ -1,17 +1,24 @@
 //! One view of a PostgreSQL vault: a read inside a `REPEATABLE READ` transaction (one
 //! snapshot of the server), or a write inside a transaction that holds the vault's write
-//! lock. A write buffers its changes and sends them at commit in a few statements, however
-//! many there are; its own reads see the buffer. Scans fetch the table in pages, so a
-//! visitor that stops early costs one small query, and a long scan holds one page at a time.
+//! lock. A write buffers its changes and sends them at commit, with the `COMMIT`, in one
+//! round trip however many there are; its own reads see the buffer. A read's `BEGIN` goes
+//! out with its first query and its end with the connection's next statement, so a read of
+//! one row costs one round trip. A row read twice in one view is fetched once (the view
+//! sees one state of the vault). Scans fetch the table in pages, so a visitor that stops
+//! early costs one small query, and a long scan holds one page at a time.
 
-use std::cell::RefCell;
-use std::collections::VecDeque;
+use std::cell::{Cell, RefCell};
+use std::collections::{HashMap, VecDeque};
+use std::future::Future;
 use std::ops::Bound;
+use std::pin::Pin;
 
-use postgres::Transaction;
+use futures::FutureExt;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{Client, Row, Statement};
 
 use super::objects::Objects;
-use super::{Statements, pg_error};
+use super::{Statements, block, pg_error};
 use crate::error::Result;
 use crate::store::kv::{Buffer, KvRead, KvWrite, Table, Val, Visit, merge, prefix_end};
 
@@ -20,6 +27,8 @@ const FIRST_PAGE: i64 = 64;
 const PAGE: i64 = 2048;
 /// Bytes of keys and values sent in one statement at commit.
 const BATCH_BYTES: usize = 8 << 20;
+/// How a read begins.
+const READ_BEGIN: &str = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY";
 
 /// The first byte of an `objects` row whose bytes are in the object store: then the
 /// object's kind, its size (u64, little-endian) and the BLAKE3 of its stored bytes. No
@@ -44,25 +53,65 @@ fn reference(v: &[u8]) -> Option<(u8, u64, [u8; 32])> {
     Some((v[1], size, v[10..].try_into().ok()?))
 }
 
+/// Send `sql` and do not wait for its answer: it goes out before anything sent after it on
+/// this connection, whose next answer reports a connection that failed meanwhile.
+fn send_only(client: &Client, sql: &str) {
+    let _ = client.batch_execute(sql).now_or_never();
+}
+
+type PageKey = (Table, Vec<u8>, Option<Vec<u8>>, bool);
+
+/// Rows read in a view, by (table, key); `None`: no such row.
+type Rows = HashMap<(Table, Vec<u8>), Option<Vec<u8>>>;
+
+/// Scans' first pages, by what was asked.
+type FirstPages = HashMap<PageKey, Vec<(Vec<u8>, Vec<u8>)>>;
+
+type Sent<'a> = Pin<Box<dyn Future<Output = std::result::Result<(), tokio_postgres::Error>> + 'a>>;
+
 pub(super) struct View<'c, 's> {
-    txn: RefCell<Transaction<'c>>,
+    client: &'c Client,
     st: &'s Statements,
     place: Placement<'s>,
     buf: [Buffer; Table::COUNT],
+    /// Rows read so far, objects aside (they can be large, and are read once).
+    memo: RefCell<Rows>,
+    /// First pages of scans so far (objects aside), by (table, from, to, descending).
+    pages: RefCell<FirstPages>,
+    /// A read whose `BEGIN` is still to go out (with its first query).
+    unbegun: Cell<bool>,
+    /// A transaction is open on the server, to be ended when the view is.
+    open: Cell<bool>,
 }
 
 impl<'c, 's> View<'c, 's> {
-    pub(super) fn new(txn: Transaction<'c>, st: &'s Statements, place: Placement<'s>) -> Self {
+    /// A read: its snapshot is taken at its first query.
+    pub(super) fn read(client: &'c Client, st: &'s Statements, place: Placement<'s>) -> Self {
+        Self::new(client, st, place, false)
+    }
+
+    /// A write, in the transaction `client` has begun (and holds the vault's lock in).
+    pub(super) fn write(client: &'c Client, st: &'s Statements, place: Placement<'s>) -> Self {
+        Self::new(client, st, place, true)
+    }
+
+    fn new(client: &'c Client, st: &'s Statements, place: Placement<'s>, begun: bool) -> Self {
         View {
-            txn: RefCell::new(txn),
+            client,
             st,
             place,
             buf: Default::default(),
+            memo: RefCell::default(),
+            pages: RefCell::default(),
+            unbegun: Cell::new(!begun),
+            open: Cell::new(begun),
         }
     }
 
     /// Send the buffered writes and commit: all of them land or none does. New objects
     /// bound for the object store are uploaded first, in parallel; their rows refer to them.
+    /// The statements and the `COMMIT` go out together, and the answer to the `COMMIT` is
+    /// waited for: an acknowledged write is on the server.
     pub(super) fn commit(mut self) -> Result<()> {
         if let Some(store) = self.place.store {
             let mut uploads = Vec::new();
@@ -79,24 +128,74 @@ impl<'c, 's> View<'c, 's> {
             store.put_all(uploads)?;
         }
         // Every table's puts in one statement and its deletions in another (split only past
-        // BATCH_BYTES): a commit costs a few round trips, however many tables it touches.
-        let mut txn = self.txn.into_inner();
-        let (mut puts, mut dels) = (Batch::default(), Batch::default());
-        for (i, buf) in self.buf.into_iter().enumerate() {
+        // BATCH_BYTES).
+        let (mut puts, mut dels) = (vec![Batch::default()], vec![Batch::default()]);
+        for (i, buf) in std::mem::take(&mut self.buf).into_iter().enumerate() {
             for (k, v) in buf {
-                let (batch, st) = match v {
-                    Some(_) => (&mut puts, &self.st.upsert),
-                    None => (&mut dels, &self.st.delete),
-                };
-                batch.push(i as i16, k, v);
-                if batch.bytes >= BATCH_BYTES {
-                    batch.send(&mut txn, st)?;
+                let batches = if v.is_some() { &mut puts } else { &mut dels };
+                if batches.last().is_some_and(|b| b.bytes >= BATCH_BYTES) {
+                    batches.push(Batch::default());
                 }
+                batches.last_mut().expect("one batch").push(i as i16, k, v);
             }
         }
-        puts.send(&mut txn, &self.st.upsert)?;
-        dels.send(&mut txn, &self.st.delete)?;
-        txn.commit().map_err(pg_error)
+        let client = self.client;
+        let mut sent: Vec<Sent<'_>> = Vec::new();
+        for b in puts.iter().filter(|b| !b.keys.is_empty()) {
+            let params: [&(dyn ToSql + Sync); 3] = [&b.tables, &b.keys, &b.values];
+            let st = &self.st.upsert;
+            sent.push(Box::pin(async move {
+                client.execute(st, &params).await.map(drop)
+            }));
+        }
+        for b in dels.iter().filter(|b| !b.keys.is_empty()) {
+            let params: [&(dyn ToSql + Sync); 2] = [&b.tables, &b.keys];
+            let st = &self.st.delete;
+            sent.push(Box::pin(async move {
+                client.execute(st, &params).await.map(drop)
+            }));
+        }
+        sent.push(Box::pin(client.batch_execute("COMMIT")));
+        // A failed statement aborts the transaction, whose `COMMIT` then rolls it back: the
+        // first error is the answer, and the connection is ready for the next transaction.
+        self.open.set(false);
+        block(futures::future::try_join_all(sent)).map_err(pg_error)?;
+        Ok(())
+    }
+
+    /// Read `keys` of table `t` in one query, for the reads that follow.
+    pub(super) fn prefetch(&self, t: Table, keys: &[&[u8]]) -> Result<()> {
+        let rows = self.query(&self.st.get_many, &[&(t as i16), &keys])?;
+        self.remember(t, keys, rows);
+        Ok(())
+    }
+
+    /// Keep the answer to a `get_many` of `keys` (rows of `k, v`) for the reads that follow.
+    pub(super) fn remember(&self, t: Table, keys: &[&[u8]], rows: Vec<Row>) {
+        let mut memo = self.memo.borrow_mut();
+        for k in keys {
+            memo.insert((t, k.to_vec()), None);
+        }
+        for r in rows {
+            memo.insert((t, r.get(0)), Some(r.get(1)));
+        }
+    }
+
+    /// Run `st` in this view's transaction (a read's first query takes its `BEGIN` along).
+    fn query(&self, st: &Statement, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>> {
+        let c = self.client;
+        let rows = if self.unbegun.replace(false) {
+            self.open.set(true);
+            block(async {
+                let (_, rows) =
+                    futures::future::try_join(c.batch_execute(READ_BEGIN), c.query(st, params))
+                        .await?;
+                Ok(rows)
+            })
+        } else {
+            block(c.query(st, params))
+        };
+        rows.map_err(pg_error)
     }
 
     /// One page of `t`'s keys in [lo, hi), ascending or (`rev`) descending.
@@ -108,16 +207,49 @@ impl<'c, 's> View<'c, 's> {
         rev: bool,
         limit: i64,
     ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        let t = t as i16;
-        let mut txn = self.txn.borrow_mut();
-        let rows = match (hi, rev) {
-            (Some(hi), false) => txn.query(&self.st.range, &[&t, &lo, &hi, &limit]),
-            (None, false) => txn.query(&self.st.from, &[&t, &lo, &limit]),
-            (Some(hi), true) => txn.query(&self.st.range_rev, &[&t, &lo, &hi, &limit]),
-            (None, true) => txn.query(&self.st.from_rev, &[&t, &lo, &limit]),
+        // A scan's first page, asked again in the same view (a fold before and after an
+        // edit), is the same page: the server's state does not change under a view.
+        let memo = (limit == FIRST_PAGE && t != Table::Objects)
+            .then(|| (t, lo.to_vec(), hi.map(<[u8]>::to_vec), rev));
+        if let Some(rows) = memo
+            .as_ref()
+            .and_then(|m| self.pages.borrow().get(m).cloned())
+        {
+            return Ok(rows);
         }
-        .map_err(pg_error)?;
+        let rows = self.fetch_page(t, lo, hi, rev, limit)?;
+        if let Some(m) = memo {
+            self.pages.borrow_mut().insert(m, rows.clone());
+        }
+        Ok(rows)
+    }
+
+    fn fetch_page(
+        &self,
+        t: Table,
+        lo: &[u8],
+        hi: Option<&[u8]>,
+        rev: bool,
+        limit: i64,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let t = t as i16;
+        let rows = match (hi, rev) {
+            (Some(hi), false) => self.query(&self.st.range, &[&t, &lo, &hi, &limit]),
+            (None, false) => self.query(&self.st.from, &[&t, &lo, &limit]),
+            (Some(hi), true) => self.query(&self.st.range_rev, &[&t, &lo, &hi, &limit]),
+            (None, true) => self.query(&self.st.from_rev, &[&t, &lo, &limit]),
+        }?;
         Ok(rows.into_iter().map(|r| (r.get(0), r.get(1))).collect())
+    }
+}
+
+impl Drop for View<'_, '_> {
+    /// A view that was not committed ends its transaction (a read's snapshot, or a write
+    /// that failed) with the connection's next statement.
+    fn drop(&mut self) {
+        if self.open.get() {
+            send_only(self.client, "ROLLBACK");
+        }
     }
 }
 
@@ -138,20 +270,6 @@ impl Batch {
         if let Some(v) = v {
             self.values.push(v);
         }
-    }
-
-    fn send(&mut self, txn: &mut Transaction<'_>, st: &postgres::Statement) -> Result<()> {
-        if self.keys.is_empty() {
-            return Ok(());
-        }
-        let b = std::mem::take(self);
-        if st.params().len() == 3 {
-            txn.execute(st, &[&b.tables, &b.keys, &b.values])
-        } else {
-            txn.execute(st, &[&b.tables, &b.keys])
-        }
-        .map_err(pg_error)?;
-        Ok(())
     }
 }
 
@@ -202,12 +320,20 @@ impl Iterator for Pages<'_, '_, '_> {
 impl View<'_, '_> {
     /// A row as stored (an object in the object store: its reference).
     fn row(&self, t: Table, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        let row = self
-            .txn
-            .borrow_mut()
-            .query_opt(&self.st.get, &[&(t as i16), &key])
-            .map_err(pg_error)?;
-        Ok(row.map(|r| r.get::<_, Vec<u8>>(0)))
+        if t != Table::Objects
+            && let Some(v) = self.memo.borrow().get(&(t, key.to_vec()))
+        {
+            return Ok(v.clone());
+        }
+        let v = self
+            .query(&self.st.get, &[&(t as i16), &key])?
+            .into_iter()
+            .next()
+            .map(|r| r.get::<_, Vec<u8>>(0));
+        if t != Table::Objects {
+            self.memo.borrow_mut().insert((t, key.to_vec()), v.clone());
+        }
+        Ok(v)
     }
 }
 
