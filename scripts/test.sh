@@ -56,7 +56,7 @@ AVFS_ENGINE=sled cargo test --locked --all-features
 # database per test home). The rest of the suite exercises no storage path these do not.
 echo "== cargo test (all features; new vaults in PostgreSQL)"
 pg_suites=(cli_vault cli_checkpoint cli_files cli_links cli_import_export cli_gc_stats
-  cli_concurrency history_undo engines mount_tools cli_json_contract)
+  cli_concurrency history_undo engines mount_tools cli_json_contract leases)
 AVFS_ENGINE=postgres cargo test --locked --all-features "${pg_suites[@]/#/--test=}"
 echo "== docs"
 scripts/build_docs.sh

@@ -6,22 +6,9 @@ mod common;
 
 use std::fs;
 
-use common::{TestEnv, contract, schema_path};
+use common::{TestEnv, Unmount, contract, schema_path};
 use predicates::prelude::*;
 use serde_json::{Value, json};
-
-/// Unmounts on drop, so a failing test leaves no mount (or daemon) behind.
-struct Unmount<'a>(&'a TestEnv, std::path::PathBuf);
-
-impl Drop for Unmount<'_> {
-    fn drop(&mut self) {
-        let _ = self
-            .0
-            .cmd()
-            .args(["unmount", self.1.to_str().unwrap()])
-            .output();
-    }
-}
 
 #[test]
 fn every_command_in_the_schema_is_exercised_and_valid() {

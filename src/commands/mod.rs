@@ -136,6 +136,11 @@ pub enum Command {
     /// 6.14+): a queue per CPU, so no request waits for a wake-up on another CPU. Run as
     /// root, avfs turns on the fuse module's `enable_uring` parameter for that. Set
     /// AVFS_FUSE_URING=0 to use /dev/fuse instead; `avfs mounts` shows which one a mount uses.
+    ///
+    /// A read-write mount holds the fork's write lease while it runs: other hosts sharing
+    /// the vault get `workspace_busy` when they change the fork's files, until it ends or
+    /// its lease lapses (AVFS_LEASE_SECS, default 30; the host is AVFS_HOST_ID or the host
+    /// name).
     Mount(mount::MountArgs),
     /// Unmount a directory (also cleans up a mount left by a killed daemon).
     Unmount(mount::UnmountArgs),

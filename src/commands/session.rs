@@ -16,7 +16,10 @@ use crate::output::{Reply, table, time};
 pub enum SessionCmd {
     /// Start a background daemon for a fork that keeps one sandbox namespace (or, with
     /// `--mode fuse`, a mount) for its commands; run them with
-    /// `avfs proxy exec --session NAME -- CMD`.
+    /// `avfs proxy exec --session NAME -- CMD`. The session holds the fork's write lease
+    /// while it runs: other hosts sharing the vault get `workspace_busy` when they change
+    /// the fork's files (AVFS_LEASE_SECS, default 30; the host is AVFS_HOST_ID or the host
+    /// name).
     #[command(after_help = "Example:\n  avfs session start task-1\n  \
         avfs proxy exec --session task-1 -- cargo test\n  avfs session stop task-1")]
     Start(StartArgs),

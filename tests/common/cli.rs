@@ -115,7 +115,8 @@ pub fn exit_code_for(kind: &str) -> i32 {
         | "nothing_to_redo"
         | "nothing_to_roll_back"
         | "branch_moved"
-        | "vault_replaced" => 4,
+        | "vault_replaced"
+        | "workspace_busy" => 4,
         "invalid_path"
         | "hard_link_not_allowed"
         | "invalid_name"
@@ -459,5 +460,18 @@ impl TestEnv {
             .as_array()
             .unwrap()
             .clone()
+    }
+}
+
+/// Unmounts on drop, so a failing test leaves no mount (or daemon) behind.
+pub struct Unmount<'a>(pub &'a TestEnv, pub PathBuf);
+
+impl Drop for Unmount<'_> {
+    fn drop(&mut self) {
+        let _ = self
+            .0
+            .cmd()
+            .args(["unmount", self.1.to_str().unwrap()])
+            .output();
     }
 }

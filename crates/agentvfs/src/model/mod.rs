@@ -35,7 +35,10 @@ pub use vault::{
     CheckpointInfo, ForkInfo, GcReport, MAIN, StatsReport, Vault, VaultInfo, fork_key,
 };
 pub use view::{Child, View};
-pub use workspace::{Actor, BatchEnd, Edit, LoggedOp, PathVersion, Workspace, WriteOptions};
+pub use workspace::{
+    Actor, BatchEnd, Edit, Holder, Lease, LoggedOp, MAX_LEASE, PathVersion, Renewal, Workspace,
+    WriteOptions, host_id,
+};
 
 /// An RFC 3339 UTC time with nanoseconds, from nanoseconds since the Unix epoch. Every i64
 /// is a time between 1677 and 2262, before the epoch included (a file's mtime can be).

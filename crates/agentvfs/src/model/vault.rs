@@ -267,25 +267,6 @@ impl Vault {
             .collect())
     }
 
-    /// Delete a fork (never `main`: delete the vault for that). Its objects stay until gc.
-    pub fn delete_fork(&self, name: &str) -> Result<()> {
-        if name == MAIN {
-            return Err(Error::invalid(
-                "the main workspace is deleted with its vault",
-            ));
-        }
-        self.store.write(|w| {
-            let ws = w.workspace(name)?.ok_or_else(|| Error::ForkNotFound {
-                name: name.to_string(),
-            })?;
-            w.set_setting(&format!("{}{name}", super::origin::ORIGIN_PREFIX), None)?;
-            for (key, _) in w.settings_with_prefix(&fork_key(name, ""))? {
-                w.set_setting(&key, None)?;
-            }
-            w.delete_workspace(ws.id)
-        })
-    }
-
     pub fn info(&self, workspace: &str) -> Result<VaultInfo> {
         let disk_bytes = self.store.disk_size();
         self.store.read(|r| {

@@ -9,6 +9,7 @@ pub mod exec;
 pub mod files;
 pub mod git;
 pub mod history;
+pub mod lease;
 pub mod maintenance;
 pub mod migrate;
 pub mod mount;

@@ -244,6 +244,12 @@ pub fn mount(
     if let Some(cp) = &at {
         ws.checkpoint(cp)?;
     }
+    // A read-write mount holds the fork's write lease: refused now, not in the daemon,
+    // while another host holds it.
+    if !(req.readonly || at.is_some()) {
+        super::lease::lease_length()?;
+        ws.check_lease_free("a read-write mount")?;
+    }
     drop(ws);
     let reg = service.registry();
     clear_stale(reg, &dir)?;
@@ -308,6 +314,14 @@ fn serve(
     use super::mount::MountFs;
 
     let (_, ws) = service.open(Some(spec))?;
+    // Held until the mount ends (given up after the unmount, below).
+    let _lease = match rec.readonly {
+        true => None,
+        false => Some(super::lease::LeaseKeeper::take(
+            &ws,
+            format!("mount {}", rec.dir.display()),
+        )?),
+    };
     let session = MountFs::new(ws, at, rec.readonly)?;
     let stop = daemon::stop_on_signals()?;
     let bg = mounter.mount(Arc::new(session), &rec.dir)?;
@@ -344,6 +358,13 @@ pub fn unmount(reg: &Registry, dir: &Path) -> Result<UnmountOutput> {
     }
     let stale = rec.as_ref().is_none_or(|r| !pid_alive(r.pid));
     detach(&dir)?;
+    // A killed read-write mount's share of its fork's lease goes too, so other hosts are
+    // not held off until it lapses. Best effort: the lease lapses by itself anyway.
+    if stale && let Some(r) = rec.as_ref().filter(|r| !r.readonly) {
+        let _ = crate::model::Vault::open(&r.path)
+            .and_then(|v| v.workspace(&r.workspace, crate::model::Actor::from_env("cli")))
+            .and_then(|ws| ws.release_lease_of(r.pid));
+    }
     if let Some(r) = &rec {
         let deadline = Instant::now() + UNMOUNT_WAIT;
         while pid_alive(r.pid) && Instant::now() < deadline {

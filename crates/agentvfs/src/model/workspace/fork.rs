@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use super::{Actor, Edit, Workspace, validate_name};
 use crate::error::{Error, Result};
-use crate::model::vault::{ForkInfo, Vault, fork_info};
+use crate::model::vault::{ForkInfo, MAIN, Vault, fork_info, fork_key};
 use crate::store::WorkspaceRecord;
 
 impl Vault {
@@ -59,6 +59,30 @@ impl Vault {
             let id = e.w.insert_workspace(&rec)?;
             e.describe(format!("fork {} as {name}", e.ws.name));
             Ok(fork_info(&WorkspaceRecord { id, ..rec }))
+        })
+    }
+
+    /// Delete a fork (never `main`: delete the vault for that). Its objects stay until gc.
+    pub fn delete_fork(&self, name: &str) -> Result<()> {
+        if name == MAIN {
+            return Err(Error::invalid(
+                "the main workspace is deleted with its vault",
+            ));
+        }
+        self.store.write(|w| {
+            let ws = w.workspace(name)?.ok_or_else(|| Error::ForkNotFound {
+                name: name.to_string(),
+            })?;
+            // Not under another host's long-lived writer.
+            super::lease::check_delete(w, name)?;
+            w.set_setting(
+                &format!("{}{name}", crate::model::origin::ORIGIN_PREFIX),
+                None,
+            )?;
+            for (key, _) in w.settings_with_prefix(&fork_key(name, ""))? {
+                w.set_setting(&key, None)?;
+            }
+            w.delete_workspace(ws.id)
         })
     }
 }

@@ -12,6 +12,7 @@ mod checkpoints;
 mod edit;
 mod edit_tree;
 mod fork;
+mod lease;
 mod links;
 mod origin;
 mod unlogged;
@@ -21,6 +22,7 @@ use std::sync::{Arc, Mutex};
 pub use actor::Actor;
 pub(crate) use edit::{AuditSummary, Logging};
 pub use edit::{Edit, WriteOptions};
+pub use lease::{Holder, Lease, MAX_TTL as MAX_LEASE, Renewal, host_id};
 use serde::Serialize;
 pub use unlogged::BatchEnd;
 pub(crate) use unlogged::marker_problem;
@@ -48,6 +50,8 @@ pub struct Workspace {
     /// with the batch tag of that write (see `Store::batch_tag`): a busy mount's next edit,
     /// or a read in between, takes them from here instead of querying them again.
     batch_state: Arc<Mutex<Option<BatchState>>>,
+    /// The write lease this handle (or a clone) took, if any (`lease`).
+    lease: Arc<lease::Hold>,
 }
 
 struct BatchState {
@@ -100,6 +104,7 @@ impl Workspace {
             actor,
             steps: false,
             batch_state: Arc::default(),
+            lease: Arc::default(),
         }
     }
 
@@ -331,9 +336,21 @@ impl Workspace {
                 _ => (None, false),
             };
             let out = f(&mut edit)?;
+            // While another host's long-lived writer holds the fork, a change to its files
+            // from here is refused (and rolled back with this transaction). Reads, forks
+            // and checkpoints are not changes to its files.
+            let check_lease = |w: &dyn StoreRead| {
+                lease::check_write(w, &self.name, &lease::host_id(), &self.lease)
+            };
+            if matches!(logging, Logging::AuditOnly) {
+                check_lease(edit.w)?;
+            }
             let mut op_id = None;
             if let Some(before) = before {
                 let after = edit.fold()?;
+                if after != before {
+                    check_lease(edit.w)?;
+                }
                 edit.w.overlay_clear(edit.ws.id)?;
                 edit.ws.base = after;
                 let description = edit.description.take().unwrap_or_else(|| paths.join(" "));

@@ -246,8 +246,10 @@ impl MountFs {
         self.writeback.store(true, Ordering::SeqCst);
     }
 
+    /// Read-only, paused, or the fork's write lease was lost (another host may have
+    /// written since: this mount's view is stale and must not be written back).
     fn refuses_writes(&self) -> bool {
-        self.readonly || self.writes_paused.load(Ordering::SeqCst)
+        self.readonly || self.writes_paused.load(Ordering::SeqCst) || self.ws.lease_lost()
     }
 
     /// Refuse (EROFS) or accept changes from now on, e.g. around a read-only command run

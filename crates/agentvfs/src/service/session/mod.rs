@@ -322,6 +322,8 @@ pub fn serve(
     // (checkpoints, ingests, the mount's file operations) are its steps.
     let ws = ws.as_steps();
     rec.pid = std::process::id();
+    // Held while the session serves; given up when it ends.
+    let _lease = super::lease::LeaseKeeper::take(&ws, format!("session {}", rec.name))?;
     if let Some(dir) = &rec.dir {
         std::fs::create_dir_all(dir).map_err(|e| Error::io("creating", dir, e))?;
     }
@@ -615,6 +617,10 @@ pub fn start(
         None => None,
     };
     let (target, ws) = service.open(Some(&req.fork))?;
+    // A session holds the fork's write lease: refused now, not in the daemon, while
+    // another host holds it.
+    super::lease::lease_length()?;
+    ws.check_lease_free("a session")?;
     // The mode every command gets unless it asks for another; checked now, not in the
     // daemon.
     let (mode, _) = ProxyRuntime {

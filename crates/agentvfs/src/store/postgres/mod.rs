@@ -334,31 +334,25 @@ impl Conn {
         let prepared = futures::future::try_join_all(sql.iter().map(|q| client.prepare(q)))
             .await
             .map_err(pg_error)?;
-        let [
-            get,
-            get_many,
-            from,
-            range,
-            from_rev,
-            range_rev,
-            upsert,
-            delete,
-            lock,
-            retired,
-        ] = <[Statement; 10]>::try_from(prepared).map_err(|_| {
-            Error::Storage("PostgreSQL prepared a different number of statements".into())
-        })?;
+        if prepared.len() != sql.len() {
+            return Err(Error::Storage(
+                "PostgreSQL prepared a different number of statements".into(),
+            ));
+        }
+        // In the order of `sql`.
+        let mut next = prepared.into_iter();
+        let mut st = || next.next().expect("counted above");
         Ok(Statements {
-            get,
-            get_many,
-            from,
-            range,
-            from_rev,
-            range_rev,
-            upsert,
-            delete,
-            lock,
-            retired,
+            get: st(),
+            get_many: st(),
+            from: st(),
+            range: st(),
+            from_rev: st(),
+            range_rev: st(),
+            upsert: st(),
+            delete: st(),
+            lock: st(),
+            retired: st(),
         })
     }
 }

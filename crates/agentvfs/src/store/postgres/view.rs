@@ -217,21 +217,6 @@ impl<'c, 's> View<'c, 's> {
         {
             return Ok(rows);
         }
-        let rows = self.fetch_page(t, lo, hi, rev, limit)?;
-        if let Some(m) = memo {
-            self.pages.borrow_mut().insert(m, rows.clone());
-        }
-        Ok(rows)
-    }
-
-    fn fetch_page(
-        &self,
-        t: Table,
-        lo: &[u8],
-        hi: Option<&[u8]>,
-        rev: bool,
-        limit: i64,
-    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         let t = t as i16;
         let rows = match (hi, rev) {
             (Some(hi), false) => self.query(&self.st.range, &[&t, &lo, &hi, &limit]),
@@ -239,7 +224,12 @@ impl<'c, 's> View<'c, 's> {
             (Some(hi), true) => self.query(&self.st.range_rev, &[&t, &lo, &hi, &limit]),
             (None, true) => self.query(&self.st.from_rev, &[&t, &lo, &limit]),
         }?;
-        Ok(rows.into_iter().map(|r| (r.get(0), r.get(1))).collect())
+        let rows: Vec<(Vec<u8>, Vec<u8>)> =
+            rows.into_iter().map(|r| (r.get(0), r.get(1))).collect();
+        if let Some(m) = memo {
+            self.pages.borrow_mut().insert(m, rows.clone());
+        }
+        Ok(rows)
     }
 }
 

@@ -1,0 +1,262 @@
+//! Write leases across hosts: a read-write mount or a session holds its fork's lease, and
+//! writes from another host are refused with `workspace_busy` naming the holder until it
+//! ends or its lease lapses. Hosts are `avfs` processes with their own `AVFS_HOST_ID` on
+//! one vault (the vault's engine is `AVFS_ENGINE`'s: CI runs this on PostgreSQL too).
+
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use common::{TestEnv, Unmount};
+
+const A: &[(&str, &str)] = &[("AVFS_HOST_ID", "host-a"), ("AVFS_LEASE_SECS", "1")];
+const B: &[(&str, &str)] = &[("AVFS_HOST_ID", "host-b"), ("AVFS_LEASE_SECS", "1")];
+
+fn files(env: &TestEnv, host: &[(&str, &str)]) -> Vec<String> {
+    let data = env.data_env(&["ls", "/"], host);
+    data.as_array()
+        .expect("ls lists")
+        .iter()
+        .map(|e| e["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn a_read_write_mount_holds_its_fork_against_other_hosts_until_it_ends_or_lapses() {
+    if !common::skip::require_fuse() {
+        return;
+    }
+    let env = TestEnv::with_vault("v");
+    let dir = env.host("mnt-a");
+    std::fs::create_dir_all(&dir).unwrap();
+    let _guard = Unmount(&env, dir.clone());
+    let mount = env.data_env(&["mount", "v", dir.to_str().unwrap()], A);
+    let pid = mount["pid"].as_u64().expect("the mount's pid") as u32;
+    std::fs::write(dir.join("through-mount.txt"), b"a\n").unwrap();
+
+    // Host B: a write, a checkpoint and a read-write mount are refused, naming the holder;
+    // nothing changes.
+    let e = env.err_env(&["write", "/b.txt", "b"], B, "workspace_busy");
+    let msg = e["message"].as_str().unwrap();
+    assert!(msg.contains("host-a") && msg.contains("mount"), "{e}");
+    assert_eq!(e["details"]["workspace"], "main", "{e}");
+    env.err_env(&["rm", "/through-mount.txt"], B, "workspace_busy");
+    let dir_b = env.host("mnt-b");
+    std::fs::create_dir_all(&dir_b).unwrap();
+    let _guard_b = Unmount(&env, dir_b.clone());
+    env.err_env(
+        &["mount", "v", dir_b.to_str().unwrap()],
+        B,
+        "workspace_busy",
+    );
+    assert!(!files(&env, B).contains(&"b.txt".to_string()));
+    // Host B may read, fork and save a checkpoint (none changes the fork's files); host
+    // A's own processes may write.
+    assert!(files(&env, B).contains(&"through-mount.txt".to_string()));
+    env.data_env(&["vault", "fork", "v", "side"], B);
+    env.data_env(&["checkpoint", "save", "cp"], B);
+    env.data_env(&["write", "/from-a-cli.txt", "a"], A);
+
+    // The mount renews its lease: still held well past one lease length.
+    std::thread::sleep(Duration::from_millis(2500));
+    env.err_env(&["write", "/b.txt", "b"], B, "workspace_busy");
+
+    // Host A dies. Its lease lapses, host B takes over, and nothing acknowledged is lost.
+    Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .unwrap();
+    common::wait::until_true("the mount daemon to die", || {
+        common::wait::process_gone(&pid.to_string())
+    });
+    std::thread::sleep(Duration::from_millis(1200));
+    env.data_env(&["write", "/b.txt", "b"], B);
+    env.data_env(&["mount", "v", dir_b.to_str().unwrap()], B);
+    let now = files(&env, A);
+    for f in ["from-a-cli.txt", "b.txt"] {
+        assert!(now.contains(&f.to_string()), "{f} missing: {now:?}");
+    }
+    // Now host A is the other host, refused while B's mount holds the fork.
+    let e = env.err_env(&["write", "/a2.txt", "a"], A, "workspace_busy");
+    assert!(e["message"].as_str().unwrap().contains("host-b"), "{e}");
+    // B's mount ends: its lease is given up at once, and A writes again.
+    env.data_env(&["unmount", dir_b.to_str().unwrap()], B);
+    env.data_env(&["write", "/a2.txt", "a"], A);
+    env.data(&["vault", "check"]);
+}
+
+#[test]
+fn a_read_only_mount_and_a_pinned_checkpoint_take_no_lease() {
+    if !common::skip::require_fuse() {
+        return;
+    }
+    let env = TestEnv::with_vault("v");
+    let dir = env.host("ro");
+    std::fs::create_dir_all(&dir).unwrap();
+    let _guard = Unmount(&env, dir.clone());
+    env.data_env(&["mount", "v", dir.to_str().unwrap(), "--readonly"], A);
+    env.data_env(&["checkpoint", "save", "cp"], A);
+    let pinned = env.host("pinned");
+    std::fs::create_dir_all(&pinned).unwrap();
+    let _guard_pinned = Unmount(&env, pinned.clone());
+    env.data_env(&["mount", "v@cp", pinned.to_str().unwrap()], A);
+    env.data_env(&["write", "/b.txt", "b"], B);
+}
+
+#[test]
+fn a_session_holds_its_fork_and_gives_it_up_when_stopped() {
+    if !common::skip::require_fuse() {
+        return;
+    }
+    let env = TestEnv::with_vault("v");
+    env.data_env(&["session", "start", "v", "--name", "s"], A);
+    let stop = |env: &TestEnv| {
+        let _ = env.cmd().args(["session", "stop", "s"]).output();
+    };
+    let e = env.json_env(&["write", "/b.txt", "b"], B);
+    stop(&env);
+    assert_eq!(e["error"]["kind"], "workspace_busy", "{e}");
+    assert!(
+        e["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("session s"),
+        "{e}"
+    );
+    env.data_env(&["write", "/b.txt", "b"], B);
+}
+
+#[test]
+fn a_bad_lease_length_is_refused_before_anything_starts() {
+    let env = TestEnv::with_vault("v");
+    let dir = env.host("mnt");
+    std::fs::create_dir_all(&dir).unwrap();
+    let _guard = Unmount(&env, dir.clone());
+    for bad in [
+        "0",
+        "-1",
+        "1000y",
+        "inf",
+        "NaN",
+        "3601",
+        "18446744073709551616",
+    ] {
+        let e = env.err_env(
+            &["mount", "v", dir.to_str().unwrap()],
+            &[("AVFS_LEASE_SECS", bad)],
+            "invalid_argument",
+        );
+        assert!(
+            e["message"].as_str().unwrap().contains("AVFS_LEASE_SECS"),
+            "{bad}: {e}"
+        );
+        env.err_env(
+            &["session", "start", "v", "--name", "s"],
+            &[("AVFS_LEASE_SECS", bad)],
+            "invalid_argument",
+        );
+    }
+    assert!(std::fs::read_dir(&dir).unwrap().next().is_none());
+    assert!(env.data(&["mounts"]).as_array().unwrap().is_empty());
+}
+
+fn mount_pid(doc: &serde_json::Value) -> u32 {
+    doc["pid"].as_u64().expect("the mount's pid") as u32
+}
+
+fn kill(signal: &str, pid: u32) {
+    assert!(
+        Command::new("kill")
+            .args([signal, &pid.to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+}
+
+/// A holder that stalls past its lease (SIGSTOP) while another host writes is fenced when
+/// it wakes: its mount refuses changes, and the other host's acknowledged write stays.
+/// (It used to renew the lapsed lease as its own and write its stale view back over it.)
+#[test]
+fn a_holder_that_stalled_past_its_lease_never_writes_over_another_hosts_work() {
+    if !common::skip::require_fuse() {
+        return;
+    }
+    let env = TestEnv::with_vault("v");
+    env.data(&["write", "/f.txt", "orig"]);
+    let dir = env.host("mnt-a");
+    std::fs::create_dir_all(&dir).unwrap();
+    let _guard = Unmount(&env, dir.clone());
+    let pid = mount_pid(&env.data_env(&["mount", "v", dir.to_str().unwrap()], A));
+    assert_eq!(std::fs::read(dir.join("f.txt")).unwrap(), b"orig");
+    kill("-STOP", pid);
+    std::thread::sleep(Duration::from_millis(1600));
+    let acked = env.data_env(&["write", "/f.txt", "from-b"], B);
+    kill("-CONT", pid);
+    // The woken holder's renewal (every third of a second) finds the lease lost.
+    std::thread::sleep(Duration::from_millis(1000));
+    let append = std::fs::OpenOptions::new()
+        .append(true)
+        .open(dir.join("f.txt"))
+        .and_then(|mut f| std::io::Write::write_all(&mut f, b"+a").and_then(|_| f.sync_all()));
+    assert!(append.is_err(), "a fenced mount took a write");
+    assert!(std::fs::write(dir.join("new.txt"), b"a").is_err());
+    assert_eq!(env.cat(None, "/f.txt"), b"from-b", "{acked}");
+    // Host A's other processes, with a fresh view, still write.
+    env.data_env(&["write", "/a-cli.txt", "a"], A);
+}
+
+/// Two read-write mounts of one fork on one host share its lease: unmounting one leaves
+/// the fork held for the other. (The first unmount used to drop the lease.)
+#[test]
+fn a_second_mount_on_the_same_host_keeps_the_fork_held_after_the_first_ends() {
+    if !common::skip::require_fuse() {
+        return;
+    }
+    let env = TestEnv::with_vault("v");
+    let (one, two) = (env.host("one"), env.host("two"));
+    for d in [&one, &two] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    let (_g1, _g2) = (Unmount(&env, one.clone()), Unmount(&env, two.clone()));
+    env.data_env(&["mount", "v", one.to_str().unwrap()], A);
+    env.data_env(&["mount", "v", two.to_str().unwrap()], A);
+    // Past a few renewals of both.
+    std::thread::sleep(Duration::from_millis(1500));
+    env.data_env(&["unmount", one.to_str().unwrap()], A);
+    env.err_env(&["write", "/b.txt", "b"], B, "workspace_busy");
+    std::fs::write(two.join("still.txt"), b"a").unwrap();
+    env.data_env(&["unmount", two.to_str().unwrap()], A);
+    env.data_env(&["write", "/b.txt", "b"], B);
+    assert_eq!(env.cat(None, "/still.txt"), b"a");
+}
+
+/// Another host may not delete a held fork; cleaning up a killed mount gives its lease up
+/// at once (not after an hour-long lease lapses); a host id is trimmed.
+#[test]
+fn a_held_fork_is_not_deleted_from_another_host_and_a_dead_holder_is_cleared_by_unmount() {
+    if !common::skip::require_fuse() {
+        return;
+    }
+    let env = TestEnv::with_vault("v");
+    env.data(&["vault", "fork", "v", "f"]);
+    let dir = env.host("mnt");
+    std::fs::create_dir_all(&dir).unwrap();
+    let _guard = Unmount(&env, dir.clone());
+    let hour_a = &[("AVFS_HOST_ID", " host-a "), ("AVFS_LEASE_SECS", "3600")];
+    let pid = mount_pid(&env.data_env(&["mount", "f", dir.to_str().unwrap()], hour_a));
+    env.err_env(&["vault", "delete", "f", "--yes"], B, "workspace_busy");
+    env.data_env(&["-w", "f", "write", "/a.txt", "a"], A);
+    kill("-9", pid);
+    common::wait::until_true("the mount daemon to die", || {
+        common::wait::process_gone(&pid.to_string())
+    });
+    env.err_env(&["-w", "f", "write", "/b.txt", "b"], B, "workspace_busy");
+    assert_eq!(
+        env.data_env(&["unmount", dir.to_str().unwrap()], A)["stale"],
+        true
+    );
+    env.data_env(&["-w", "f", "write", "/b.txt", "b"], B);
+    env.data_env(&["vault", "delete", "f", "--yes"], B);
+}
