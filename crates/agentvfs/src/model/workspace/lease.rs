@@ -3,12 +3,13 @@
 //! `workspace_busy`, naming the holder. A lease lasts a bounded time and its holders renew
 //! it: one whose host died lapses, and the next writer takes the fork with a new epoch.
 //!
-//! Epochs fence. Every take of a free (or lapsed) lease draws a new epoch from a counter of
-//! the vault's, so no two takes ever share one, and a holder writes only while the stored
-//! lease is still live at its own epoch. A holder that stalled past its lease (whatever
-//! anyone did meanwhile: wrote, took the fork, gave it back, deleted and re-made it) is
-//! refused from then on, and never writes its stale view over another's acknowledged
-//! work; it has to be started again. Writers on the lease's own host share it: a second
+//! Epochs fence. Every take of a free lease draws a new epoch from a counter of the
+//! vault's, so no two takes ever share one. A lease that lapsed still stands for its
+//! holders until another host changes the fork (which marks it `overtaken`, in the same
+//! transaction), takes the fork or deletes it: a holder that was only slow (its database
+//! paused, its host suspended) carries on, and one that stalled while another host worked
+//! on the fork is refused from then on, for good, and never writes its stale view over that
+//! host's acknowledged work; it has to be started again. Writers on the lease's own host share it: a second
 //! read-write mount of the fork joins the first at its epoch, and the lease lapses only
 //! when the last of them gives it up (or dies).
 //!
@@ -43,6 +44,9 @@ pub struct Lease {
     pub epoch: u64,
     /// When it lapses unless renewed (milliseconds since the Unix epoch; 0: given up).
     pub expires_ms: u64,
+    /// Another host changed the fork after the lease lapsed: its holders' view is stale.
+    #[serde(default)]
+    pub overtaken: bool,
 }
 
 /// One writer holding a lease.
@@ -64,6 +68,15 @@ impl Lease {
     /// Refuses a change from `host`: held, by another host.
     fn refuses(&self, host: &str, now_ms: u64) -> bool {
         self.live(now_ms) && self.host != host
+    }
+
+    /// Still stands for its holders at `epoch` on `host`: live, or lapsed with nobody
+    /// else's change since.
+    fn stands_for(&self, host: &str, epoch: u64, now_ms: u64) -> bool {
+        self.host == host
+            && self.epoch == epoch
+            && !self.holders.is_empty()
+            && (self.live(now_ms) || !self.overtaken)
     }
 
     fn holder_names(&self) -> String {
@@ -159,28 +172,33 @@ fn alive(pid: u32) -> bool {
 }
 
 /// Refuse a change to `workspace`'s files from `host` while another host holds the fork's
-/// lease. A handle holding the lease (`hold`) may change them only while the stored lease
-/// is still live at its epoch; once it is not, the handle is refused for good.
+/// lease; a change from another host after it lapsed marks it overtaken. A handle holding
+/// the lease (`hold`) may change them only while the lease still stands for it; once it
+/// does not, the handle is refused for good.
 pub(super) fn check_write(
-    r: &dyn StoreRead,
+    w: &mut dyn StoreWrite,
     workspace: &str,
     host: &str,
     hold: &Hold,
 ) -> Result<()> {
-    let lease = load(r, workspace)?;
+    let lease = load(w, workspace)?;
     let now = now_ms();
     let held = hold.epoch.load(Ordering::SeqCst);
     if held == 0 {
         return match lease {
             Some(l) if l.refuses(host, now) => Err(l.busy(workspace, now, "a change")),
+            Some(mut l) if l.host != host && !l.overtaken && !l.holders.is_empty() => {
+                l.overtaken = true;
+                save(w, workspace, &l)
+            }
             _ => Ok(()),
         };
     }
-    let kept = !hold.lost.load(Ordering::SeqCst)
+    let stands = !hold.lost.load(Ordering::SeqCst)
         && lease
             .as_ref()
-            .is_some_and(|l| l.epoch == held && l.host == host && l.live(now));
-    if kept {
+            .is_some_and(|l| l.stands_for(host, held, now));
+    if stands {
         return Ok(());
     }
     hold.lost.store(true, Ordering::SeqCst);
@@ -197,9 +215,10 @@ fn lost(workspace: &str, held: u64, now: Option<&Lease>, now_ms: u64) -> Error {
             l.epoch
         ),
         Some(l) if l.epoch != held => format!("the fork was taken at epoch {} since", l.epoch),
-        Some(_) => {
-            "it lapsed (the writer stalled past it), so others may have written since".into()
+        Some(l) if l.overtaken => {
+            "it lapsed (this writer stalled past it) and another host changed the fork since".into()
         }
+        Some(_) => "it was given up".into(),
         None => "the fork was deleted since".into(),
     };
     Error::WorkspaceBusy {
@@ -268,7 +287,8 @@ impl Workspace {
                 Some(l) if l.refuses(&host, now) => {
                     return Err(l.busy(&self.name, now, "a read-write mount or session"));
                 }
-                Some(mut l) if l.live(now) => {
+                // This host's, standing: joined at its epoch.
+                Some(mut l) if l.stands_for(&host, l.epoch, now) => {
                     l.holders.retain(|h| h.pid != pid && alive(h.pid));
                     l.holders.push(me);
                     l.expires_ms = l.expires_ms.max(until);
@@ -279,6 +299,7 @@ impl Workspace {
                     holders: vec![me],
                     epoch: next_epoch(w)?,
                     expires_ms: until,
+                    overtaken: false,
                 },
             };
             save(w, &self.name, &lease)?;
@@ -303,7 +324,7 @@ impl Workspace {
             let gone = w.workspace(&self.name)?.is_none();
             let lease = load(w, &self.name)?;
             match lease {
-                Some(mut l) if !gone && l.epoch == held && l.host == host && l.live(now) => {
+                Some(mut l) if !gone && l.stands_for(&host, held, now) => {
                     l.holders.retain(|h| h.pid != pid && alive(h.pid));
                     l.holders.push(Holder {
                         what: what.to_string(),
@@ -390,6 +411,7 @@ mod tests {
             }],
             epoch: 1,
             expires_ms,
+            overtaken: false,
         }
     }
 
@@ -407,5 +429,15 @@ mod tests {
         // Only another host is refused.
         assert!(lease(now + 1).refuses("b", now));
         assert!(!lease(now + 1).refuses("a", now));
+        // A lapsed lease stands for its holders until another host changes the fork.
+        let mut lapsed = lease(now - 1);
+        assert!(lapsed.stands_for("a", 1, now));
+        assert!(!lapsed.stands_for("a", 2, now) && !lapsed.stands_for("b", 1, now));
+        lapsed.overtaken = true;
+        assert!(!lapsed.stands_for("a", 1, now));
+        // A lease given up stands for nobody.
+        let mut given_up = lease(0);
+        given_up.holders.clear();
+        assert!(!given_up.stands_for("a", 1, now));
     }
 }

@@ -339,17 +339,17 @@ impl Workspace {
             // While another host's long-lived writer holds the fork, a change to its files
             // from here is refused (and rolled back with this transaction). Reads, forks
             // and checkpoints are not changes to its files.
-            let check_lease = |w: &dyn StoreRead| {
+            let check_lease = |w: &mut dyn StoreWrite| {
                 lease::check_write(w, &self.name, &lease::host_id(), &self.lease)
             };
             if matches!(logging, Logging::AuditOnly) {
-                check_lease(edit.w)?;
+                check_lease(&mut *edit.w)?;
             }
             let mut op_id = None;
             if let Some(before) = before {
                 let after = edit.fold()?;
                 if after != before {
-                    check_lease(edit.w)?;
+                    check_lease(&mut *edit.w)?;
                 }
                 edit.w.overlay_clear(edit.ws.id)?;
                 edit.ws.base = after;
