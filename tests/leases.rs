@@ -136,6 +136,7 @@ fn a_bad_lease_length_is_refused_before_anything_starts() {
     for bad in [
         "0",
         "-1",
+        "0.5",
         "1000y",
         "inf",
         "NaN",
@@ -270,4 +271,32 @@ fn a_held_fork_is_not_deleted_from_another_host_and_a_dead_holder_is_cleared_by_
     );
     env.data_env(&["-w", "f", "write", "/b.txt", "b"], B);
     env.data_env(&["vault", "delete", "f", "--yes"], B);
+}
+
+/// Deleting a shared vault, or moving it to another engine, from another host while one
+/// of its forks is held is refused: the holder would lose the vault under its feet. (Both
+/// went through: only deleting the held fork itself was refused.)
+#[test]
+fn a_vault_with_a_held_fork_is_not_deleted_or_migrated_from_another_host() {
+    if !common::skip::require_fuse() {
+        return;
+    }
+    let env = TestEnv::with_vault("v");
+    env.data(&["vault", "fork", "v", "f"]);
+    let dir = env.host("mnt");
+    std::fs::create_dir_all(&dir).unwrap();
+    let _guard = Unmount(&env, dir.clone());
+    env.data_env(&["mount", "f", dir.to_str().unwrap()], A);
+    let e = env.err_env(&["vault", "delete", "v", "--yes"], B, "workspace_busy");
+    assert!(e["message"].as_str().unwrap().contains("host-a"), "{e}");
+    // Host B's own home, where no mount of host A's is recorded: only the lease tells.
+    let home_b = env.host("home-b");
+    let file = env.vault_file("v");
+    let b_home = [B[0], B[1], ("AVFS_HOME", home_b.to_str().unwrap())];
+    let to = ["vault", "migrate", file.to_str().unwrap(), "--to", "sqlite"];
+    env.err_env(&to, &b_home, "workspace_busy");
+    std::fs::write(dir.join("still.txt"), b"a").unwrap();
+    env.data_env(&["unmount", dir.to_str().unwrap()], A);
+    assert_eq!(env.cat(Some("f"), "/still.txt"), b"a");
+    env.data_env(&["vault", "delete", "v", "--yes"], B);
 }

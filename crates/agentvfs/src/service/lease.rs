@@ -14,8 +14,9 @@ use crate::model::{MAX_LEASE, Renewal, Workspace};
 /// after its writer's host dies.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
 
-/// The lease length: `AVFS_LEASE_SECS` (seconds, fractions allowed, up to an hour), else
-/// 30 s.
+/// The lease length: `AVFS_LEASE_SECS` (seconds, fractions allowed, from 1 to an hour),
+/// else 30 s. Shorter leases would lapse under ordinary load: renewing waits its turn with
+/// the writes.
 pub fn lease_length() -> Result<Duration> {
     let raw = std::env::var("AVFS_LEASE_SECS").unwrap_or_default();
     if raw.trim().is_empty() {
@@ -23,12 +24,12 @@ pub fn lease_length() -> Result<Duration> {
     }
     let bad = || {
         Error::invalid(format!(
-            "AVFS_LEASE_SECS={raw:?}: expected seconds from 0.01 to {}",
+            "AVFS_LEASE_SECS={raw:?}: expected seconds from 1 to {}",
             MAX_LEASE.as_secs()
         ))
     };
     let secs: f64 = raw.trim().parse().map_err(|_| bad())?;
-    if !secs.is_finite() || !(0.01..=MAX_LEASE.as_secs_f64()).contains(&secs) {
+    if !secs.is_finite() || !(1.0..=MAX_LEASE.as_secs_f64()).contains(&secs) {
         return Err(bad());
     }
     Ok(Duration::from_secs_f64(secs))

@@ -78,6 +78,8 @@ impl WorkspaceService {
             )));
         }
         let vault = self.open_vault(&target)?;
+        // Nor while another host's mount or session holds one of its forks.
+        vault.check_unleased("moving the vault")?;
         let from = vault.store.engine();
         if from == to {
             return Err(Error::invalid(format!(

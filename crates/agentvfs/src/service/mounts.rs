@@ -294,7 +294,17 @@ pub fn mount(
     })?;
     match started {
         Daemon::Ready(rec) => Ok(Some(rec)),
-        Daemon::Exited(why) => Err(failed(format!("the mount daemon exited: {why}"))),
+        Daemon::Exited(why) => {
+            // Another host took the fork between the check above and the daemon's take.
+            if !req.readonly
+                && let Err(busy @ Error::WorkspaceBusy { .. }) = service
+                    .open(Some(&spec))
+                    .and_then(|(_, ws)| ws.check_lease_free("a read-write mount"))
+            {
+                return Err(busy);
+            }
+            Err(failed(format!("the mount daemon exited: {why}")))
+        }
         Daemon::TimedOut => Err(failed("the mount did not become ready within 20 s".into())),
     }
 }

@@ -390,6 +390,10 @@ impl WorkspaceService {
                 names
             };
             if target.workspace == MAIN {
+                // Not from under another host's long-lived writer (a shared vault).
+                if let Ok(vault) = Vault::open(&target.path) {
+                    vault.check_unleased("deleting the vault")?;
+                }
                 crate::store::remove_vault_files(&target.path)?;
                 let path = target.path.clone();
                 let names = unregister(data, &|e| e.path == path);

@@ -238,6 +238,30 @@ pub(crate) fn check_delete(r: &dyn StoreRead, workspace: &str) -> Result<()> {
     }
 }
 
+impl crate::model::Vault {
+    /// Refuse (`workspace_busy`) `what` to the whole vault (deleting it, moving it to
+    /// another engine) while another host holds a lease on any of its forks.
+    pub fn check_unleased(&self, what: &str) -> Result<()> {
+        let (host, now) = (host_id(), now_ms());
+        self.store.read(|r| {
+            for (k, v) in r.settings_with_prefix("fork:")? {
+                let Some(fork) = k
+                    .strip_prefix("fork:")
+                    .and_then(|k| k.strip_suffix("/lease"))
+                else {
+                    continue;
+                };
+                if let Ok(l) = serde_json::from_str::<Lease>(&v)
+                    && l.refuses(&host, now)
+                {
+                    return Err(l.busy(fork, now, what));
+                }
+            }
+            Ok(())
+        })
+    }
+}
+
 /// What a renewal found.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Renewal {
