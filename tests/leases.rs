@@ -28,8 +28,7 @@ fn a_read_write_mount_holds_its_fork_against_other_hosts_until_it_ends_or_lapses
         return;
     }
     let env = TestEnv::with_vault("v");
-    let dir = env.host("mnt-a");
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = mount_dir(&env, "mnt-a");
     let _guard = Unmount(&env, dir.clone());
     let mount = env.data_env(&["mount", "v", dir.to_str().unwrap()], A);
     let pid = mount["pid"].as_u64().expect("the mount's pid") as u32;
@@ -42,8 +41,7 @@ fn a_read_write_mount_holds_its_fork_against_other_hosts_until_it_ends_or_lapses
     assert!(msg.contains("host-a") && msg.contains("mount"), "{e}");
     assert_eq!(e["details"]["workspace"], "main", "{e}");
     env.err_env(&["rm", "/through-mount.txt"], B, "workspace_busy");
-    let dir_b = env.host("mnt-b");
-    std::fs::create_dir_all(&dir_b).unwrap();
+    let dir_b = mount_dir(&env, "mnt-b");
     let _guard_b = Unmount(&env, dir_b.clone());
     env.err_env(
         &["mount", "v", dir_b.to_str().unwrap()],
@@ -92,13 +90,11 @@ fn a_read_only_mount_and_a_pinned_checkpoint_take_no_lease() {
         return;
     }
     let env = TestEnv::with_vault("v");
-    let dir = env.host("ro");
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = mount_dir(&env, "ro");
     let _guard = Unmount(&env, dir.clone());
     env.data_env(&["mount", "v", dir.to_str().unwrap(), "--readonly"], A);
     env.data_env(&["checkpoint", "save", "cp"], A);
-    let pinned = env.host("pinned");
-    std::fs::create_dir_all(&pinned).unwrap();
+    let pinned = mount_dir(&env, "pinned");
     let _guard_pinned = Unmount(&env, pinned.clone());
     env.data_env(&["mount", "v@cp", pinned.to_str().unwrap()], A);
     env.data_env(&["write", "/b.txt", "b"], B);
@@ -130,8 +126,7 @@ fn a_session_holds_its_fork_and_gives_it_up_when_stopped() {
 #[test]
 fn a_bad_lease_length_is_refused_before_anything_starts() {
     let env = TestEnv::with_vault("v");
-    let dir = env.host("mnt");
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = mount_dir(&env, "mnt");
     let _guard = Unmount(&env, dir.clone());
     for bad in [
         "0",
@@ -162,6 +157,13 @@ fn a_bad_lease_length_is_refused_before_anything_starts() {
     assert!(env.data(&["mounts"]).as_array().unwrap().is_empty());
 }
 
+/// An empty directory for a mount.
+fn mount_dir(env: &TestEnv, name: &str) -> std::path::PathBuf {
+    let dir = env.host(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
 fn mount_pid(doc: &serde_json::Value) -> u32 {
     doc["pid"].as_u64().expect("the mount's pid") as u32
 }
@@ -187,8 +189,7 @@ fn a_holder_that_stalled_past_its_lease_never_writes_over_another_hosts_work() {
     }
     let env = TestEnv::with_vault("v");
     env.data(&["write", "/f.txt", "orig"]);
-    let dir = env.host("mnt-a");
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = mount_dir(&env, "mnt-a");
     let _guard = Unmount(&env, dir.clone());
     let pid = mount_pid(&env.data_env(&["mount", "v", dir.to_str().unwrap()], A));
     assert_eq!(std::fs::read(dir.join("f.txt")).unwrap(), b"orig");
@@ -253,8 +254,7 @@ fn a_held_fork_is_not_deleted_from_another_host_and_a_dead_holder_is_cleared_by_
     }
     let env = TestEnv::with_vault("v");
     env.data(&["vault", "fork", "v", "f"]);
-    let dir = env.host("mnt");
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = mount_dir(&env, "mnt");
     let _guard = Unmount(&env, dir.clone());
     let hour_a = &[("AVFS_HOST_ID", " host-a "), ("AVFS_LEASE_SECS", "3600")];
     let pid = mount_pid(&env.data_env(&["mount", "f", dir.to_str().unwrap()], hour_a));
@@ -283,8 +283,7 @@ fn a_vault_with_a_held_fork_is_not_deleted_or_migrated_from_another_host() {
     }
     let env = TestEnv::with_vault("v");
     env.data(&["vault", "fork", "v", "f"]);
-    let dir = env.host("mnt");
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = mount_dir(&env, "mnt");
     let _guard = Unmount(&env, dir.clone());
     env.data_env(&["mount", "f", dir.to_str().unwrap()], A);
     let e = env.err_env(&["vault", "delete", "v", "--yes"], B, "workspace_busy");
