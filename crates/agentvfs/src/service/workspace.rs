@@ -390,8 +390,12 @@ impl WorkspaceService {
                 names
             };
             if target.workspace == MAIN {
-                // Not from under another host's long-lived writer (a shared vault).
-                if let Ok(vault) = Vault::open(&target.path) {
+                // Not from under another host's long-lived writer: only a vault on a
+                // server is shared by hosts (opening a local one here would race its own
+                // removal: a sled vault's flusher writes into the directory going away).
+                if crate::store::engine_of(&target.path).is_server()
+                    && let Ok(vault) = Vault::open(&target.path)
+                {
                     vault.check_unleased("deleting the vault")?;
                 }
                 crate::store::remove_vault_files(&target.path)?;
