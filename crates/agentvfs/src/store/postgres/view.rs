@@ -17,8 +17,9 @@ use futures::FutureExt;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Row, Statement};
 
+use super::conn::{Statements, block};
 use super::objects::Objects;
-use super::{Statements, block, pg_error};
+use super::pg_error;
 use crate::error::Result;
 use crate::store::kv::{Buffer, KvRead, KvWrite, Table, Val, Visit, merge, prefix_end};
 

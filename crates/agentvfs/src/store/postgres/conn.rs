@@ -1,0 +1,203 @@
+//! The vault's connections: the runtime the `tokio-postgres` clients run on, connecting
+//! (with bounds on waiting), the prepared statements of a connection, and the idle
+//! connections kept per vault for the next open in the same process.
+
+use std::sync::Mutex;
+
+use postgres::{Client, NoTls};
+use tokio_postgres::Statement;
+
+use super::pg_error;
+use crate::error::{Error, Result};
+use crate::store::lock::lock;
+
+/// Prepared statements of one connection, on one vault's schema.
+pub(super) struct Statements {
+    pub(super) get: Statement,
+    /// Rows of one table by a list of keys.
+    pub(super) get_many: Statement,
+    pub(super) from: Statement,
+    pub(super) range: Statement,
+    pub(super) from_rev: Statement,
+    pub(super) range_rev: Statement,
+    pub(super) upsert: Statement,
+    pub(super) delete: Statement,
+    /// A writer's first statement: the vault's lock.
+    pub(super) lock: Statement,
+    /// Its second: whether the vault was retired. (Not one statement with the lock: a
+    /// statement's snapshot is taken before it waits for the lock, and would miss the
+    /// commit that retired the vault while it waited.)
+    pub(super) retired: Statement,
+}
+
+pub(super) struct Conn {
+    pub(super) client: tokio_postgres::Client,
+    pub(super) st: Statements,
+}
+
+/// The runtime the vault connections run on: one worker, which reads each connection's
+/// answers as they come (so a connection the server dropped is seen as closed at once).
+pub(super) fn runtime() -> Result<&'static tokio::runtime::Runtime> {
+    static RT: std::sync::OnceLock<std::result::Result<tokio::runtime::Runtime, String>> =
+        std::sync::OnceLock::new();
+    RT.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("avfs-postgres")
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())
+    })
+    .as_ref()
+    .map_err(|e| Error::Storage(format!("starting the PostgreSQL client's runtime: {e}")))
+}
+
+/// Wait for `f` on the connections' runtime.
+pub(super) fn block<F: std::future::Future>(f: F) -> F::Output {
+    match runtime() {
+        Ok(rt) => rt.block_on(f),
+        // `connect` made the runtime before any connection existed to wait on.
+        Err(_) => unreachable!("no connection exists without the runtime"),
+    }
+}
+
+/// Connect, with bounds on waiting: 10 s to connect and TCP keepalives unless the URL says
+/// otherwise, and 60 s at most for the vault's lock (so a writer on a host that stopped
+/// answering holds no one up for ever).
+pub(super) fn connect(url: &str) -> Result<Client> {
+    let config = postgres::Config::from(config(url)?);
+    config.connect(NoTls).map_err(connect_error)
+}
+
+/// A connection for the vault's reads and writes, on the runtime.
+pub(super) fn connect_async(url: &str) -> Result<tokio_postgres::Client> {
+    let config = config(url)?;
+    let rt = runtime()?;
+    let (client, connection) = rt.block_on(config.connect(NoTls)).map_err(connect_error)?;
+    // Its failure shows through the client (closed, and the error of the next request).
+    rt.spawn(async move {
+        let _ = connection.await;
+    });
+    Ok(client)
+}
+
+fn connect_error(e: postgres::Error) -> Error {
+    match pg_error(e) {
+        Error::Storage(reason) => Error::StoreUnavailable { reason },
+        other => other,
+    }
+}
+
+fn config(url: &str) -> Result<tokio_postgres::Config> {
+    let mut config: tokio_postgres::Config = url
+        .parse()
+        .map_err(|e| Error::invalid(format!("the PostgreSQL URL does not parse: {e}")))?;
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(std::time::Duration::from_secs(10));
+    }
+    config
+        .keepalives(true)
+        .keepalives_idle(std::time::Duration::from_secs(30));
+    let options = config.get_options().unwrap_or_default().to_string();
+    config.options(format!("{options} -c lock_timeout=60s").trim());
+    if config.get_application_name().is_none() {
+        config.application_name("avfs");
+    }
+    Ok(config)
+}
+
+pub(super) fn quoted(schema: &str) -> String {
+    format!("\"{}\"", schema.replace('"', "\"\""))
+}
+
+impl Conn {
+    pub(super) fn open(url: &str, schema: &str) -> Result<Conn> {
+        Conn::prepared(connect_async(url)?, schema)
+    }
+
+    pub(super) fn prepared(client: tokio_postgres::Client, schema: &str) -> Result<Conn> {
+        let st = block(Conn::statements(&client, schema))?;
+        Ok(Conn { client, st })
+    }
+
+    /// Prepare the vault's statements on `client`: all in one round trip.
+    pub(super) async fn statements(
+        client: &tokio_postgres::Client,
+        schema: &str,
+    ) -> Result<Statements> {
+        let kv = format!("{}.kv", quoted(schema));
+        let select = format!("SELECT k, v FROM {kv} WHERE t = $1 AND k >= $2");
+        let sql = [
+            format!("SELECT v FROM {kv} WHERE t = $1 AND k = $2"),
+            format!("SELECT k, v FROM {kv} WHERE t = $1 AND k = ANY($2)"),
+            format!("{select} ORDER BY k LIMIT $3"),
+            format!("{select} AND k < $3 ORDER BY k LIMIT $4"),
+            format!("{select} ORDER BY k DESC LIMIT $3"),
+            format!("{select} AND k < $3 ORDER BY k DESC LIMIT $4"),
+            format!(
+                "INSERT INTO {kv} (t, k, v) SELECT * FROM unnest($1::int2[], $2::bytea[], $3::bytea[]) \
+                 ON CONFLICT (t, k) DO UPDATE SET v = EXCLUDED.v"
+            ),
+            format!(
+                "DELETE FROM {kv} WHERE (t, k) IN (SELECT * FROM unnest($1::int2[], $2::bytea[]))"
+            ),
+            "SELECT pg_advisory_xact_lock($1)".into(),
+            format!("SELECT EXISTS (SELECT 1 FROM {kv} WHERE t = $1 AND k = $2)"),
+        ];
+        let prepared = futures::future::try_join_all(sql.iter().map(|q| client.prepare(q)))
+            .await
+            .map_err(pg_error)?;
+        if prepared.len() != sql.len() {
+            return Err(Error::Storage(
+                "PostgreSQL prepared a different number of statements".into(),
+            ));
+        }
+        // In the order of `sql`.
+        let mut next = prepared.into_iter();
+        let mut st = || next.next().expect("counted above");
+        Ok(Statements {
+            get: st(),
+            get_many: st(),
+            from: st(),
+            range: st(),
+            from_rev: st(),
+            range_rev: st(),
+            upsert: st(),
+            delete: st(),
+            lock: st(),
+            retired: st(),
+        })
+    }
+}
+
+/// Idle connections to each vault: a vault opened again in the same process (a command
+/// that looked a fork up in it, then opens it) reuses them instead of connecting anew.
+type Idle = std::collections::HashMap<(String, String), Vec<Conn>>;
+
+pub(super) fn idle() -> &'static Mutex<Idle> {
+    static IDLE: std::sync::OnceLock<Mutex<Idle>> = std::sync::OnceLock::new();
+    IDLE.get_or_init(Mutex::default)
+}
+
+/// Connections kept idle per vault: as many as this process read with at once, up to this.
+const IDLE_MAX: usize = 16;
+
+/// An idle connection to vault `pool` the server has not dropped (the runtime sees a
+/// dropped one closed at once: a server restart drops them all, and all are let go).
+pub(super) fn take_idle(pool: &(String, String)) -> Option<Conn> {
+    let mut idle = lock(idle());
+    let conns = idle.get_mut(pool)?;
+    conns.retain(|c| !c.client.is_closed());
+    conns.pop()
+}
+
+pub(super) fn put_idle(pool: &(String, String), conn: Conn) {
+    if conn.client.is_closed() {
+        return;
+    }
+    let mut idle = lock(idle());
+    let conns = idle.entry(pool.clone()).or_default();
+    if conns.len() < IDLE_MAX {
+        conns.push(conn);
+    }
+}
