@@ -29,8 +29,7 @@ fn a_read_write_mount_holds_its_fork_against_other_hosts_until_it_ends_or_lapses
         return;
     }
     let env = TestEnv::with_vault("v");
-    let dir = mount_dir(&env, "mnt-a");
-    let _guard = Unmount(&env, dir.clone());
+    let (dir, _guard) = mount_dir(&env, "mnt-a");
     let mount = env.data_env(&["mount", "v", dir.to_str().unwrap()], A);
     let pid = mount["pid"].as_u64().expect("the mount's pid") as u32;
     std::fs::write(dir.join("through-mount.txt"), b"a\n").unwrap();
@@ -42,8 +41,7 @@ fn a_read_write_mount_holds_its_fork_against_other_hosts_until_it_ends_or_lapses
     assert!(msg.contains("host-a") && msg.contains("mount"), "{e}");
     assert_eq!(e["details"]["workspace"], "main", "{e}");
     env.err_env(&["rm", "/through-mount.txt"], B, "workspace_busy");
-    let dir_b = mount_dir(&env, "mnt-b");
-    let _guard_b = Unmount(&env, dir_b.clone());
+    let (dir_b, _guard_b) = mount_dir(&env, "mnt-b");
     env.err_env(
         &["mount", "v", dir_b.to_str().unwrap()],
         B,
@@ -91,12 +89,10 @@ fn a_read_only_mount_and_a_pinned_checkpoint_take_no_lease() {
         return;
     }
     let env = TestEnv::with_vault("v");
-    let dir = mount_dir(&env, "ro");
-    let _guard = Unmount(&env, dir.clone());
+    let (dir, _guard) = mount_dir(&env, "ro");
     env.data_env(&["mount", "v", dir.to_str().unwrap(), "--readonly"], A);
     env.data_env(&["checkpoint", "save", "cp"], A);
-    let pinned = mount_dir(&env, "pinned");
-    let _guard_pinned = Unmount(&env, pinned.clone());
+    let (pinned, _guard_pinned) = mount_dir(&env, "pinned");
     env.data_env(&["mount", "v@cp", pinned.to_str().unwrap()], A);
     env.data_env(&["write", "/b.txt", "b"], B);
 }
@@ -125,8 +121,7 @@ fn a_session_holds_its_fork_and_gives_it_up_when_stopped() {
 #[test]
 fn a_bad_lease_length_is_refused_before_anything_starts() {
     let env = TestEnv::with_vault("v");
-    let dir = mount_dir(&env, "mnt");
-    let _guard = Unmount(&env, dir.clone());
+    let (dir, _guard) = mount_dir(&env, "mnt");
     for bad in [
         "0",
         "-1",
@@ -156,11 +151,11 @@ fn a_bad_lease_length_is_refused_before_anything_starts() {
     assert!(env.data(&["mounts"]).as_array().unwrap().is_empty());
 }
 
-/// An empty directory for a mount.
-fn mount_dir(env: &TestEnv, name: &str) -> std::path::PathBuf {
+/// An empty directory for a mount, and a guard that unmounts it (if mounted) on drop.
+fn mount_dir<'a>(env: &'a TestEnv, name: &str) -> (std::path::PathBuf, Unmount<'a>) {
     let dir = env.host(name);
     std::fs::create_dir_all(&dir).unwrap();
-    dir
+    (dir.clone(), Unmount(env, dir))
 }
 
 /// Stops session `s` on drop.
@@ -219,8 +214,7 @@ fn a_holder_that_stalled_past_its_lease_never_writes_over_another_hosts_work() {
     }
     let env = TestEnv::with_vault("v");
     env.data(&["write", "/f.txt", "orig"]);
-    let dir = mount_dir(&env, "mnt-a");
-    let _guard = Unmount(&env, dir.clone());
+    let (dir, _guard) = mount_dir(&env, "mnt-a");
     let pid = mount_pid(&env.data_env(&["mount", "v", dir.to_str().unwrap()], A));
     // Dropped before the unmount guard: a failed assertion leaves no stopped daemon.
     let _resume = Resume(pid);
@@ -287,11 +281,7 @@ fn a_second_mount_on_the_same_host_keeps_the_fork_held_after_the_first_ends() {
         return;
     }
     let env = TestEnv::with_vault("v");
-    let (one, two) = (env.host("one"), env.host("two"));
-    for d in [&one, &two] {
-        std::fs::create_dir_all(d).unwrap();
-    }
-    let (_g1, _g2) = (Unmount(&env, one.clone()), Unmount(&env, two.clone()));
+    let ((one, _g1), (two, _g2)) = (mount_dir(&env, "one"), mount_dir(&env, "two"));
     env.data_env(&["mount", "v", one.to_str().unwrap()], A);
     env.data_env(&["mount", "v", two.to_str().unwrap()], A);
     // Past a few renewals of both.
@@ -313,8 +303,7 @@ fn a_held_fork_is_not_deleted_from_another_host_and_a_dead_holder_is_cleared_by_
     }
     let env = TestEnv::with_vault("v");
     env.data(&["vault", "fork", "v", "f"]);
-    let dir = mount_dir(&env, "mnt");
-    let _guard = Unmount(&env, dir.clone());
+    let (dir, _guard) = mount_dir(&env, "mnt");
     let hour_a = &[("AVFS_HOST_ID", " host-a "), ("AVFS_LEASE_SECS", "3600")];
     let pid = mount_pid(&env.data_env(&["mount", "f", dir.to_str().unwrap()], hour_a));
     env.err_env(&["vault", "delete", "f", "--yes"], B, "workspace_busy");
@@ -342,8 +331,7 @@ fn a_vault_with_a_held_fork_is_not_deleted_or_migrated_from_another_host() {
     }
     let env = TestEnv::with_vault("v");
     env.data(&["vault", "fork", "v", "f"]);
-    let dir = mount_dir(&env, "mnt");
-    let _guard = Unmount(&env, dir.clone());
+    let (dir, _guard) = mount_dir(&env, "mnt");
     env.data_env(&["mount", "f", dir.to_str().unwrap()], A);
     // Only a vault on a server is shared by hosts: deleting a local one checks no lease.
     if common::skip::engine() == "postgres" {

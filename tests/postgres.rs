@@ -6,6 +6,7 @@
 
 mod common;
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
@@ -36,6 +37,11 @@ impl Host {
 
     /// `avfs --json ARGS` with `env` on top of the host's (a `None` value unsets it).
     fn run_with(&self, args: &[&str], env: &[(&str, Option<&str>)]) -> Output {
+        self.command(args, env).output().expect("run avfs")
+    }
+
+    /// The command `run_with` runs.
+    fn command(&self, args: &[&str], env: &[(&str, Option<&str>)]) -> std::process::Command {
         let mut full = vec!["--json"];
         full.extend_from_slice(args);
         let mut cmd = std::process::Command::new(common::BIN);
@@ -52,7 +58,7 @@ impl Host {
                 None => cmd.env_remove(k),
             };
         }
-        cmd.output().expect("run avfs")
+        cmd
     }
 
     /// Import `n` small files (`d<i % 30>/f<i>.txt` holding `i`), so a copy of the vault
@@ -301,6 +307,123 @@ impl OwnServer {
         assert!(out.status.success(), "{out:?}");
         self.dir
     }
+}
+
+impl OwnServer {
+    /// Send `signal` to the server and every process it started: `STOP` makes a server
+    /// that accepts connections (the kernel queues them) and answers nothing.
+    fn signal(&self, signal: &str) {
+        let pid_file = self.dir.path().join("data/postmaster.pid");
+        let text = std::fs::read_to_string(&pid_file).unwrap();
+        let pid = text.lines().next().unwrap().trim().to_string();
+        let sig = format!("-{signal}");
+        // Children first on STOP (none starts a query while the parent still runs); the
+        // parent first on CONT.
+        let order: [&[&str]; 2] = if signal == "STOP" {
+            [&["pkill", &sig, "-P", &pid], &["kill", &sig, &pid]]
+        } else {
+            [&["kill", &sig, &pid], &["pkill", &sig, "-P", &pid]]
+        };
+        for argv in order {
+            let status = std::process::Command::new(argv[0])
+                .args(&argv[1..])
+                .status()
+                .unwrap();
+            assert!(status.success() || argv[0] == "pkill", "{argv:?}");
+        }
+    }
+}
+
+/// Run `cmd` to its end, or fail the test (resuming `pg` first) if it has not ended after
+/// `limit`: the check that it does not hang, with room to spare over the wait it was given.
+fn output_within(
+    mut cmd: std::process::Command,
+    limit: std::time::Duration,
+    pg: &OwnServer,
+) -> Output {
+    let child = cmd
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output().unwrap());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(out) => out,
+        Err(_) => {
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
+            pg.signal("CONT");
+            panic!("avfs did not end within {limit:?} of a server that stopped answering");
+        }
+    }
+}
+
+#[test]
+fn a_server_that_stops_answering_mid_command_is_a_typed_error_not_a_hang() {
+    if server().is_none() || !common::skip::require_fuse() {
+        return;
+    }
+    let (pg, url) = OwnServer::start(None);
+    let h = Host::new(&url);
+    let name = unique("silent");
+    h.data(&["vault", "create", &name, "--engine", "postgres"]);
+    h.data(&["write", "kept.txt", "before\n"]);
+    let wait = [("AVFS_SERVER_TIMEOUT_SECS", Some("3"))];
+    // Bad waits are refused up front, and change nothing.
+    for bad in [
+        "0",
+        "-1",
+        "0.5",
+        "3601",
+        "1000y",
+        "inf",
+        "NaN",
+        "18446744073709551616",
+    ] {
+        let args = ["write", "bad.txt", "x"];
+        let out = h.run_with(&args, &[("AVFS_SERVER_TIMEOUT_SECS", Some(bad))]);
+        let doc = check_json_output(&args, &out);
+        assert_eq!(doc["error"]["kind"], "invalid_argument", "{bad}: {doc}");
+    }
+    h.err(&["cat", "bad.txt"], "path_not_found");
+    // A proxied command whose server stops answering while it runs: its envelope says so,
+    // typed, once the wait is over; nothing of it was kept.
+    let script = "sleep 2; echo during > during.txt";
+    let args = ["proxy", "exec", "--", "sh", "-c", script];
+    let cmd = h.command(&args, &wait);
+    let limit = std::time::Duration::from_secs(60);
+    let run = std::thread::scope(|s| {
+        let run = s.spawn(|| output_within(cmd, limit, &pg));
+        std::thread::sleep(std::time::Duration::from_millis(1000));
+        pg.signal("STOP");
+        run.join().unwrap()
+    });
+    let doc = check_json_output(&args, &run);
+    assert_eq!(doc["error"]["kind"], "store_unavailable", "{doc}");
+    assert_eq!(run.status.code(), Some(8), "{doc}");
+    let message = doc["error"]["message"].as_str().unwrap();
+    assert!(message.contains("did not answer within 3 s"), "{doc}");
+    // A new command against the silent server: the same, at connect.
+    let args = ["write", "lost.txt", "during\n"];
+    let out = output_within(h.command(&args, &wait), limit, &pg);
+    let doc = check_json_output(&args, &out);
+    assert_eq!(doc["error"]["kind"], "store_unavailable", "{doc}");
+    assert_eq!(doc["error"]["details"]["maybe_applied"], false, "{doc}");
+    // The server answers again: the abandoned transactions were rolled back, the vault is
+    // whole, and it takes writes.
+    pg.signal("CONT");
+    assert_eq!(h.cat("kept.txt"), "before\n");
+    h.err(&["cat", "during.txt"], "path_not_found");
+    h.err(&["cat", "lost.txt"], "path_not_found");
+    h.data(&["vault", "check"]);
+    h.data(&["write", "after.txt", "after\n"]);
+    assert_eq!(h.cat("after.txt"), "after\n");
+    drop(pg.stop());
 }
 
 fn script() -> PathBuf {
@@ -556,59 +679,101 @@ fn an_unreachable_object_store_is_refused_at_create_and_registers_nothing() {
     h.data(&["vault", "delete", &name, "--yes"]);
 }
 
+/// How long the fleet test's agents keep running commands: `AVFS_TEST_FLEET_SECS`, 10 s
+/// unless set (every agent runs at least one command however short it is).
+fn fleet_seconds() -> u64 {
+    std::env::var("AVFS_TEST_FLEET_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(10)
+}
+
 #[test]
-fn agents_on_several_hosts_run_proxied_commands_in_their_own_forks() {
+fn eight_hosts_of_sixteen_agents_run_proxied_commands_then_every_host_checks_the_vault() {
     let Some(url) = server() else { return };
     if !common::skip::require_fuse() {
         return;
     }
-    let name = unique("agents");
-    let hosts: Vec<Host> = (0..4).map(|_| Host::new(&url)).collect();
-    hosts[0].data(&["vault", "create", &name, "--engine", "postgres"]);
+    const HOSTS: usize = 8;
+    const AGENTS: usize = 16;
+    let name = unique("fleet");
+    // Hosts: a home (and so an object cache) and a host id each.
+    let hosts: Vec<Host> = (0..HOSTS).map(|_| Host::new(&url)).collect();
+    let ids: Vec<String> = (0..HOSTS).map(|i| format!("fleet-host-{i}")).collect();
+    let on = |i: usize, args: &[&str]| -> (Output, Value) {
+        let out = hosts[i].run_with(args, &[("AVFS_HOST_ID", Some(ids[i].as_str()))]);
+        let doc = check_json_output(args, &out);
+        (out, doc)
+    };
+    // Large objects in S3 when there is a gateway, so the hosts' caches are in play too.
+    if s3().is_some() {
+        hosts[0].create_with_objects(&name);
+    } else {
+        hosts[0].data(&["vault", "create", &name, "--engine", "postgres"]);
+    }
+    let big = "x".repeat(10_000);
     hosts[0].data(&["write", "-p", "src/lib.rs", "pub fn f() {}\n"]);
+    hosts[0].data(&["write", "-p", "assets/big.txt", &big]);
     for h in &hosts[1..] {
         h.data(&["vault", "attach", &name]);
     }
-    // 4 hosts x 4 agents, each in a fork of its own, 3 commands each, all at once.
+    // Every agent forks main from its host, then runs proxied commands in its fork until
+    // the deadline, counting those acknowledged.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(fleet_seconds());
     let name = name.as_str();
-    std::thread::scope(|s| {
-        for (i, h) in hosts.iter().enumerate() {
-            for a in 0..4 {
+    let on = &on;
+    let done: Vec<(usize, String, usize)> = std::thread::scope(|s| {
+        let agents: Vec<_> = (0..HOSTS)
+            .flat_map(|i| (0..AGENTS).map(move |a| (i, a)))
+            .map(|(i, a)| {
                 s.spawn(move || {
                     let fork = format!("h{i}-a{a}");
-                    h.data(&["vault", "fork", name, &fork]);
-                    for k in 0..3 {
-                        let script = format!("echo {k} >> log.txt && cat src/lib.rs > copy.rs");
-                        let out = h.run(&[
-                            "proxy",
-                            "exec",
-                            "--workspace",
-                            &fork,
-                            "--",
-                            "sh",
-                            "-c",
-                            &script,
-                        ]);
-                        let doc = check_json_output(&["proxy", "exec"], &out);
-                        assert!(out.status.success(), "{fork} command {k}: {doc}");
-                        assert_eq!(doc["data"]["exit_code"], 0, "{fork}: {doc}");
+                    let (out, doc) = on(i, &["vault", "fork", name, &fork]);
+                    assert!(out.status.success(), "fork {fork}: {doc}");
+                    let mut n = 0;
+                    while n == 0 || std::time::Instant::now() < deadline {
+                        let script =
+                            format!("echo {n} >> log.txt && cat src/lib.rs assets/big.txt > copy");
+                        let (out, doc) = on(
+                            i,
+                            &[
+                                "proxy",
+                                "exec",
+                                "--workspace",
+                                &fork,
+                                "--",
+                                "sh",
+                                "-c",
+                                &script,
+                            ],
+                        );
+                        assert!(out.status.success(), "{fork} command {n}: {doc}");
+                        assert_eq!(doc["data"]["exit_code"], 0, "{fork} command {n}: {doc}");
+                        n += 1;
                     }
-                });
-            }
-        }
+                    (i, fork, n)
+                })
+            })
+            .collect();
+        agents.into_iter().map(|t| t.join().unwrap()).collect()
     });
-    // Every fork holds exactly its own agent's work, read from any host: a fork made on one
-    // host is found by name on another.
-    for (i, _) in hosts.iter().enumerate() {
-        for a in 0..4 {
-            let fork = format!("h{i}-a{a}");
-            let reader = &hosts[(i + 1) % hosts.len()];
-            assert_eq!(reader.cat_in(&fork, "log.txt"), "0\n1\n2\n", "{fork}");
-            assert_eq!(reader.cat_in(&fork, "copy.rs"), "pub fn f() {}\n", "{fork}");
-        }
+    // Every fork holds exactly its agent's acknowledged commands, read from another host: a
+    // fork made on one host is found by name on every other.
+    let copy = format!("pub fn f() {{}}\n{big}");
+    for (i, fork, n) in &done {
+        let reader = &hosts[(i + 1) % HOSTS];
+        let log: String = (0..*n).map(|k| format!("{k}\n")).collect();
+        assert_eq!(reader.cat_in(fork, "log.txt"), log, "{fork}");
+        assert_eq!(reader.cat_in(fork, "copy"), copy, "{fork}");
     }
-    for h in &hosts {
-        h.data(&["vault", "check"]);
+    let total: usize = done.iter().map(|(_, _, n)| n).sum();
+    let _ = writeln!(
+        std::io::stderr(),
+        "{HOSTS} hosts x {AGENTS} agents: {total} proxied commands acknowledged"
+    );
+    for i in 0..HOSTS {
+        let (out, doc) = on(i, &["vault", "check"]);
+        assert!(out.status.success(), "vault check on host {i}: {doc}");
     }
     hosts[0].data(&["vault", "delete", name, "--yes"]);
 }

@@ -49,6 +49,7 @@ pub struct AttachArgs {
     pub name: String,
     /// The server: postgres://user@host:port/database. Without it, $AVFS_POSTGRES_URL,
     /// which keeps the URL (and any password) out of shell history and the vault file.
+    /// Each request to it waits at most $AVFS_SERVER_TIMEOUT_SECS (default 90).
     #[arg(long, value_name = "URL")]
     pub url: Option<String>,
     /// Where to put the vault file that points at the server.

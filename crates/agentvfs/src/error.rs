@@ -64,9 +64,19 @@ pub enum Error {
     )]
     VaultReplaced { path: PathBuf },
     #[error(
-        "the vault's database server cannot be reached or gave up the command ({reason}); nothing of an unfinished write was kept: run the command again once it is back"
+        "the vault's database server cannot be reached or gave up the command ({reason}); {}",
+        if *.maybe_applied {
+            "its last change had been sent and was not acknowledged, so it may have been made: look before running the command again"
+        } else {
+            "nothing of an unfinished write was kept: run the command again once it is back"
+        }
     )]
-    StoreUnavailable { reason: String },
+    StoreUnavailable {
+        reason: String,
+        /// The server stopped answering after a write's commit was sent: the write is in the
+        /// vault only if the server committed it before it stopped.
+        maybe_applied: bool,
+    },
     #[error("vault is damaged: {reason}; `avfs vault check` reports what is damaged")]
     CorruptVault { reason: String },
     #[error("vault check found {} problem(s):\n  {}", .problems.len(), .problems.join("\n  "))]
@@ -309,7 +319,10 @@ impl Error {
                 feature,
             } => json!({ "path": path, "engine": engine, "feature": feature }),
             Error::VaultReplaced { path } => json!({ "path": path }),
-            Error::StoreUnavailable { reason } => json!({ "reason": reason }),
+            Error::StoreUnavailable {
+                reason,
+                maybe_applied,
+            } => json!({ "reason": reason, "maybe_applied": maybe_applied }),
             Error::CorruptVault { reason } => json!({ "reason": reason }),
             Error::BranchMoved {
                 branch,

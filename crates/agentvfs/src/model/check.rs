@@ -45,7 +45,7 @@ impl Vault {
         self.store.read(|r| {
             let mut problems = engine;
             let ids = r.object_ids()?;
-            for (id, k) in &ids {
+            for (id, k, _) in &ids {
                 let Some(o) = r.object(id)? else { continue };
                 if object_id(*k, &o.data) != *id {
                     problems.push(Problem {

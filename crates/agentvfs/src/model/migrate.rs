@@ -43,7 +43,7 @@ pub fn copy_store(
     let total = ids.len() as u64;
     for batch in ids.chunks(OBJECTS_PER_COMMIT) {
         dst.write(|w| {
-            for (id, _) in batch {
+            for (id, _, _) in batch {
                 let o = src
                     .object(id)?
                     .ok_or_else(|| mismatch(format!("object {} vanished", id.short())))?;
@@ -105,7 +105,7 @@ pub fn verify_copy(
             copy.object_stats()?.0
         )));
     }
-    for (i, (id, kind)) in ids.iter().enumerate() {
+    for (i, (id, kind, _)) in ids.iter().enumerate() {
         let o = copy
             .object(id)?
             .ok_or_else(|| mismatch(format!("object {} is missing", id.short())))?;

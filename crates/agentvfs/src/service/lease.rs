@@ -18,21 +18,7 @@ pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
 /// else 30 s. Shorter leases would lapse under ordinary load: renewing waits its turn with
 /// the writes.
 pub fn lease_length() -> Result<Duration> {
-    let raw = std::env::var("AVFS_LEASE_SECS").unwrap_or_default();
-    if raw.trim().is_empty() {
-        return Ok(DEFAULT_LEASE);
-    }
-    let bad = || {
-        Error::invalid(format!(
-            "AVFS_LEASE_SECS={raw:?}: expected seconds from 1 to {}",
-            MAX_LEASE.as_secs()
-        ))
-    };
-    let secs: f64 = raw.trim().parse().map_err(|_| bad())?;
-    if !secs.is_finite() || !(1.0..=MAX_LEASE.as_secs_f64()).contains(&secs) {
-        return Err(bad());
-    }
-    Ok(Duration::from_secs_f64(secs))
+    crate::store::seconds_from_env("AVFS_LEASE_SECS", DEFAULT_LEASE, MAX_LEASE)
 }
 
 /// A held lease, renewed in the background until dropped, then given up.

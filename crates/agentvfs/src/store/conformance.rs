@@ -186,6 +186,8 @@ fn objects_are_stored_once_read_whole_or_in_part_and_counted() {
             let mut ids = r.object_ids()?;
             ids.sort();
             assert_eq!(ids.len(), 2);
+            // Sizes from the index, summing to the stored bytes `object_stats` counts.
+            assert_eq!(ids.iter().map(|(_, _, n)| n).sum::<u64>(), 16, "{engine:?}");
             Ok(())
         })
         .unwrap();

@@ -196,6 +196,30 @@ impl Server {
     }
 }
 
+/// Seconds from environment variable `var` (fractions allowed), from 1 to `max`; `default`
+/// when it is unset or blank. Anything else is `invalid_input`, naming the variable.
+pub fn seconds_from_env(
+    var: &str,
+    default: std::time::Duration,
+    max: std::time::Duration,
+) -> Result<std::time::Duration> {
+    let raw = std::env::var(var).unwrap_or_default();
+    if raw.trim().is_empty() {
+        return Ok(default);
+    }
+    let bad = || {
+        Error::invalid(format!(
+            "{var}={raw:?}: expected seconds from 1 to {}",
+            max.as_secs()
+        ))
+    };
+    let secs: f64 = raw.trim().parse().map_err(|_| bad())?;
+    if !secs.is_finite() || !(1.0..=max.as_secs_f64()).contains(&secs) {
+        return Err(bad());
+    }
+    Ok(std::time::Duration::from_secs_f64(secs))
+}
+
 /// Create a new, empty vault file at `path` in `engine` (a server engine: on `server`).
 pub fn create_store(
     path: &Path,
@@ -467,8 +491,9 @@ pub trait StoreRead {
         buf: &mut [u8],
     ) -> Result<Option<(u8, usize)>>;
     fn has_object(&self, id: &ObjectId) -> Result<bool>;
-    /// Every object id with its kind, for gc and integrity checks.
-    fn object_ids(&self) -> Result<Vec<(ObjectId, u8)>>;
+    /// Every object id with its kind and stored size (as `object_stats` counts it), for gc
+    /// and integrity checks; the sizes come from the index, no object's bytes are read.
+    fn object_ids(&self) -> Result<Vec<(ObjectId, u8, u64)>>;
     /// (object count, stored bytes of all objects, stored bytes of content chunks).
     fn object_stats(&self) -> Result<(u64, u64, u64)>;
 

@@ -164,12 +164,12 @@ impl<K: KvRead + ?Sized> StoreRead for Reader<'_, K> {
         Ok(self.kv.object_head_at(&id.0)?.is_some())
     }
 
-    fn object_ids(&self) -> Result<Vec<(ObjectId, u8)>> {
+    fn object_ids(&self) -> Result<Vec<(ObjectId, u8, u64)>> {
         let mut out = Vec::new();
         self.kv.scan(Table::Objects, b"", false, &mut |k, v| {
             let id = ObjectId::from_slice(k).ok_or_else(|| damaged("object"))?;
-            let (kind, _) = self.kv.object_head(v).ok_or_else(|| damaged("object"))?;
-            out.push((id, kind));
+            let (kind, size) = self.kv.object_head(v).ok_or_else(|| damaged("object"))?;
+            out.push((id, kind, size));
             Ok(true)
         })?;
         Ok(out)

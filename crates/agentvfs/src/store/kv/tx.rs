@@ -29,7 +29,7 @@ read_through! {
     object(id: &ObjectId) -> Option<StoredObject>;
     object_read_at(id: &ObjectId, offset: u64, buf: &mut [u8]) -> Option<(u8, usize)>;
     has_object(id: &ObjectId) -> bool;
-    object_ids() -> Vec<(ObjectId, u8)>;
+    object_ids() -> Vec<(ObjectId, u8, u64)>;
     object_stats() -> (u64, u64, u64);
     workspace(name: &str) -> Option<WorkspaceRecord>;
     workspaces() -> Vec<WorkspaceRecord>;

@@ -3,6 +3,8 @@
 //! connections kept per vault for the next open in the same process.
 
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use postgres::{Client, NoTls};
 use tokio_postgres::Statement;
@@ -33,6 +35,8 @@ pub(super) struct Statements {
 pub(super) struct Conn {
     pub(super) client: tokio_postgres::Client,
     pub(super) st: Statements,
+    /// `STALLS` when it was made.
+    born: u64,
 }
 
 /// The runtime the vault connections run on: one worker, which reads each connection's
@@ -52,18 +56,59 @@ pub(super) fn runtime() -> Result<&'static tokio::runtime::Runtime> {
     .map_err(|e| Error::Storage(format!("starting the PostgreSQL client's runtime: {e}")))
 }
 
-/// Wait for `f` on the connections' runtime.
-pub(super) fn block<F: std::future::Future>(f: F) -> F::Output {
-    match runtime() {
-        Ok(rt) => rt.block_on(f),
-        // `connect` made the runtime before any connection existed to wait on.
-        Err(_) => unreachable!("no connection exists without the runtime"),
-    }
+/// How long one request to the server may go unanswered, unless `AVFS_SERVER_TIMEOUT_SECS`
+/// says otherwise. A stopped server process (or a host that stopped answering while its
+/// TCP stack still does) is an error after it, not a hang.
+const DEFAULT_WAIT: Duration = Duration::from_secs(90);
+const MAX_WAIT: Duration = Duration::from_secs(3600);
+
+/// `AVFS_SERVER_TIMEOUT_SECS` (seconds, fractions allowed, from 1 to an hour), else 90 s.
+pub(super) fn server_wait() -> Result<Duration> {
+    crate::store::seconds_from_env("AVFS_SERVER_TIMEOUT_SECS", DEFAULT_WAIT, MAX_WAIT)
+}
+
+/// The wait in force (a bad setting was refused at connect, before any request).
+fn wait() -> Duration {
+    server_wait().unwrap_or(DEFAULT_WAIT)
+}
+
+/// How long a writer waits for the vault's lock: two thirds of the server wait, so a lock
+/// wait ends in the server's own answer rather than in silence.
+pub(super) fn lock_wait() -> Duration {
+    wait() * 2 / 3
+}
+
+/// Requests this process gave up on after the server wait. A connection made before the
+/// last of them is not used again: what the server made of its last request is unknown.
+static STALLS: AtomicU64 = AtomicU64::new(0);
+
+/// Wait for `f` on the connections' runtime, for the server wait at most.
+pub(super) fn within<F: std::future::Future>(f: F) -> Result<F::Output> {
+    let limit = wait();
+    runtime()?
+        .block_on(async move { tokio::time::timeout(limit, f).await })
+        .map_err(|_| {
+            STALLS.fetch_add(1, Ordering::SeqCst);
+            Error::StoreUnavailable {
+                reason: format!(
+                    "the PostgreSQL server did not answer within {} s (AVFS_SERVER_TIMEOUT_SECS)",
+                    limit.as_secs_f64()
+                ),
+                maybe_applied: false,
+            }
+        })
+}
+
+/// `within`, for a request's answer: its error as ours.
+pub(super) fn block<T>(
+    f: impl std::future::Future<Output = std::result::Result<T, postgres::Error>>,
+) -> Result<T> {
+    within(f)?.map_err(pg_error)
 }
 
 /// Connect, with bounds on waiting: 10 s to connect and TCP keepalives unless the URL says
-/// otherwise, and 60 s at most for the vault's lock (so a writer on a host that stopped
-/// answering holds no one up for ever).
+/// otherwise, the server wait for every request, and two thirds of it for the vault's lock
+/// (so a writer on a host that stopped answering holds no one up for ever).
 pub(super) fn connect(url: &str) -> Result<Client> {
     let config = postgres::Config::from(config(url)?);
     config.connect(NoTls).map_err(connect_error)
@@ -73,7 +118,7 @@ pub(super) fn connect(url: &str) -> Result<Client> {
 pub(super) fn connect_async(url: &str) -> Result<tokio_postgres::Client> {
     let config = config(url)?;
     let rt = runtime()?;
-    let (client, connection) = rt.block_on(config.connect(NoTls)).map_err(connect_error)?;
+    let (client, connection) = within(config.connect(NoTls))?.map_err(connect_error)?;
     // Its failure shows through the client (closed, and the error of the next request).
     rt.spawn(async move {
         let _ = connection.await;
@@ -83,7 +128,10 @@ pub(super) fn connect_async(url: &str) -> Result<tokio_postgres::Client> {
 
 fn connect_error(e: postgres::Error) -> Error {
     match pg_error(e) {
-        Error::Storage(reason) => Error::StoreUnavailable { reason },
+        Error::Storage(reason) => Error::StoreUnavailable {
+            reason,
+            maybe_applied: false,
+        },
         other => other,
     }
 }
@@ -98,8 +146,9 @@ fn config(url: &str) -> Result<tokio_postgres::Config> {
     config
         .keepalives(true)
         .keepalives_idle(std::time::Duration::from_secs(30));
+    let lock_ms = server_wait()?.as_millis() * 2 / 3;
     let options = config.get_options().unwrap_or_default().to_string();
-    config.options(format!("{options} -c lock_timeout=60s").trim());
+    config.options(format!("{options} -c lock_timeout={lock_ms}ms").trim());
     if config.get_application_name().is_none() {
         config.application_name("avfs");
     }
@@ -116,8 +165,21 @@ impl Conn {
     }
 
     pub(super) fn prepared(client: tokio_postgres::Client, schema: &str) -> Result<Conn> {
-        let st = block(Conn::statements(&client, schema))?;
-        Ok(Conn { client, st })
+        let st = within(Conn::statements(&client, schema))??;
+        Ok(Conn::new(client, st))
+    }
+
+    pub(super) fn new(client: tokio_postgres::Client, st: Statements) -> Conn {
+        Conn {
+            client,
+            st,
+            born: STALLS.load(Ordering::SeqCst),
+        }
+    }
+
+    /// Open, and not made before a request this process gave up on.
+    pub(super) fn usable(&self) -> bool {
+        !self.client.is_closed() && self.born == STALLS.load(Ordering::SeqCst)
     }
 
     /// Prepare the vault's statements on `client`: all in one round trip.
@@ -187,12 +249,12 @@ const IDLE_MAX: usize = 16;
 pub(super) fn take_idle(pool: &(String, String)) -> Option<Conn> {
     let mut idle = lock(idle());
     let conns = idle.get_mut(pool)?;
-    conns.retain(|c| !c.client.is_closed());
+    conns.retain(Conn::usable);
     conns.pop()
 }
 
 pub(super) fn put_idle(pool: &(String, String), conn: Conn) {
-    if conn.client.is_closed() {
+    if !conn.usable() {
         return;
     }
     let mut idle = lock(idle());

@@ -27,8 +27,8 @@ use std::sync::{Arc, Mutex};
 use postgres::Client;
 use serde::{Deserialize, Serialize};
 
-use self::conn::block;
 use self::conn::{Conn, connect, connect_async, idle, put_idle, quoted, take_idle};
+use self::conn::{block, within};
 use self::objects::Objects;
 use self::view::{Placement, View};
 use super::kv::{
@@ -169,12 +169,16 @@ pub(super) fn pg_error(e: postgres::Error) -> Error {
         if code.code().starts_with("57") || code.code().starts_with("08") {
             return Error::StoreUnavailable {
                 reason: format!("PostgreSQL: {}", db.message()),
+                maybe_applied: false,
             };
         }
         if *code == SqlState::LOCK_NOT_AVAILABLE {
             return Error::StoreUnavailable {
-                reason: "another writer has held the vault for longer than the lock wait (60 s)"
-                    .into(),
+                reason: format!(
+                    "another writer has held the vault for longer than the lock wait ({} s; two thirds of AVFS_SERVER_TIMEOUT_SECS)",
+                    conn::lock_wait().as_secs_f64()
+                ),
+                maybe_applied: false,
             };
         }
         if *code == SqlState::UNDEFINED_TABLE || *code == SqlState::INVALID_SCHEMA_NAME {
@@ -192,6 +196,7 @@ pub(super) fn pg_error(e: postgres::Error) -> Error {
     if connection_lost(&e) {
         return Error::StoreUnavailable {
             reason: format!("PostgreSQL: {e}"),
+            maybe_applied: false,
         };
     }
     Error::Storage(format!("PostgreSQL: {e}"))
@@ -246,10 +251,10 @@ fn check_schema<T>(
         "SELECT EXISTS (SELECT 1 FROM avfs_vaults WHERE name = $1 AND schema = $2), \
          (SELECT count(*) FROM {s}.migrations)"
     );
-    let (row, prepared) = block(futures::future::join(
+    let (row, prepared) = within(futures::future::join(
         client.query_one(&sql, &[&name, &schema]),
         prepare,
-    ));
+    ))?;
     let row = row.map_err(|e| match pg_error(e) {
         Error::VaultNotFound { .. } => gone(),
         other => other,
@@ -508,7 +513,7 @@ impl PgStore {
             let statements = async { Conn::statements(&client, &locator.schema).await };
             let first = match check_schema(&client, &url, names, statements) {
                 Err(Error::Storage(m)) if m == MIGRATED => Conn::prepared(client, &locator.schema)?,
-                st => Conn { st: st?, client },
+                st => Conn::new(client, st?),
             };
             put_idle(&pool, first);
         }
@@ -596,11 +601,11 @@ impl PgStore {
         let meta = Table::Meta as i16;
         let key = lock_key(&self.schema);
         for attempt in 0.. {
-            let fresh = slot.as_ref().is_none_or(|c| c.client.is_closed());
+            let fresh = slot.as_ref().is_none_or(|c| !c.usable());
             if fresh {
                 *slot = Some(self.conn()?);
             }
-            let Conn { client, st } = slot.as_ref().expect("a connection");
+            let Conn { client, st, .. } = slot.as_ref().expect("a connection");
             // The vault's lock, then whether `vault migrate` moved the vault away while this
             // waited for it, and the id counters most writes use: sent together, run in
             // turn (each later statement's snapshot is taken once the lock is held).
@@ -628,7 +633,7 @@ impl PgStore {
             }
             // `vault migrate` replaces the vault file while it holds the lock, and marks a
             // shared vault it moved away.
-            if begun.map_err(pg_error)? {
+            if begun? {
                 return Err(Error::VaultReplaced {
                     path: self.path.clone(),
                 });
@@ -736,7 +741,7 @@ impl Store for PgStore {
 
     fn compact(&self) -> Result<()> {
         let vacuum = format!("VACUUM {}.kv", quoted(&self.schema));
-        self.with_reader(|c| block(c.client.batch_execute(&vacuum)).map_err(pg_error))?;
+        self.with_reader(|c| block(c.client.batch_execute(&vacuum)))?;
         // Objects in the store that no row refers to (a write that crashed between its
         // upload and its commit, or objects gc removed), past the grace period.
         if let Some(objects) = &self.objects {
@@ -745,7 +750,7 @@ impl Store for PgStore {
             objects.sweep(&mut |ids| {
                 self.with_reader(|c| {
                     let t = Table::Objects as i16;
-                    let rows = block(c.client.query(&sql, &[&t, &ids])).map_err(pg_error)?;
+                    let rows = block(c.client.query(&sql, &[&t, &ids]))?;
                     let found: std::collections::HashSet<Vec<u8>> =
                         rows.iter().map(|r| r.get(0)).collect();
                     Ok(ids.iter().map(|id| found.contains(id)).collect())
@@ -771,7 +776,6 @@ impl Store for PgStore {
                 "SELECT coalesce(pg_total_relation_size(to_regclass($1::text)), 0)",
                 &[&table],
             ))
-            .map_err(pg_error)
         });
         size.map(|r| r.get::<_, i64>(0).max(0) as u64).unwrap_or(0)
     }

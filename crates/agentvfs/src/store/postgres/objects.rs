@@ -42,6 +42,7 @@ const GRACE: Duration = Duration::from_secs(3600);
 fn s3_error(what: &str, e: object_store::Error) -> Error {
     Error::StoreUnavailable {
         reason: format!("the vault's object store ({what}): {e}"),
+        maybe_applied: false,
     }
 }
 

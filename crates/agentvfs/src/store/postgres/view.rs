@@ -17,10 +17,10 @@ use futures::FutureExt;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Row, Statement};
 
-use super::conn::{Statements, block};
+use super::conn::{Statements, block, within};
 use super::objects::Objects;
 use super::pg_error;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::store::kv::{Buffer, KvRead, KvWrite, Table, Val, Visit, merge, prefix_end};
 
 /// Rows per page of a scan: small first (most scans stop early), then larger.
@@ -160,7 +160,22 @@ impl<'c, 's> View<'c, 's> {
         // A failed statement aborts the transaction, whose `COMMIT` then rolls it back: the
         // first error is the answer, and the connection is ready for the next transaction.
         self.open.set(false);
-        block(futures::future::try_join_all(sent)).map_err(pg_error)?;
+        // An answer from the server (an error included) settles the write. Silence, or a
+        // connection lost, once the `COMMIT` went out leaves it unknown.
+        let unsure = |e: Error| match e {
+            Error::StoreUnavailable { reason, .. } => Error::StoreUnavailable {
+                reason,
+                maybe_applied: true,
+            },
+            other => other,
+        };
+        within(futures::future::try_join_all(sent))
+            .map_err(unsure)?
+            .map_err(|e| {
+                let answered = e.as_db_error().is_some();
+                let e = pg_error(e);
+                if answered { e } else { unsure(e) }
+            })?;
         Ok(())
     }
 
@@ -185,7 +200,7 @@ impl<'c, 's> View<'c, 's> {
     /// Run `st` in this view's transaction (a read's first query takes its `BEGIN` along).
     fn query(&self, st: &Statement, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>> {
         let c = self.client;
-        let rows = if self.unbegun.replace(false) {
+        if self.unbegun.replace(false) {
             self.open.set(true);
             block(async {
                 let (_, rows) =
@@ -195,8 +210,7 @@ impl<'c, 's> View<'c, 's> {
             })
         } else {
             block(c.query(st, params))
-        };
-        rows.map_err(pg_error)
+        }
     }
 
     /// One page of `t`'s keys in [lo, hi), ascending or (`rev`) descending.

@@ -131,10 +131,12 @@ impl StoreRead for Tx<'_> {
         Ok(stmt.exists([&id.0[..]])?)
     }
 
-    fn object_ids(&self) -> Result<Vec<(ObjectId, u8)>> {
-        let mut stmt = self.0.prepare_cached("SELECT id, kind FROM objects")?;
+    fn object_ids(&self) -> Result<Vec<(ObjectId, u8, u64)>> {
+        let mut stmt = self
+            .0
+            .prepare_cached("SELECT id, kind, size FROM objects")?;
         let rows = stmt
-            .query_map([], |r| Ok((id_col(r, 0)?, r.get(1)?)))?
+            .query_map([], |r| Ok((id_col(r, 0)?, r.get(1)?, r.get(2)?)))?
             .collect::<rusqlite::Result<Vec<_>>>()?;
         Ok(rows)
     }
