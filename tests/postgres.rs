@@ -408,12 +408,43 @@ fn a_server_that_stops_answering_mid_command_is_a_typed_error_not_a_hang() {
     assert_eq!(run.status.code(), Some(8), "{doc}");
     let message = doc["error"]["message"].as_str().unwrap();
     assert!(message.contains("did not answer within 3 s"), "{doc}");
+    // Its checkpoint before the command was committed, and it says so: running it again
+    // is for the agent to decide, having looked.
+    let _ = writeln!(
+        std::io::stderr(),
+        "proxied command on a silent server: {doc}"
+    );
+    assert!(
+        doc["error"]["details"]["writes_kept"].as_u64() >= Some(1),
+        "{doc}"
+    );
+    assert!(message.contains("look before running it again"), "{doc}");
     // A new command against the silent server: the same, at connect.
     let args = ["write", "lost.txt", "during\n"];
     let out = output_within(h.command(&args, &wait), limit, &pg);
     let doc = check_json_output(&args, &out);
     assert_eq!(doc["error"]["kind"], "store_unavailable", "{doc}");
     assert_eq!(doc["error"]["details"]["maybe_applied"], false, "{doc}");
+    assert_eq!(doc["error"]["details"]["writes_kept"], 0, "{doc}");
+    // The vault's administration (a blocking client of its own) is bounded the same way:
+    // whether the server acted on a create once it answers is unknown, and said so; a
+    // delete is refused before it starts (its lease check cannot read the vault).
+    let other = unique("silent-other");
+    for (args, maybe) in [
+        (
+            vec!["vault", "create", other.as_str(), "--engine", "postgres"],
+            true,
+        ),
+        (vec!["vault", "delete", name.as_str(), "--yes"], false),
+    ] {
+        let out = output_within(h.command(&args, &wait), limit, &pg);
+        let doc = check_json_output(&args, &out);
+        assert_eq!(doc["error"]["kind"], "store_unavailable", "{args:?}: {doc}");
+        assert_eq!(
+            doc["error"]["details"]["maybe_applied"], maybe,
+            "{args:?}: {doc}"
+        );
+    }
     // The server answers again: the abandoned transactions were rolled back, the vault is
     // whole, and it takes writes.
     pg.signal("CONT");
@@ -423,6 +454,15 @@ fn a_server_that_stops_answering_mid_command_is_a_typed_error_not_a_hang() {
     h.data(&["vault", "check"]);
     h.data(&["write", "after.txt", "after\n"]);
     assert_eq!(h.cat("after.txt"), "after\n");
+    // The delete that was refused did nothing; the create may have landed once the server
+    // answered (the process that sent it is gone either way).
+    assert!(
+        h.data(&["vault", "list"])
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|v| v["name"] == name.as_str())
+    );
     drop(pg.stop());
 }
 

@@ -65,17 +65,17 @@ pub enum Error {
     VaultReplaced { path: PathBuf },
     #[error(
         "the vault's database server cannot be reached or gave up the command ({reason}); {}",
-        if *.maybe_applied {
-            "its last change had been sent and was not acknowledged, so it may have been made: look before running the command again"
-        } else {
-            "nothing of an unfinished write was kept: run the command again once it is back"
-        }
+        store_outcome(*.maybe_applied, *.writes_kept)
     )]
     StoreUnavailable {
         reason: String,
         /// The server stopped answering after a write's commit was sent: the write is in the
         /// vault only if the server committed it before it stopped.
         maybe_applied: bool,
+        /// Writes this command (its vault handle) had committed before: they stay. A
+        /// command that writes in steps (an import, a prune, a proxied command's checkpoint
+        /// and ingest) can fail after some of them.
+        writes_kept: u64,
     },
     #[error("vault is damaged: {reason}; `avfs vault check` reports what is damaged")]
     CorruptVault { reason: String },
@@ -249,6 +249,24 @@ pub mod exit {
     pub const SPAWN_FAILED: i32 = 127;
 }
 
+/// What a `store_unavailable` error says was kept, and so whether to run the command again.
+fn store_outcome(maybe_applied: bool, writes_kept: u64) -> String {
+    let earlier = match writes_kept {
+        0 => String::new(),
+        1 => "; 1 earlier write of this command was kept".into(),
+        n => format!("; {n} earlier writes of this command were kept"),
+    };
+    if maybe_applied {
+        format!(
+            "its last change had been sent and was not acknowledged, so it may have been made{earlier}: look before running the command again"
+        )
+    } else if writes_kept > 0 {
+        format!("the write it was making was not kept{earlier}: look before running it again")
+    } else {
+        "nothing of an unfinished write was kept: run the command again once it is back".into()
+    }
+}
+
 impl Error {
     /// The stable machine-readable name of this error.
     pub fn kind(&self) -> &'static str {
@@ -322,7 +340,12 @@ impl Error {
             Error::StoreUnavailable {
                 reason,
                 maybe_applied,
-            } => json!({ "reason": reason, "maybe_applied": maybe_applied }),
+                writes_kept,
+            } => json!({
+                "reason": reason,
+                "maybe_applied": maybe_applied,
+                "writes_kept": writes_kept,
+            }),
             Error::CorruptVault { reason } => json!({ "reason": reason }),
             Error::BranchMoved {
                 branch,

@@ -19,15 +19,17 @@ pub struct Quota {
     pub max_file_size_mb: Option<u64>,
 }
 
+/// The settings the quota is kept in start with this.
+pub(crate) const PREFIX: &str = "quota.";
 const KEYS: [&str; 3] = ["max_size_mb", "max_files", "max_file_size_mb"];
 
 impl Quota {
     /// The vault's limits: one prefix read (a single round trip on a server engine).
     pub fn load(r: &dyn StoreRead) -> Result<Quota> {
-        let set = r.settings_with_prefix("quota.")?;
+        let set = r.settings_with_prefix(PREFIX)?;
         let get = |k: &str| -> Option<u64> {
             set.iter()
-                .find(|(key, _)| key.strip_prefix("quota.") == Some(k))
+                .find(|(key, _)| key.strip_prefix(PREFIX) == Some(k))
                 .and_then(|(_, v)| v.parse().ok())
         };
         Ok(Quota {

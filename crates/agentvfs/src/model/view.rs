@@ -541,23 +541,29 @@ impl<'a> View<'a> {
         Ok(ranges)
     }
 
-    /// Write file `node` to the host file `out` (empty, just created), a piece at a time,
-    /// leaving its holes as holes: memory stays bounded and a sparse file stays sparse.
-    pub fn copy_node_to(&self, node: &Node, out: &std::fs::File) -> std::io::Result<()> {
+    /// Write file `node` to the host file `out` (empty, just created, at `path`), a piece
+    /// at a time, leaving its holes as holes: memory stays bounded and a sparse file stays
+    /// sparse. A failure to read the vault is that error, not one of writing `path`.
+    pub fn copy_node_to(
+        &self,
+        node: &Node,
+        out: &std::fs::File,
+        path: &std::path::Path,
+    ) -> Result<()> {
         use std::os::unix::fs::FileExt;
         const PIECE: u64 = 1 << 20;
-        let io = |e: Error| std::io::Error::other(e.to_string());
+        let written = |e| Error::io("writing", path, e);
         let mut buf = vec![0u8; PIECE as usize];
-        for (from, to) in self.data_ranges(node).map_err(io)? {
+        for (from, to) in self.data_ranges(node)? {
             let mut pos = from;
             while pos < to {
                 let n = (to - pos).min(PIECE) as usize;
-                let got = read_content(self.r, self.cache, node, pos, &mut buf[..n]).map_err(io)?;
-                out.write_all_at(&buf[..got], pos)?;
+                let got = read_content(self.r, self.cache, node, pos, &mut buf[..n])?;
+                out.write_all_at(&buf[..got], pos).map_err(written)?;
                 pos += n as u64;
             }
         }
-        out.set_len(node.size())
+        out.set_len(node.size()).map_err(written)
     }
 
     /// Copy file `node`'s bytes from `offset` into `buf`; returns how many (short only at

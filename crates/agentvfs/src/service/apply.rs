@@ -412,8 +412,7 @@ fn write_node(v: &View<'_>, hp: &Path, node: &Node) -> Result<()> {
         NodeKind::Dir { .. } => fs::create_dir_all(hp).map_err(|e| Error::io("creating", hp, e))?,
         NodeKind::File { .. } | NodeKind::Link { .. } | NodeKind::Inode { .. } => {
             let f = fs::File::create(hp).map_err(|e| Error::io("writing", hp, e))?;
-            v.copy_node_to(node, &f)
-                .map_err(|e| Error::io("writing", hp, e))?;
+            v.copy_node_to(node, &f, hp)?;
         }
         NodeKind::Symlink { target } => {
             std::os::unix::fs::symlink(target, hp)

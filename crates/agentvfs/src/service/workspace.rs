@@ -393,10 +393,15 @@ impl WorkspaceService {
                 // Not from under another host's long-lived writer: only a vault on a
                 // server is shared by hosts (opening a local one here would race its own
                 // removal: a sled vault's flusher writes into the directory going away).
-                if crate::store::engine_of(&target.path).is_server()
-                    && let Ok(vault) = Vault::open(&target.path)
-                {
-                    vault.check_unleased("deleting the vault")?;
+                // A server that does not answer now refuses the delete (it could answer the
+                // drop a moment later, unchecked); a vault already gone from it is held by
+                // no one.
+                if crate::store::engine_of(&target.path).is_server() {
+                    match Vault::open(&target.path) {
+                        Ok(vault) => vault.check_unleased("deleting the vault")?,
+                        Err(e @ Error::StoreUnavailable { .. }) => return Err(e),
+                        Err(_) => {}
+                    }
                 }
                 crate::store::remove_vault_files(&target.path)?;
                 let path = target.path.clone();

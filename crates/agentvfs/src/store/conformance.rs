@@ -205,6 +205,46 @@ fn objects_are_stored_once_read_whole_or_in_part_and_counted() {
     }
 }
 
+/// Puts and deletes of the same objects in one write, stored before it or not, leave the
+/// totals true (an engine may put first and look at commit).
+#[test]
+fn objects_put_and_deleted_in_one_write_keep_the_totals_true() {
+    for (engine, s, _d) in stores() {
+        let big = vec![7u8; 10_000]; // past any engine's inline limit
+        let ids = [&b"x"[..], b"y", b"zz", b"n", &big].map(ObjectId::of);
+        let [x, y, z, n, b] = ids;
+        s.write(|w| {
+            w.put_object(&x, 2, b"x")?;
+            w.put_object(&z, 2, b"zz")?;
+            w.put_object(&b, 1, &big)
+        })
+        .unwrap();
+        s.write(|w| {
+            w.put_object(&x, 2, b"x")?; // stored before: no change
+            w.put_object(&b, 1, &big)?; // stored before, and large
+            w.put_object(&y, 2, b"y")?; // new, then deleted: never there
+            w.delete_object(&y)?;
+            w.put_object(&x, 2, b"x")?; // stored before, put again, then deleted: gone
+            w.delete_object(&x)?;
+            w.delete_object(&z)?; // deleted, then put again: there
+            w.put_object(&z, 2, b"zz")?;
+            w.put_object(&n, 2, b"n")?; // new, put twice: once
+            w.put_object(&n, 2, b"n")
+        })
+        .unwrap();
+        s.read(|r| {
+            let held: Vec<bool> = ids.iter().map(|id| r.has_object(id).unwrap()).collect();
+            assert_eq!(held, [false, false, true, true, true], "{engine:?}");
+            assert_eq!(r.object(&b)?.expect("big").data, big, "{engine:?}");
+            assert_eq!(r.object_stats()?, (3, 10_003, 10_000), "{engine:?}");
+            assert_eq!(r.object_ids()?.len(), 3, "{engine:?}");
+            Ok(())
+        })
+        .unwrap();
+        assert!(s.integrity_problems().unwrap().is_empty(), "{engine:?}");
+    }
+}
+
 #[test]
 fn a_failed_write_changes_nothing_and_reads_see_only_commits() {
     for (engine, s, _d) in stores() {

@@ -203,7 +203,11 @@ pub fn seconds_from_env(
     default: std::time::Duration,
     max: std::time::Duration,
 ) -> Result<std::time::Duration> {
-    let raw = std::env::var(var).unwrap_or_default();
+    let raw = match std::env::var(var) {
+        Ok(raw) => raw,
+        Err(std::env::VarError::NotPresent) => String::new(),
+        Err(std::env::VarError::NotUnicode(raw)) => raw.to_string_lossy().into_owned(),
+    };
     if raw.trim().is_empty() {
         return Ok(default);
     }
@@ -602,6 +606,33 @@ pub trait Store: Send + Sync {
     }
     /// Bytes the vault occupies on disk (database plus write-ahead log).
     fn disk_size(&self) -> u64;
+    /// `write_with`, told ahead which records `f` will read. An engine on a network fetches
+    /// them with the transaction's first exchange instead of a round trip each; a local one
+    /// ignores the hint. A record named and not read costs nothing more than its fetch.
+    fn write_ahead(
+        &self,
+        _ahead: &ReadAhead,
+        f: &mut dyn FnMut(&mut dyn StoreWrite) -> Result<()>,
+    ) -> Result<()> {
+        self.write_with(f)
+    }
+}
+
+/// Records a write expects to read, named before it starts (see `Store::write_ahead`).
+#[derive(Debug, Clone, Default)]
+pub struct ReadAhead {
+    /// Workspaces by name.
+    pub workspaces: Vec<String>,
+    /// Workspaces by id: the id's index entry (its name record when that is also named).
+    pub workspace_ids: Vec<i64>,
+    /// Settings by key.
+    pub settings: Vec<String>,
+    /// The settings under each prefix (the first page of the scan).
+    pub setting_prefixes: Vec<String>,
+    /// Each workspace's overlay (the first page of its scan) and its length counter.
+    pub overlays: Vec<i64>,
+    /// Checkpoints by (workspace id, name).
+    pub checkpoints: Vec<(i64, String)>,
 }
 
 impl dyn Store {
@@ -620,9 +651,18 @@ impl dyn Store {
 
     /// Run `f` in one write transaction and return its value; an error rolls back.
     pub fn write<R>(&self, f: impl FnOnce(&mut dyn StoreWrite) -> Result<R>) -> Result<R> {
+        self.write_reading(&ReadAhead::default(), f)
+    }
+
+    /// `write`, with the records `f` will read named ahead (`Store::write_ahead`).
+    pub fn write_reading<R>(
+        &self,
+        ahead: &ReadAhead,
+        f: impl FnOnce(&mut dyn StoreWrite) -> Result<R>,
+    ) -> Result<R> {
         let mut f = Some(f);
         let mut out = None;
-        self.write_with(&mut |w| {
+        self.write_ahead(ahead, &mut |w| {
             if let Some(f) = f.take() {
                 out = Some(f(w)?);
             }

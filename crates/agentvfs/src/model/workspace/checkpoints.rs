@@ -8,7 +8,7 @@ use crate::error::{Error, Result};
 use crate::model::id::ObjectId;
 use crate::model::node::NodeKind;
 use crate::model::retention::{KEEP_AUTO_KEY, keep_auto, missing};
-use crate::model::workspace::validate_name;
+use crate::model::workspace::{Ahead, validate_name};
 use crate::model::{Edit, Workspace};
 use crate::store::CheckpointRecord;
 
@@ -64,7 +64,8 @@ impl Workspace {
         if let Some(n) = name {
             validate_name(n, "checkpoint")?;
         }
-        self.edit("checkpoint.save", &[], |e| {
+        let ahead: Vec<Ahead<'_>> = name.map(Ahead::Checkpoint).into_iter().collect();
+        self.edit_ahead("checkpoint.save", &[], &ahead, |e| {
             let name = match name {
                 Some(n) => {
                     if e.w.checkpoint(e.ws.id, n)?.is_some() {
@@ -100,7 +101,7 @@ impl Workspace {
 
     /// Point the workspace at a checkpoint and drop the overlay, atomically.
     pub fn checkpoint_restore(&self, name: &str) -> Result<CheckpointRecord> {
-        self.edit("checkpoint.restore", &[], |e| {
+        self.edit_ahead("checkpoint.restore", &[], &[Ahead::Checkpoint(name)], |e| {
             let cp = match e.w.checkpoint(e.ws.id, name)? {
                 Some(cp) => cp,
                 None => return Err(missing(&*e.w, e.ws.id, name)),

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use super::{Actor, Edit, Workspace, validate_name};
+use super::{Actor, Ahead, Edit, Workspace, validate_name};
 use crate::error::{Error, Result};
 use crate::model::vault::{ForkInfo, MAIN, Vault, fork_info, fork_key};
 use crate::store::WorkspaceRecord;
@@ -11,12 +11,14 @@ use crate::store::WorkspaceRecord;
 impl Vault {
     /// Open a workspace by name (`main` or a fork).
     pub fn workspace(self: &Arc<Self>, name: &str, actor: Actor) -> Result<Workspace> {
-        self.store.read(|r| {
+        let rec = self.store.read(|r| {
             r.workspace(name)?.ok_or_else(|| Error::ForkNotFound {
                 name: name.to_string(),
             })
         })?;
-        Ok(Workspace::new(self.clone(), name.to_string(), actor))
+        let ws = Workspace::new(self.clone(), name.to_string(), actor);
+        ws.note_id(rec.id);
+        Ok(ws)
     }
 
     /// Create fork `name` of workspace `source`, at its live state or at checkpoint `at`.
@@ -28,7 +30,8 @@ impl Vault {
         at: Option<&str>,
     ) -> Result<ForkInfo> {
         validate_name(name, "fork")?;
-        source.edit("vault.fork", &[], |e: &mut Edit<'_>| {
+        let ahead = [Ahead::Workspace(name)];
+        source.edit_ahead("vault.fork", &[], &ahead, |e: &mut Edit<'_>| {
             if e.w.workspace(name)?.is_some() {
                 return Err(Error::AlreadyExists {
                     name: name.to_string(),

@@ -134,7 +134,7 @@ pub(crate) fn now_ms() -> u64 {
     (crate::model::now_ns().max(0) / 1_000_000) as u64
 }
 
-fn key(workspace: &str) -> String {
+pub(super) fn key(workspace: &str) -> String {
     fork_key(workspace, "lease")
 }
 

@@ -17,6 +17,7 @@ mod links;
 mod origin;
 mod unlogged;
 
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 
 pub use actor::Actor;
@@ -35,7 +36,7 @@ use super::quota::Quota;
 use super::vault::Vault;
 use super::view::View;
 use crate::error::{Error, Result};
-use crate::store::{AuditRecord, OpRecord, StoreRead, StoreWrite, WorkspaceRecord};
+use crate::store::{AuditRecord, OpRecord, ReadAhead, StoreRead, StoreWrite, WorkspaceRecord};
 
 /// An open workspace of a vault.
 #[derive(Clone)]
@@ -52,6 +53,17 @@ pub struct Workspace {
     batch_state: Arc<Mutex<Option<BatchState>>>,
     /// The write lease this handle (or a clone) took, if any (`lease`).
     lease: Arc<lease::Hold>,
+    /// The workspace's id as last read (0: not yet), so an edit can name the records it
+    /// will read ahead (`Store::write_ahead`). Only a hint: an id gone stale costs a read.
+    known_id: Arc<AtomicI64>,
+}
+
+/// Records an edit will read beyond its workspace's own, named ahead of it.
+pub(crate) enum Ahead<'a> {
+    /// A workspace by name (a fork about to be made).
+    Workspace(&'a str),
+    /// A checkpoint of this workspace by name.
+    Checkpoint(&'a str),
 }
 
 struct BatchState {
@@ -105,7 +117,39 @@ impl Workspace {
             steps: false,
             batch_state: Arc::default(),
             lease: Arc::default(),
+            known_id: Arc::default(),
         }
+    }
+
+    /// Remember the workspace's id, as just read.
+    pub(crate) fn note_id(&self, id: i64) {
+        self.known_id.store(id, Ordering::Relaxed);
+    }
+
+    /// What an edit of this workspace reads before it knows what it changes: its record
+    /// (by name and by id), its overlay, the quota, its pending-changes marker and its
+    /// lease; and `extra`.
+    fn read_ahead(&self, extra: &[Ahead<'_>]) -> ReadAhead {
+        let id = self.known_id.load(Ordering::Relaxed);
+        let mut ahead = ReadAhead {
+            workspaces: vec![self.name.clone()],
+            settings: vec![lease::key(&self.name)],
+            setting_prefixes: vec![crate::model::quota::PREFIX.to_string()],
+            ..ReadAhead::default()
+        };
+        if id > 0 {
+            ahead.workspace_ids.push(id);
+            ahead.overlays.push(id);
+            ahead.settings.push(unlogged::key(id));
+        }
+        for e in extra {
+            match e {
+                Ahead::Workspace(name) => ahead.workspaces.push(name.to_string()),
+                Ahead::Checkpoint(name) if id > 0 => ahead.checkpoints.push((id, name.to_string())),
+                Ahead::Checkpoint(_) => {}
+            }
+        }
+        ahead
     }
 
     pub fn name(&self) -> &str {
@@ -134,9 +178,13 @@ impl Workspace {
         if let Some((ws, _)) = self.batch_state_at(self.vault.store.batch_tag()) {
             return Ok(ws);
         }
-        r.workspace(&self.name)?.ok_or_else(|| Error::ForkNotFound {
-            name: self.name.clone(),
-        })
+        let rec = r
+            .workspace(&self.name)?
+            .ok_or_else(|| Error::ForkNotFound {
+                name: self.name.clone(),
+            })?;
+        self.note_id(rec.id);
+        Ok(rec)
     }
 
     /// The row and quota saved by the write tagged `tag`, if that was this handle's last
@@ -234,6 +282,19 @@ impl Workspace {
         self.edit_inner(operation, paths, Logging::Op, f)
     }
 
+    /// `edit`, naming records `f` will read beyond the workspace's own, so an engine on a
+    /// network fetches them with the rest before `f` runs.
+    pub(crate) fn edit_ahead<R>(
+        &self,
+        operation: &str,
+        paths: &[&VPath],
+        extra: &[Ahead<'_>],
+        f: impl FnOnce(&mut Edit<'_>) -> Result<R>,
+    ) -> Result<R> {
+        self.edit_recording(operation, paths, Logging::Op, extra, f)
+            .map(|(out, _)| out)
+    }
+
     /// Apply a change without an op-log entry and without folding the overlay: for batches
     /// that belong to a larger operation (import batches, a mount's buffered writes), which
     /// record one entry when they finish.
@@ -275,7 +336,7 @@ impl Workspace {
         paths: &[&VPath],
         f: impl FnOnce(&mut Edit<'_>) -> Result<R>,
     ) -> Result<(R, LoggedOp)> {
-        let (out, op) = self.edit_recording(operation, paths, Logging::Op, f)?;
+        let (out, op) = self.edit_recording(operation, paths, Logging::Op, &[], f)?;
         Ok((out, op.expect("a logged edit appends an op-log entry")))
     }
 
@@ -286,7 +347,7 @@ impl Workspace {
         logging: Logging,
         f: impl FnOnce(&mut Edit<'_>) -> Result<R>,
     ) -> Result<R> {
-        self.edit_recording(operation, paths, logging, f)
+        self.edit_recording(operation, paths, logging, &[], f)
             .map(|(out, _)| out)
     }
 
@@ -295,11 +356,13 @@ impl Workspace {
         operation: &str,
         paths: &[&VPath],
         logging: Logging,
+        extra: &[Ahead<'_>],
         f: impl FnOnce(&mut Edit<'_>) -> Result<R>,
     ) -> Result<(R, Option<LoggedOp>)> {
         let paths: Vec<String> = paths.iter().map(|p| p.display()).collect();
         let cache = &self.vault.cache;
-        let result = self.vault.store.write(|w| {
+        let ahead = self.read_ahead(extra);
+        let result = self.vault.store.write_reading(&ahead, |w| {
             // In a batch, the previous write's state is current if that write was this
             // handle's edit (no other write came between).
             let tag = self.vault.store.batch_tag();
@@ -391,8 +454,11 @@ impl Workspace {
         if result.is_err() {
             self.save_batch_state(None);
         }
-        if let Err(e) = &result {
-            // Best effort: the failure itself is worth recording, but must not mask `e`.
+        // Best effort: the failure itself is worth recording, but must not mask `e`, nor
+        // wait on a server that just did not answer (that would double the wait).
+        if let Err(e) = &result
+            && !matches!(e, Error::StoreUnavailable { .. })
+        {
             let _ = self.vault.store.write(|w| {
                 let step = self.steps || matches!(logging, Logging::AuditOnly);
                 self.audit_as(w, operation, &paths, e.kind(), Some(e.to_string()), step)

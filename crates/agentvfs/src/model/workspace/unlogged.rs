@@ -21,7 +21,7 @@ pub(crate) struct Unlogged {
     description: String,
 }
 
-fn key(ws: i64) -> String {
+pub(super) fn key(ws: i64) -> String {
     format!("unlogged.{ws}")
 }
 

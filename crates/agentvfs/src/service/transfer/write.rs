@@ -241,8 +241,7 @@ pub(crate) fn make_special(out: &Path, node: &Node) -> Result<()> {
 
 fn write_host_file(view: &View<'_>, out: &Path, node: &Node) -> Result<()> {
     let f = File::create_new(out).map_err(|e| Error::io("creating", out, e))?;
-    view.copy_node_to(node, &f)
-        .map_err(|e| Error::io("writing", out, e))?;
+    view.copy_node_to(node, &f, out)?;
     f.set_permissions(fs::Permissions::from_mode(node.attrs.mode))
         .map_err(|e| Error::io("setting mode of", out, e))?;
     f.set_times(

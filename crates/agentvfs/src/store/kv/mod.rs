@@ -26,6 +26,7 @@ use std::path::{Path, PathBuf};
 
 pub(super) use self::read::Reader;
 pub(super) use self::tx::Writer;
+use super::ReadAhead;
 use super::sqlite::FORMAT_VERSION;
 use crate::error::{Error, Result};
 
@@ -34,15 +35,50 @@ pub(super) const FORMAT_KEY: &[u8] = b"format";
 pub(super) const ENGINE_KEY: &[u8] = b"engine";
 /// Set by `vault migrate` in the transaction that copied the vault away.
 pub(super) const RETIRED_KEY: &[u8] = b"retired";
-/// The id counters (`next.<kind>`), which most writes read: a server engine fetches them
-/// with its lock.
+/// The counters most writes read: the ids (`next.<kind>`) and the object totals. A server
+/// engine fetches them with its lock.
 #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
-pub(super) const ID_COUNTERS: [&[u8]; 4] = [
+pub(super) const WRITE_COUNTERS: [&[u8]; 7] = [
     b"next.op",
     b"next.audit",
     b"next.workspace",
     b"next.checkpoint",
+    b"objects.count",
+    b"objects.bytes",
+    b"objects.chunk_bytes",
 ];
+
+/// Keys of tables: rows by (table, key), or scans by (table, prefix).
+pub(super) type TableKeys = Vec<(Table, Vec<u8>)>;
+
+/// What a `ReadAhead` names, in this layout: rows by key, and scans by prefix whose first
+/// page is wanted.
+#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+pub(super) fn read_ahead_keys(a: &ReadAhead) -> (TableKeys, TableKeys) {
+    use self::rows::{cat, id8, text_key, text_prefix};
+    let mut rows = Vec::new();
+    let mut scans = Vec::new();
+    for name in &a.workspaces {
+        rows.push((Table::Workspaces, name.as_bytes().to_vec()));
+    }
+    for id in &a.workspace_ids {
+        rows.push((Table::WorkspaceIds, id8(*id).to_vec()));
+    }
+    for key in &a.settings {
+        rows.push((Table::Settings, text_key(key.as_bytes()).into_owned()));
+    }
+    for prefix in &a.setting_prefixes {
+        scans.push((Table::Settings, text_prefix(prefix.as_bytes()).to_vec()));
+    }
+    for ws in &a.overlays {
+        scans.push((Table::Overlay, id8(*ws).to_vec()));
+        rows.push((Table::Meta, cat(&[b"overlay.len.", &id8(*ws)])));
+    }
+    for (ws, name) in &a.checkpoints {
+        rows.push((Table::Checkpoints, cat(&[&id8(*ws), name.as_bytes()])));
+    }
+    (rows, scans)
+}
 
 /// The tables of a vault, in `Table::NAMES` order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -132,6 +168,26 @@ pub(super) trait KvRead {
 pub(super) trait KvWrite: KvRead {
     fn put(&mut self, t: Table, key: &[u8], value: &[u8]) -> Result<()>;
     fn del(&mut self, t: Table, key: &[u8]) -> Result<()>;
+
+    /// Whether a new object is put without first looking whether it is stored, all the
+    /// looks made at once before commit (`Writer::settle`): for an engine where each look
+    /// is a round trip. Such an engine implements the three below.
+    fn defers_object_checks(&self) -> bool {
+        false
+    }
+    /// Whether this transaction put or deleted `key`.
+    fn is_buffered(&self, _t: Table, _key: &[u8]) -> bool {
+        false
+    }
+    /// Drop what this transaction put or deleted at `key`: reads see the stored row again.
+    fn forget(&mut self, _t: Table, _key: &[u8]) {}
+    /// Which of `keys` the table held before this transaction, in one look.
+    fn stored_keys(&self, t: Table, keys: &[&[u8]]) -> Result<std::collections::HashSet<Vec<u8>>> {
+        let _ = (t, keys);
+        Err(Error::Storage(
+            "this engine looks for each object as it is put".into(),
+        ))
+    }
 }
 
 /// The vault file's canonical path, or `vault_not_found`.

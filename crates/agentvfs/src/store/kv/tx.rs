@@ -1,6 +1,8 @@
 //! Writes inside one commit of a key-value engine: the `StoreWrite` implementation (reads go
 //! through `Reader` on the same view, so they see the writes).
 
+use std::collections::BTreeMap;
+
 use super::read::Reader;
 use super::rows::*;
 use super::{KvWrite, Table};
@@ -13,6 +15,10 @@ use crate::store::{
 /// Writes inside one commit; reads see them.
 pub(in crate::store) struct Writer<'a, K: KvWrite + ?Sized> {
     kv: &'a mut K,
+    /// Objects put without looking whether the vault held them already (an engine where
+    /// each look is a round trip: `KvWrite::defers_object_checks`), by id: their kind and
+    /// size, for the totals `settle` brings up to date.
+    unsettled: BTreeMap<[u8; 32], (u8, u64)>,
 }
 
 macro_rules! read_through {
@@ -48,8 +54,45 @@ read_through! {
 }
 
 impl<'a, K: KvWrite + ?Sized> Writer<'a, K> {
+    /// A writer on `kv`. An engine that defers object checks calls `settle` before it
+    /// commits.
     pub(in crate::store) fn new(kv: &'a mut K) -> Self {
-        Writer { kv }
+        Writer {
+            kv,
+            unsettled: BTreeMap::new(),
+        }
+    }
+
+    /// Look, all at once, whether the objects put without a look were stored before this
+    /// transaction: those that were keep their stored row (and are not sent again), the
+    /// others count in the object totals. A no-op unless the engine defers object checks.
+    pub(in crate::store) fn settle(&mut self) -> Result<()> {
+        if self.unsettled.is_empty() {
+            return Ok(());
+        }
+        let unsettled = std::mem::take(&mut self.unsettled);
+        let ids: Vec<&[u8]> = unsettled.keys().map(<[u8; 32]>::as_slice).collect();
+        let stored = self.kv.stored_keys(Table::Objects, &ids)?;
+        for (id, (kind, size)) in &unsettled {
+            if stored.contains(id.as_slice()) {
+                self.kv.forget(Table::Objects, id);
+            } else {
+                self.count_object(*kind, *size, 1)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Count an object of `kind` and `size` stored bytes in the totals (`sign` 1), or out
+    /// of them (-1).
+    fn count_object(&mut self, kind: u8, size: u64, sign: i64) -> Result<()> {
+        let size = size as i64 * sign;
+        self.add(b"objects.count", sign)?;
+        self.add(b"objects.bytes", size)?;
+        if kind == CHUNK_KIND {
+            self.add(b"objects.chunk_bytes", size)?;
+        }
+        Ok(())
     }
 
     fn reader(&self) -> Reader<'_, K> {
@@ -161,34 +204,38 @@ fn unique(what: &str, name: &str) -> Error {
 
 impl<K: KvWrite + ?Sized> StoreWrite for Writer<'_, K> {
     fn put_object(&mut self, id: &ObjectId, kind: u8, data: &[u8]) -> Result<()> {
+        if self.unsettled.contains_key(&id.0) {
+            return Ok(());
+        }
+        let row = || {
+            let mut v = Vec::with_capacity(data.len() + 1);
+            v.push(kind);
+            v.extend_from_slice(data);
+            v
+        };
+        // Not touched by this transaction yet: put now, look at `settle`.
+        if self.kv.defers_object_checks() && !self.kv.is_buffered(Table::Objects, &id.0) {
+            self.put(Table::Objects, &id.0, &row())?;
+            self.unsettled.insert(id.0, (kind, data.len() as u64));
+            return Ok(());
+        }
         if self.reader().has_object(id)? {
             return Ok(());
         }
-        let mut v = Vec::with_capacity(data.len() + 1);
-        v.push(kind);
-        v.extend_from_slice(data);
-        self.put(Table::Objects, &id.0, &v)?;
-        let size = data.len() as i64;
-        self.add(b"objects.count", 1)?;
-        self.add(b"objects.bytes", size)?;
-        if kind == CHUNK_KIND {
-            self.add(b"objects.chunk_bytes", size)?;
-        }
-        Ok(())
+        self.put(Table::Objects, &id.0, &row())?;
+        self.count_object(kind, data.len() as u64, 1)
     }
 
     fn delete_object(&mut self, id: &ObjectId) -> Result<()> {
+        // An unsettled put is dropped: what the vault held before decides.
+        if self.unsettled.remove(&id.0).is_some() {
+            self.kv.forget(Table::Objects, &id.0);
+        }
         let Some((kind, size)) = self.kv.object_head_at(&id.0)? else {
             return Ok(());
         };
-        let size = size as i64;
         self.del(Table::Objects, &id.0)?;
-        self.add(b"objects.count", -1)?;
-        self.add(b"objects.bytes", -size)?;
-        if kind == CHUNK_KIND {
-            self.add(b"objects.chunk_bytes", -size)?;
-        }
-        Ok(())
+        self.count_object(kind, size, -1)
     }
 
     fn insert_workspace(&mut self, rec: &WorkspaceRecord) -> Result<i64> {

@@ -18,6 +18,8 @@ pub(super) struct Statements {
     pub(super) get: Statement,
     /// Rows of one table by a list of keys.
     pub(super) get_many: Statement,
+    /// Which of a list of keys one table holds.
+    pub(super) keys: Statement,
     pub(super) from: Statement,
     pub(super) range: Statement,
     pub(super) from_rev: Statement,
@@ -95,8 +97,38 @@ pub(super) fn within<F: std::future::Future>(f: F) -> Result<F::Output> {
                     limit.as_secs_f64()
                 ),
                 maybe_applied: false,
+                writes_kept: 0,
             }
         })
+}
+
+/// Run `f`, the vault's administration on a blocking client (which has no wait of its
+/// own), on a thread of its own for the server wait at most. After it, `store_unavailable`
+/// saying `what` may have been done (the server may yet act on what it was sent), and `f`
+/// is left to end on its own.
+pub(super) fn bounded<T: Send + 'static>(
+    what: &str,
+    f: impl FnOnce() -> Result<T> + Send + 'static,
+) -> Result<T> {
+    let limit = server_wait()?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
+        .name("avfs-postgres-admin".into())
+        .spawn(move || {
+            let _ = tx.send(f());
+        })
+        .map_err(|e| Error::Storage(format!("starting a thread for {what}: {e}")))?;
+    rx.recv_timeout(limit).unwrap_or_else(|_| {
+        STALLS.fetch_add(1, Ordering::SeqCst);
+        Err(Error::StoreUnavailable {
+            reason: format!(
+                "the PostgreSQL server did not answer within {} s (AVFS_SERVER_TIMEOUT_SECS) while {what}",
+                limit.as_secs_f64()
+            ),
+            maybe_applied: true,
+            writes_kept: 0,
+        })
+    })
 }
 
 /// `within`, for a request's answer: its error as ours.
@@ -131,6 +163,7 @@ fn connect_error(e: postgres::Error) -> Error {
         Error::Storage(reason) => Error::StoreUnavailable {
             reason,
             maybe_applied: false,
+            writes_kept: 0,
         },
         other => other,
     }
@@ -192,6 +225,7 @@ impl Conn {
         let sql = [
             format!("SELECT v FROM {kv} WHERE t = $1 AND k = $2"),
             format!("SELECT k, v FROM {kv} WHERE t = $1 AND k = ANY($2)"),
+            format!("SELECT k FROM {kv} WHERE t = $1 AND k = ANY($2)"),
             format!("{select} ORDER BY k LIMIT $3"),
             format!("{select} AND k < $3 ORDER BY k LIMIT $4"),
             format!("{select} ORDER BY k DESC LIMIT $3"),
@@ -220,6 +254,7 @@ impl Conn {
         Ok(Statements {
             get: st(),
             get_many: st(),
+            keys: st(),
             from: st(),
             range: st(),
             from_rev: st(),

@@ -14,29 +14,32 @@
 //!
 //! Round trips are the cost on a network: the vault's connections are `tokio-postgres`
 //! clients, whose requests are pipelined. A write's `BEGIN`, lock and retired check go out
-//! together, and so do its changes and its `COMMIT`; a read's `BEGIN` goes with its first
-//! query and its end with the connection's next statement.
+//! together with the rows its caller named ahead (`Store::write_ahead`); new objects are
+//! looked for all at once before the commit (`KvWrite::defers_object_checks`); its changes
+//! and its `COMMIT` go out together. A read's `BEGIN` goes with its first query and its end
+//! with the connection's next statement.
 
 mod conn;
 mod objects;
 mod view;
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use postgres::Client;
 use serde::{Deserialize, Serialize};
 
 use self::conn::{Conn, connect, connect_async, idle, put_idle, quoted, take_idle};
-use self::conn::{block, within};
+use self::conn::{block, bounded, within};
 use self::objects::Objects;
 use self::view::{Placement, View};
 use super::kv::{
-    ENGINE_KEY, FORMAT_KEY, ID_COUNTERS, RETIRED_KEY, Reader, Table, Writer, check_format,
+    ENGINE_KEY, FORMAT_KEY, Reader, Table, WRITE_COUNTERS, Writer, check_format, read_ahead_keys,
 };
 use super::lock::lock;
 use super::sqlite::FORMAT_VERSION;
-use super::{Engine, FileIdentity, Server, Store, StoreRead, StoreWrite};
+use super::{Engine, FileIdentity, ReadAhead, Server, Store, StoreRead, StoreWrite};
 use crate::error::{Error, Result};
 
 use super::{POSTGRES_MARK as MARK, SERVER_URL_ENV as URL_ENV};
@@ -170,6 +173,7 @@ pub(super) fn pg_error(e: postgres::Error) -> Error {
             return Error::StoreUnavailable {
                 reason: format!("PostgreSQL: {}", db.message()),
                 maybe_applied: false,
+                writes_kept: 0,
             };
         }
         if *code == SqlState::LOCK_NOT_AVAILABLE {
@@ -179,6 +183,7 @@ pub(super) fn pg_error(e: postgres::Error) -> Error {
                     conn::lock_wait().as_secs_f64()
                 ),
                 maybe_applied: false,
+                writes_kept: 0,
             };
         }
         if *code == SqlState::UNDEFINED_TABLE || *code == SqlState::INVALID_SCHEMA_NAME {
@@ -197,6 +202,7 @@ pub(super) fn pg_error(e: postgres::Error) -> Error {
         return Error::StoreUnavailable {
             reason: format!("PostgreSQL: {e}"),
             maybe_applied: false,
+            writes_kept: 0,
         };
     }
     Error::Storage(format!("PostgreSQL: {e}"))
@@ -315,6 +321,8 @@ pub struct PgStore {
     /// The object store large objects go to, if the vault has one.
     objects: Option<Objects>,
     inline_max: usize,
+    /// Writes committed through this handle: a command that fails after some says so.
+    commits: AtomicU64,
 }
 
 /// The host's cache of a vault's objects: beside its vault file.
@@ -327,6 +335,17 @@ fn cache_dir(path: &Path) -> PathBuf {
 impl PgStore {
     /// Create vault `server.name` on the server and the vault file at `path` pointing at it.
     pub fn create(path: &Path, server: &Server) -> Result<Arc<PgStore>> {
+        if let Some(url) = server.objects.as_ref().filter(|_| !path.exists()) {
+            // An object store that does not answer is refused now, not at the first write.
+            Objects::open(url, "probe", cache_dir(path))?.probe()?;
+        }
+        let (path, server) = (path.to_path_buf(), server.clone());
+        bounded("creating the vault", move || {
+            Self::create_inner(&path, &server)
+        })
+    }
+
+    fn create_inner(path: &Path, server: &Server) -> Result<Arc<PgStore>> {
         if path.exists() {
             return Err(Error::AlreadyExists {
                 name: path.display().to_string(),
@@ -334,10 +353,6 @@ impl PgStore {
         }
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|e| Error::io("creating directory", dir, e))?;
-        }
-        if let Some(url) = &server.objects {
-            // An object store that does not answer is refused now, not at the first write.
-            Objects::open(url, "probe", cache_dir(path))?.probe()?;
         }
         let mut client = connect(&server.url)?;
         // The name, the schema, its tables and the vault's format: one transaction, so a
@@ -396,6 +411,13 @@ impl PgStore {
 
     /// Write a vault file at `path` for vault `server.name`, which exists on the server.
     pub fn attach(path: &Path, server: &Server) -> Result<Arc<PgStore>> {
+        let (path, server) = (path.to_path_buf(), server.clone());
+        bounded("attaching the vault", move || {
+            Self::attach_inner(&path, &server)
+        })
+    }
+
+    fn attach_inner(path: &Path, server: &Server) -> Result<Arc<PgStore>> {
         if path.exists() {
             return Err(Error::AlreadyExists {
                 name: path.display().to_string(),
@@ -471,7 +493,7 @@ impl PgStore {
         // the exchange), so other hosts may attach it now.
         let in_place = !store.path.to_string_lossy().ends_with(".migrating");
         if pending.is_some() && in_place {
-            store.kv_write(|w| w.meta_delete(PENDING_KEY))?;
+            store.kv_write(&ReadAhead::default(), |w| w.meta_delete(PENDING_KEY))?;
         }
         if let Some(url) = objects {
             let url = String::from_utf8(url).map_err(|_| Error::CorruptVault {
@@ -526,6 +548,7 @@ impl PgStore {
             pool,
             objects: None,
             inline_max: INLINE_MAX,
+            commits: AtomicU64::new(0),
         }))
     }
 
@@ -534,12 +557,30 @@ impl PgStore {
         let locator = Locator::read(path)?;
         let url = locator.url()?;
         lock(idle()).remove(&(url.clone(), locator.schema.clone()));
-        let mut client = connect(&url)?;
-        drop_vault(&mut client, &locator)?;
+        let dropping = locator.clone();
+        bounded("deleting the vault", move || {
+            drop_vault(&mut connect(&url)?, &dropping)
+        })?;
         // The objects in an object store stay: other vaults may share the prefix, and a
         // bucket's lifecycle rules are its owner's. This host's cache goes.
         let _ = std::fs::remove_dir_all(cache_dir(path));
         std::fs::remove_file(path).map_err(|e| Error::io("deleting", path, e))
+    }
+
+    /// `e`, saying how many writes this handle had committed when the server failed.
+    fn with_kept(&self, e: Error) -> Error {
+        match e {
+            Error::StoreUnavailable {
+                reason,
+                maybe_applied,
+                ..
+            } => Error::StoreUnavailable {
+                reason,
+                maybe_applied,
+                writes_kept: self.commits.load(Ordering::Relaxed),
+            },
+            other => other,
+        }
     }
 
     fn placement(&self) -> Placement<'_> {
@@ -595,34 +636,33 @@ impl PgStore {
         out
     }
 
-    fn kv_write<R>(&self, f: impl FnOnce(&mut Writer<'_, View<'_, '_>>) -> Result<R>) -> Result<R> {
+    /// One write transaction, with the records `ahead` names (and the counters most
+    /// writes use) read in its first exchange.
+    fn kv_write<R>(
+        &self,
+        ahead: &ReadAhead,
+        f: impl FnOnce(&mut Writer<'_, View<'_, '_>>) -> Result<R>,
+    ) -> Result<R> {
         let mut slot = lock(&self.writer);
-        let retired_key: &[u8] = RETIRED_KEY;
-        let meta = Table::Meta as i16;
         let key = lock_key(&self.schema);
+        let (mut rows, scans) = read_ahead_keys(ahead);
+        rows.extend(WRITE_COUNTERS.map(|k| (Table::Meta, k.to_vec())));
         for attempt in 0.. {
-            let fresh = slot.as_ref().is_none_or(|c| !c.usable());
-            if fresh {
-                *slot = Some(self.conn()?);
+            // The connection this process last used (its reads' idle ones included): a new
+            // one costs a connect and a prepare.
+            let mut fresh = false;
+            if !slot.as_ref().is_some_and(Conn::usable) {
+                *slot = match take_idle(&self.pool) {
+                    Some(c) => Some(c),
+                    None => {
+                        fresh = true;
+                        Some(self.conn()?)
+                    }
+                };
             }
             let Conn { client, st, .. } = slot.as_ref().expect("a connection");
-            // The vault's lock, then whether `vault migrate` moved the vault away while this
-            // waited for it, and the id counters most writes use: sent together, run in
-            // turn (each later statement's snapshot is taken once the lock is held).
-            let begun = block(async {
-                futures::future::try_join4(
-                    client.batch_execute("BEGIN"),
-                    client.execute(&st.lock, &[&key]),
-                    client.query_one(&st.retired, &[&meta, &retired_key]),
-                    client.query(&st.get_many, &[&meta, &ID_COUNTERS.as_slice()]),
-                )
-                .await
-            });
             let view = View::write(client, st, self.placement());
-            let begun = begun.map(|(_, _, retired, counters)| {
-                view.remember(Table::Meta, &ID_COUNTERS, counters);
-                retired.get::<_, bool>(0)
-            });
+            let begun = view.begin_write(key, &rows, &scans);
             // A pooled connection the server dropped (it restarted) is replaced once,
             // before anything was done on it. A lock wait that timed out is an answer, not
             // a lost connection.
@@ -640,8 +680,14 @@ impl PgStore {
             }
             self.file.still(&self.path)?;
             let mut view = view;
-            let out = f(&mut Writer::new(&mut view))?;
+            let out = {
+                let mut w = Writer::new(&mut view);
+                let out = f(&mut w)?;
+                w.settle()?;
+                out
+            };
             view.commit()?;
+            self.commits.fetch_add(1, Ordering::Relaxed);
             return Ok(out);
         }
         unreachable!("the loop returns")
@@ -724,11 +770,20 @@ impl Store for PgStore {
     }
 
     fn read_with(&self, f: &mut dyn FnMut(&dyn StoreRead) -> Result<()>) -> Result<()> {
-        self.kv_read(|r| f(r))
+        self.kv_read(|r| f(r)).map_err(|e| self.with_kept(e))
     }
 
     fn write_with(&self, f: &mut dyn FnMut(&mut dyn StoreWrite) -> Result<()>) -> Result<()> {
-        self.kv_write(|w| f(w))
+        self.write_ahead(&ReadAhead::default(), f)
+    }
+
+    fn write_ahead(
+        &self,
+        ahead: &ReadAhead,
+        f: &mut dyn FnMut(&mut dyn StoreWrite) -> Result<()>,
+    ) -> Result<()> {
+        self.kv_write(ahead, |w| f(w))
+            .map_err(|e| self.with_kept(e))
     }
 
     fn set_batching(&self, _on: bool) -> Result<()> {
@@ -745,12 +800,10 @@ impl Store for PgStore {
         // Objects in the store that no row refers to (a write that crashed between its
         // upload and its commit, or objects gc removed), past the grace period.
         if let Some(objects) = &self.objects {
-            let kv = format!("{}.kv", quoted(&self.schema));
-            let sql = format!("SELECT k FROM {kv} WHERE t = $1 AND k = ANY($2)");
             objects.sweep(&mut |ids| {
                 self.with_reader(|c| {
                     let t = Table::Objects as i16;
-                    let rows = block(c.client.query(&sql, &[&t, &ids]))?;
+                    let rows = block(c.client.query(&c.st.keys, &[&t, &ids]))?;
                     let found: std::collections::HashSet<Vec<u8>> =
                         rows.iter().map(|r| r.get(0)).collect();
                     Ok(ids.iter().map(|id| found.contains(id)).collect())

@@ -22,9 +22,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
 use futures::{StreamExt, TryStreamExt};
-use object_store::aws::AmazonS3Builder;
+use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
 use object_store::path::Path as Key;
-use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+use object_store::{ClientConfigKey, ObjectStore, ObjectStoreExt, PutPayload, RetryConfig};
 
 use crate::error::{Error, Result};
 use crate::store::lock::lock;
@@ -43,6 +43,7 @@ fn s3_error(what: &str, e: object_store::Error) -> Error {
     Error::StoreUnavailable {
         reason: format!("the vault's object store ({what}): {e}"),
         maybe_applied: false,
+        writes_kept: 0,
     }
 }
 
@@ -63,8 +64,20 @@ impl Objects {
     pub(super) fn open(url: &str, vault: &str, cache_dir: PathBuf) -> Result<Objects> {
         let (bucket, prefix) = parse_url(url)?;
         let prefix = format!("{prefix}{vault}/");
-        let store = AmazonS3Builder::from_env()
-            .with_bucket_name(bucket)
+        // Each request, and its retries, within the server wait (unless the environment
+        // sets the client's own timeout, AWS_TIMEOUT): a store that stops answering is an
+        // error, and a write waiting on it holds the vault's lock no longer than that.
+        let wait = super::conn::server_wait()?;
+        let mut builder = AmazonS3Builder::from_env().with_bucket_name(bucket);
+        if std::env::var_os("AWS_TIMEOUT").is_none() {
+            let timeout = AmazonS3ConfigKey::Client(ClientConfigKey::Timeout);
+            builder = builder.with_config(timeout, format!("{}ms", wait.as_millis()));
+        }
+        let store = builder
+            .with_retry(RetryConfig {
+                retry_timeout: wait,
+                ..RetryConfig::default()
+            })
             .build()
             .map_err(|e| Error::invalid(format!("the object store {url}: {e}")))?;
         let rt = tokio::runtime::Builder::new_current_thread()

@@ -8,7 +8,7 @@
 //! early costs one small query, and a long scan holds one page at a time.
 
 use std::cell::{Cell, RefCell};
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::future::Future;
 use std::ops::Bound;
 use std::pin::Pin;
@@ -21,7 +21,9 @@ use super::conn::{Statements, block, within};
 use super::objects::Objects;
 use super::pg_error;
 use crate::error::{Error, Result};
-use crate::store::kv::{Buffer, KvRead, KvWrite, Table, Val, Visit, merge, prefix_end};
+use crate::store::kv::{
+    Buffer, KvRead, KvWrite, RETIRED_KEY, Table, Val, Visit, merge, prefix_end,
+};
 
 /// Rows per page of a scan: small first (most scans stop early), then larger.
 const FIRST_PAGE: i64 = 64;
@@ -163,9 +165,14 @@ impl<'c, 's> View<'c, 's> {
         // An answer from the server (an error included) settles the write. Silence, or a
         // connection lost, once the `COMMIT` went out leaves it unknown.
         let unsure = |e: Error| match e {
-            Error::StoreUnavailable { reason, .. } => Error::StoreUnavailable {
+            Error::StoreUnavailable {
+                reason,
+                writes_kept,
+                ..
+            } => Error::StoreUnavailable {
                 reason,
                 maybe_applied: true,
+                writes_kept,
             },
             other => other,
         };
@@ -177,6 +184,75 @@ impl<'c, 's> View<'c, 's> {
                 if answered { e } else { unsure(e) }
             })?;
         Ok(())
+    }
+
+    /// Begin this write: `BEGIN`, the vault's lock (`lock_key`), whether `vault migrate`
+    /// retired the vault while this waited for it, and the `rows` and the first pages of
+    /// the `scans` named ahead, for the reads that follow. All go out together and run in
+    /// turn: each later statement's snapshot is taken once the lock is held. Returns
+    /// whether the vault was retired.
+    pub(super) fn begin_write(
+        &self,
+        lock_key: i64,
+        rows: &[(Table, Vec<u8>)],
+        scans: &[(Table, Vec<u8>)],
+    ) -> Result<bool> {
+        let mut tables: Vec<(Table, i16, Vec<Vec<u8>>)> = Vec::new();
+        for (t, k) in rows {
+            match tables.iter_mut().find(|(u, _, _)| u == t) {
+                Some((_, _, keys)) => keys.push(k.clone()),
+                None => tables.push((*t, *t as i16, vec![k.clone()])),
+            }
+        }
+        // Each scan's bounds, as `page` asks them.
+        let ranges: Vec<_> = scans
+            .iter()
+            .map(|(t, prefix)| {
+                let hi: Option<Vec<u8>> = match prefix_end(prefix) {
+                    Bound::Excluded(e) => Some(e),
+                    _ => None,
+                };
+                (*t as i16, prefix.as_slice(), hi)
+            })
+            .collect();
+        let (c, st) = (self.client, self.st);
+        let gets = tables.iter().map(|(_, t, keys)| async move {
+            let params: [&(dyn ToSql + Sync); 2] = [t, keys];
+            c.query(&st.get_many, &params).await
+        });
+        let pages = ranges.iter().map(|(t, lo, hi)| async move {
+            match hi {
+                Some(hi) => {
+                    let params: [&(dyn ToSql + Sync); 4] = [t, lo, hi, &FIRST_PAGE];
+                    c.query(&st.range, &params).await
+                }
+                None => {
+                    let params: [&(dyn ToSql + Sync); 3] = [t, lo, &FIRST_PAGE];
+                    c.query(&st.from, &params).await
+                }
+            }
+        });
+        let (meta, retired_key) = (Table::Meta as i16, RETIRED_KEY);
+        let (_, _, retired, got, paged) = block(async {
+            futures::future::try_join5(
+                c.batch_execute("BEGIN"),
+                c.execute(&st.lock, &[&lock_key]),
+                c.query_one(&st.retired, &[&meta, &retired_key]),
+                futures::future::try_join_all(gets),
+                futures::future::try_join_all(pages),
+            )
+            .await
+        })?;
+        for ((t, _, keys), found) in tables.iter().zip(got) {
+            let keys: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+            self.remember(*t, &keys, found);
+        }
+        for (((t, _), (_, lo, hi)), found) in scans.iter().zip(&ranges).zip(paged) {
+            let found = found.into_iter().map(|r| (r.get(0), r.get(1))).collect();
+            let key = (*t, lo.to_vec(), hi.clone(), false);
+            self.pages.borrow_mut().insert(key, found);
+        }
+        Ok(retired.get::<_, bool>(0))
     }
 
     /// Read `keys` of table `t` in one query, for the reads that follow.
@@ -330,6 +406,11 @@ impl View<'_, '_> {
         {
             return Ok(v.clone());
         }
+        if t != Table::Objects
+            && let Some(v) = self.in_whole_page(t, key)
+        {
+            return Ok(v);
+        }
         let v = self
             .query(&self.st.get, &[&(t as i16), &key])?
             .into_iter()
@@ -339,6 +420,21 @@ impl View<'_, '_> {
             self.memo.borrow_mut().insert((t, key.to_vec()), v.clone());
         }
         Ok(v)
+    }
+}
+
+impl View<'_, '_> {
+    /// Row `key` of `t`, when a first page already read covers it and was the whole of its
+    /// range (shorter than a page): then the page says whether the row exists.
+    fn in_whole_page(&self, t: Table, key: &[u8]) -> Option<Option<Vec<u8>>> {
+        let pages = self.pages.borrow();
+        pages.iter().find_map(|((pt, lo, hi, _), rows)| {
+            let covers = *pt == t
+                && (rows.len() as i64) < FIRST_PAGE
+                && key >= lo.as_slice()
+                && hi.as_deref().is_none_or(|hi| key < hi);
+            covers.then(|| rows.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone()))
+        })
     }
 }
 
@@ -417,5 +513,23 @@ impl KvWrite for View<'_, '_> {
     fn del(&mut self, t: Table, key: &[u8]) -> Result<()> {
         self.buf[t as usize].insert(key.to_vec(), None);
         Ok(())
+    }
+
+    /// A look is a round trip here: new objects are looked for all at once, before commit.
+    fn defers_object_checks(&self) -> bool {
+        true
+    }
+
+    fn is_buffered(&self, t: Table, key: &[u8]) -> bool {
+        self.buf[t as usize].contains_key(key)
+    }
+
+    fn forget(&mut self, t: Table, key: &[u8]) {
+        self.buf[t as usize].remove(key);
+    }
+
+    fn stored_keys(&self, t: Table, keys: &[&[u8]]) -> Result<HashSet<Vec<u8>>> {
+        let rows = self.query(&self.st.keys, &[&(t as i16), &keys])?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
     }
 }
