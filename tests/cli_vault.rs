@@ -422,6 +422,28 @@ fn non_sqlite_file_is_not_a_vault() {
     );
 }
 
+/// A vault whose main workspace is missing (a create cut short between making the vault
+/// and its first write) fails `vault check`, which says what happened and what to do.
+#[test]
+fn a_vault_without_its_main_workspace_fails_its_check() {
+    if !common::skip::only_engine("sqlite") {
+        return;
+    }
+    let env = TestEnv::with_vault("v");
+    let conn = rusqlite::Connection::open(env.vault_file("v")).unwrap();
+    conn.execute("DELETE FROM workspaces WHERE name = 'main'", [])
+        .unwrap();
+    drop(conn);
+    let e = env.err(&["vault", "check"], "corrupt_vault");
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap()
+            .contains("no main workspace: its creation did not finish"),
+        "{e:#}"
+    );
+}
+
 fn foreign_sqlite(env: &TestEnv) -> std::path::PathBuf {
     let db = env.host("app.db");
     let conn = rusqlite::Connection::open(&db).unwrap();

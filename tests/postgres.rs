@@ -365,14 +365,12 @@ fn output_within(
 
 #[test]
 fn a_server_that_stops_answering_mid_command_is_a_typed_error_not_a_hang() {
-    if server().is_none() || !common::skip::require_fuse() {
+    if !common::skip::require_fuse() {
         return;
     }
-    let (pg, url) = OwnServer::start(None);
-    let h = Host::new(&url);
-    let name = unique("silent");
-    h.data(&["vault", "create", &name, "--engine", "postgres"]);
-    h.data(&["write", "kept.txt", "before\n"]);
+    let Some((pg, h, name)) = own_server_with_a_vault("silent") else {
+        return;
+    };
     let wait = [("AVFS_SERVER_TIMEOUT_SECS", Some("3"))];
     // Bad waits are refused up front, and change nothing.
     for bad in [
@@ -466,20 +464,27 @@ fn a_server_that_stops_answering_mid_command_is_a_typed_error_not_a_hang() {
     drop(pg.stop());
 }
 
+/// A server of the test's own (when the suite has one to test with), a host, and a vault
+/// `what-…` on it holding `kept.txt`.
+fn own_server_with_a_vault(what: &str) -> Option<(OwnServer, Host, String)> {
+    server()?;
+    let (pg, url) = OwnServer::start(None);
+    let h = Host::new(&url);
+    let name = unique(what);
+    h.data(&["vault", "create", &name, "--engine", "postgres"]);
+    h.data(&["write", "kept.txt", "before\n"]);
+    Some((pg, h, name))
+}
+
 fn script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/postgres.sh")
 }
 
 #[test]
 fn a_stopped_server_gives_a_typed_error_and_nothing_half_applied() {
-    if server().is_none() {
+    let Some((pg, h, _)) = own_server_with_a_vault("stopped") else {
         return;
-    }
-    let (pg, url) = OwnServer::start(None);
-    let h = Host::new(&url);
-    let name = unique("stopped");
-    h.data(&["vault", "create", &name, "--engine", "postgres"]);
-    h.data(&["write", "kept.txt", "before\n"]);
+    };
     let dir = pg.stop();
     let e = h.err(&["write", "lost.txt", "during\n"], "store_unavailable");
     assert!(

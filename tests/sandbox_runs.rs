@@ -171,6 +171,58 @@ fn concurrent_commands_in_one_fork_report_and_roll_back_only_their_own() {
     assert!(ls.contains("keep.txt"));
 }
 
+/// Two commands in one fork that make the same new directory each keep their files in it:
+/// overlayfs marks a directory made where there was none opaque, which replaced nothing
+/// (the second to finish used to delete the first one's files there). A command that does
+/// replace a directory deletes only what it started with: what others added since stays.
+#[test]
+fn commands_that_make_the_same_directory_in_one_fork_keep_each_others_files() {
+    let Some(e) = env() else { return };
+    ok(e.avfs(&["write", "-p", "old/x.txt", "x"]));
+    ok(e.avfs(&["write", "old/y.txt", "y"]));
+    let marker = format!("6{}", std::process::id());
+    let slow = avfs_command(e.home.path())
+        .args(["--json", "proxy", "exec", "--mode", "overlay", "--shell"])
+        .arg(format!(
+            "sleep {marker}; mkdir -p nd && echo b > nd/b; rm -rf old && mkdir old && echo z > old/z"
+        ))
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The slow command has started (from a fork without `nd`) before the fast one runs.
+    common::wait::until_true("the slow command to run", || !sleeping(&marker).is_empty());
+    let (v, code) = exec(
+        &e,
+        &[
+            "--mode",
+            "overlay",
+            "--shell",
+            "mkdir -p nd && echo a > nd/a; echo n > old/new",
+        ],
+    );
+    assert_eq!((code, &v["data"]["exit_code"]), (0, &Value::from(0)), "{v}");
+    for p in sleeping(&marker) {
+        let _ = std::process::Command::new("kill").arg(&p).status();
+    }
+    let out = slow.wait_with_output().unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["data"]["exit_code"], 0, "{v}");
+    let ls = |dir: &str| -> Vec<String> {
+        let out = e.avfs(&["--json", "ls", dir]);
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let mut names: Vec<String> = v["data"]
+            .as_array()
+            .unwrap_or_else(|| panic!("ls {dir}: {v}"))
+            .iter()
+            .map(|n| n["name"].as_str().unwrap().to_string())
+            .collect();
+        names.sort();
+        names
+    };
+    assert_eq!(ls("/nd"), ["a", "b"]);
+    assert_eq!(ls("/old"), ["new", "z"]);
+}
+
 #[test]
 fn modes_that_cannot_be_had_are_typed_errors_and_change_nothing() {
     let Some(e) = env() else { return };

@@ -9,7 +9,7 @@ use serde::Serialize;
 use super::inode::{inodes_dir, is_reserved};
 use super::node::{NodeKind, object_id, references};
 use super::path::VPath;
-use super::vault::{Vault, roots};
+use super::vault::{MAIN, Vault, roots};
 use super::view::View;
 use super::workspace::marker_problem;
 use crate::error::Result;
@@ -71,7 +71,17 @@ impl Vault {
                     }),
                 }
             }
-            for ws in r.workspaces()? {
+            let workspaces = r.workspaces()?;
+            if !workspaces.iter().any(|ws| ws.name == MAIN) {
+                // A create cut short between making the vault and its first write.
+                problems.push(Problem {
+                    object: None,
+                    problem: "the vault has no main workspace: its creation did not finish; \
+                              delete it (`avfs vault delete NAME --yes`) and create it again"
+                        .into(),
+                });
+            }
+            for ws in workspaces {
                 if let Some(problem) = marker_problem(r, ws.id)? {
                     problems.push(Problem {
                         object: None,

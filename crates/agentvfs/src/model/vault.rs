@@ -163,7 +163,7 @@ impl Vault {
         let vault = Self::wrap(store);
         let now = now_ns();
         let root = EncodedObject::encode(kind::ROOT, &Node::empty_dir(0o755, now))?;
-        vault.store.write(|w| {
+        let made = vault.store.write(|w| {
             w.put_object(&root.id, root.kind, &root.data)?;
             w.set_setting("vault.created_at", Some(&now.to_string()))?;
             w.insert_workspace(&WorkspaceRecord {
@@ -179,7 +179,14 @@ impl Vault {
                 bytes: 0,
             })?;
             Ok(())
-        })?;
+        });
+        if let Err(e) = made {
+            // A vault without its main workspace is of no use: remove it (on a server that
+            // failed this write, the removal may fail too; `vault check` names the rest).
+            drop(vault);
+            let _ = crate::store::remove_vault_files(path);
+            return Err(e);
+        }
         Ok(vault)
     }
 

@@ -189,7 +189,7 @@ fn ingest_walk(
             dirs: Vec::new(),
             counts: Ingested::default(),
         };
-        walk.dir(upper, &VPath::root())?;
+        walk.dir(upper, &VPath::root(), false)?;
         // Adding children moved the directories' times: put the command's back, deepest
         // first.
         for (path, node) in walk.dirs.drain(..).rev() {
@@ -205,7 +205,9 @@ fn ingest_walk(
 }
 
 impl Walk<'_, '_> {
-    fn dir(&mut self, host: &Path, at: &VPath) -> Result<()> {
+    /// Bring in directory `host` as `at`. `replaced`: the command replaced the directory
+    /// it started with (an opaque one), so what that held and `host` lacks was deleted.
+    fn dir(&mut self, host: &Path, at: &VPath, replaced: bool) -> Result<()> {
         let mut entries: Vec<_> = fs::read_dir(host)
             .map_err(|e| Error::io("reading", host, e))?
             .collect::<std::io::Result<_>>()
@@ -225,9 +227,9 @@ impl Walk<'_, '_> {
             self.entry(&entry.path(), &path)?;
             seen.insert(name.to_string());
         }
-        if let Some(made) = self.full {
-            // What the copy started with and no longer has was deleted; what others added
-            // to the fork meanwhile was never in the copy and stays.
+        if self.full.is_some() || replaced {
+            // What the copy (or the replaced directory) started with and no longer has was
+            // deleted; what others added to the fork meanwhile was never in it and stays.
             let started: Vec<String> = match soft(self.e.view_at(self.before).find(at))? {
                 Some(n) if n.is_dir() => self
                     .e
@@ -241,7 +243,9 @@ impl Walk<'_, '_> {
             for name in started {
                 let path = at.join(&name);
                 if !seen.contains(&name)
-                    && !made.left_out.iter().any(|l| path.starts_with(l))
+                    && self
+                        .full
+                        .is_none_or(|made| !made.left_out.iter().any(|l| path.starts_with(l)))
                     && soft(self.e.view().lookup(&path))?.is_some()
                 {
                     self.counts.entries += 1;
@@ -295,7 +299,7 @@ impl Walk<'_, '_> {
             && unchanged(host, &meta, node)
         {
             return if node.is_dir() && existing.as_ref().is_some_and(Node::is_dir) {
-                self.dir(host, path)
+                self.dir(host, path, false)
             } else {
                 Ok(())
             };
@@ -310,12 +314,15 @@ impl Walk<'_, '_> {
         let mut attrs = attrs_of(&meta);
         let ft = meta.file_type();
         if ft.is_dir() {
-            let opaque = is_opaque(host, self.userxattr);
+            // An opaque directory replaced the one the command started with: the children
+            // that one had and this lacks were deleted. Children others added to the fork
+            // since were never the command's to delete, and stay (overlayfs also marks a
+            // directory made where there was none opaque: then nothing was replaced).
+            let replaced =
+                is_opaque(host, self.userxattr) && started.as_ref().is_some_and(Node::is_dir);
             let mut fresh = false;
             match &existing {
-                Some(n) if n.is_dir() && !opaque => {}
-                // An opaque directory replaces what was there, secrets aside: merged.
-                Some(n) if n.is_dir() && !self.remove(path, true)? => {}
+                Some(n) if n.is_dir() => {}
                 Some(n) if !n.is_dir() && !self.remove(path, true)? => return Ok(()),
                 _ => {
                     self.e
@@ -323,7 +330,7 @@ impl Walk<'_, '_> {
                     fresh = true;
                 }
             }
-            self.dir(host, path)?;
+            self.dir(host, path, replaced)?;
             let xattrs = xattrs_of(host, self.userxattr);
             // A directory the command only added to keeps its own mode and owner, even
             // one changed by others meanwhile: only what differs from the start is the

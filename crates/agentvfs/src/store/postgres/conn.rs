@@ -3,7 +3,7 @@
 //! connections kept per vault for the next open in the same process.
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use postgres::{Client, NoTls};
@@ -106,19 +106,25 @@ pub(super) fn within<F: std::future::Future>(f: F) -> Result<F::Output> {
 /// own), on a thread of its own for the server wait at most. After it, `store_unavailable`
 /// saying `what` may have been done (the server may yet act on what it was sent), and `f`
 /// is left to end on its own.
+///
+/// `f` is told, through the flag it gets, once it was given up on: it then undoes what it
+/// can instead of finishing (a vault file written after the caller heard of a failure).
 pub(super) fn bounded<T: Send + 'static>(
     what: &str,
-    f: impl FnOnce() -> Result<T> + Send + 'static,
+    f: impl FnOnce(&AtomicBool) -> Result<T> + Send + 'static,
 ) -> Result<T> {
     let limit = server_wait()?;
     let (tx, rx) = std::sync::mpsc::channel();
+    let gave_up = std::sync::Arc::new(AtomicBool::new(false));
+    let told = gave_up.clone();
     std::thread::Builder::new()
         .name("avfs-postgres-admin".into())
         .spawn(move || {
-            let _ = tx.send(f());
+            let _ = tx.send(f(&told));
         })
         .map_err(|e| Error::Storage(format!("starting a thread for {what}: {e}")))?;
     rx.recv_timeout(limit).unwrap_or_else(|_| {
+        gave_up.store(true, Ordering::SeqCst);
         STALLS.fetch_add(1, Ordering::SeqCst);
         Err(Error::StoreUnavailable {
             reason: format!(

@@ -24,7 +24,7 @@ mod objects;
 mod view;
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use postgres::Client;
@@ -340,12 +340,12 @@ impl PgStore {
             Objects::open(url, "probe", cache_dir(path))?.probe()?;
         }
         let (path, server) = (path.to_path_buf(), server.clone());
-        bounded("creating the vault", move || {
-            Self::create_inner(&path, &server)
+        bounded("creating the vault", move |gave_up| {
+            Self::create_inner(&path, &server, gave_up)
         })
     }
 
-    fn create_inner(path: &Path, server: &Server) -> Result<Arc<PgStore>> {
+    fn create_inner(path: &Path, server: &Server, gave_up: &AtomicBool) -> Result<Arc<PgStore>> {
         if path.exists() {
             return Err(Error::AlreadyExists {
                 name: path.display().to_string(),
@@ -401,6 +401,11 @@ impl PgStore {
             schema
         };
         let locator = Locator::new(server, schema);
+        if gave_up.load(Ordering::SeqCst) {
+            // The caller reported a failure: leave nothing behind that it did not report.
+            let _ = drop_vault(&mut client, &locator);
+            return Err(Error::Storage("the vault's creation was given up".into()));
+        }
         let made = locator.write(path).and_then(|_| Self::open(path));
         if made.is_err() {
             let _ = drop_vault(&mut client, &locator);
@@ -412,12 +417,12 @@ impl PgStore {
     /// Write a vault file at `path` for vault `server.name`, which exists on the server.
     pub fn attach(path: &Path, server: &Server) -> Result<Arc<PgStore>> {
         let (path, server) = (path.to_path_buf(), server.clone());
-        bounded("attaching the vault", move || {
-            Self::attach_inner(&path, &server)
+        bounded("attaching the vault", move |gave_up| {
+            Self::attach_inner(&path, &server, gave_up)
         })
     }
 
-    fn attach_inner(path: &Path, server: &Server) -> Result<Arc<PgStore>> {
+    fn attach_inner(path: &Path, server: &Server, gave_up: &AtomicBool) -> Result<Arc<PgStore>> {
         if path.exists() {
             return Err(Error::AlreadyExists {
                 name: path.display().to_string(),
@@ -470,6 +475,9 @@ impl PgStore {
             std::fs::create_dir_all(dir).map_err(|e| Error::io("creating directory", dir, e))?;
         }
         let locator = Locator::new(server, schema);
+        if gave_up.load(Ordering::SeqCst) {
+            return Err(Error::Storage("the vault's attach was given up".into()));
+        }
         locator.write(path)?;
         Self::open(path).inspect_err(|_| {
             let _ = std::fs::remove_file(path);
@@ -558,7 +566,7 @@ impl PgStore {
         let url = locator.url()?;
         lock(idle()).remove(&(url.clone(), locator.schema.clone()));
         let dropping = locator.clone();
-        bounded("deleting the vault", move || {
+        bounded("deleting the vault", move |_| {
             drop_vault(&mut connect(&url)?, &dropping)
         })?;
         // The objects in an object store stay: other vaults may share the prefix, and a
