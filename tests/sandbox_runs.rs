@@ -174,17 +174,22 @@ fn concurrent_commands_in_one_fork_report_and_roll_back_only_their_own() {
 /// Two commands in one fork that make the same new directory each keep their files in it:
 /// overlayfs marks a directory made where there was none opaque, which replaced nothing
 /// (the second to finish used to delete the first one's files there). A command that does
-/// replace a directory deletes only what it started with: what others added since stays.
+/// replace a directory deletes only what it started with, at every depth below it: what
+/// others added since stays.
 #[test]
 fn commands_that_make_the_same_directory_in_one_fork_keep_each_others_files() {
     let Some(e) = env() else { return };
     ok(e.avfs(&["write", "-p", "old/x.txt", "x"]));
     ok(e.avfs(&["write", "old/y.txt", "y"]));
+    ok(e.avfs(&["write", "-p", "deep/b/c/gone", "g"]));
+    ok(e.avfs(&["write", "deep/b/old", "o"]));
+    ok(e.avfs(&["write", "deep/top", "t"]));
     let marker = format!("6{}", std::process::id());
     let slow = avfs_command(e.home.path())
         .args(["--json", "proxy", "exec", "--mode", "overlay", "--shell"])
         .arg(format!(
-            "sleep {marker}; mkdir -p nd && echo b > nd/b; rm -rf old && mkdir old && echo z > old/z"
+            "sleep {marker}; mkdir -p nd && echo b > nd/b; rm -rf old && mkdir old && echo z > old/z; \
+             rm -rf deep && mkdir -p deep/b && echo n > deep/b/new"
         ))
         .stdout(std::process::Stdio::piped())
         .spawn()
@@ -197,7 +202,7 @@ fn commands_that_make_the_same_directory_in_one_fork_keep_each_others_files() {
             "--mode",
             "overlay",
             "--shell",
-            "mkdir -p nd && echo a > nd/a; echo n > old/new",
+            "mkdir -p nd && echo a > nd/a; echo n > old/new; echo f > deep/b/fast",
         ],
     );
     assert_eq!((code, &v["data"]["exit_code"]), (0, &Value::from(0)), "{v}");
@@ -221,6 +226,9 @@ fn commands_that_make_the_same_directory_in_one_fork_keep_each_others_files() {
     };
     assert_eq!(ls("/nd"), ["a", "b"]);
     assert_eq!(ls("/old"), ["new", "z"]);
+    // Overlayfs marks only `deep` replaced; `deep/b` below it is the command's alone.
+    assert_eq!(ls("/deep"), ["b"]);
+    assert_eq!(ls("/deep/b"), ["fast", "new"]);
 }
 
 #[test]

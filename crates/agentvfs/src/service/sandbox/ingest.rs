@@ -224,7 +224,7 @@ impl Walk<'_, '_> {
                 continue;
             };
             let path = at.join(name);
-            self.entry(&entry.path(), &path)?;
+            self.entry(&entry.path(), &path, replaced)?;
             seen.insert(name.to_string());
         }
         if self.full.is_some() || replaced {
@@ -277,7 +277,9 @@ impl Walk<'_, '_> {
         Ok(true)
     }
 
-    fn entry(&mut self, host: &Path, path: &VPath) -> Result<()> {
+    /// Bring in `host` as `path`. `in_replaced`: its parent replaced the directory the
+    /// command started with, so everything below is the upper layer's alone.
+    fn entry(&mut self, host: &Path, path: &VPath, in_replaced: bool) -> Result<()> {
         let meta = fs::symlink_metadata(host).map_err(|e| Error::io("reading", host, e))?;
         let existing = soft(self.e.view().lookup(path))?.map(|(n, _)| n);
         // The command never saw a secret (its lower layer hides them), so what it wrote
@@ -314,12 +316,14 @@ impl Walk<'_, '_> {
         let mut attrs = attrs_of(&meta);
         let ft = meta.file_type();
         if ft.is_dir() {
-            // An opaque directory replaced the one the command started with: the children
-            // that one had and this lacks were deleted. Children others added to the fork
-            // since were never the command's to delete, and stay (overlayfs also marks a
-            // directory made where there was none opaque: then nothing was replaced).
-            let replaced =
-                is_opaque(host, self.userxattr) && started.as_ref().is_some_and(Node::is_dir);
+            // An opaque directory replaced the one the command started with, and so did
+            // every directory below one (overlayfs marks only the top; below it all is the
+            // upper layer's): the children the starting one had and this lacks were
+            // deleted. Children others added to the fork since were never the command's
+            // to delete, and stay. A directory made where there was none (overlayfs marks
+            // it opaque too) replaced nothing.
+            let replaced = (in_replaced || is_opaque(host, self.userxattr))
+                && started.as_ref().is_some_and(Node::is_dir);
             let mut fresh = false;
             match &existing {
                 Some(n) if n.is_dir() => {}
