@@ -89,17 +89,21 @@ pub(super) fn within<F: std::future::Future>(f: F) -> Result<F::Output> {
     let limit = wait();
     runtime()?
         .block_on(async move { tokio::time::timeout(limit, f).await })
-        .map_err(|_| {
-            STALLS.fetch_add(1, Ordering::SeqCst);
-            Error::StoreUnavailable {
-                reason: format!(
-                    "the PostgreSQL server did not answer within {} s (AVFS_SERVER_TIMEOUT_SECS)",
-                    limit.as_secs_f64()
-                ),
-                maybe_applied: false,
-                writes_kept: 0,
-            }
-        })
+        .map_err(|_| silent(limit, "", false))
+}
+
+/// The error for a server that did not answer within `limit` (`while`: what it was doing,
+/// if said), counted in `STALLS`.
+fn silent(limit: Duration, while_: &str, maybe_applied: bool) -> Error {
+    STALLS.fetch_add(1, Ordering::SeqCst);
+    Error::StoreUnavailable {
+        reason: format!(
+            "the PostgreSQL server did not answer within {} s (AVFS_SERVER_TIMEOUT_SECS){while_}",
+            limit.as_secs_f64()
+        ),
+        maybe_applied,
+        writes_kept: 0,
+    }
 }
 
 /// Run `f`, the vault's administration on a blocking client (which has no wait of its
@@ -125,15 +129,7 @@ pub(super) fn bounded<T: Send + 'static>(
         .map_err(|e| Error::Storage(format!("starting a thread for {what}: {e}")))?;
     rx.recv_timeout(limit).unwrap_or_else(|_| {
         gave_up.store(true, Ordering::SeqCst);
-        STALLS.fetch_add(1, Ordering::SeqCst);
-        Err(Error::StoreUnavailable {
-            reason: format!(
-                "the PostgreSQL server did not answer within {} s (AVFS_SERVER_TIMEOUT_SECS) while {what}",
-                limit.as_secs_f64()
-            ),
-            maybe_applied: true,
-            writes_kept: 0,
-        })
+        Err(silent(limit, &format!(" while {what}"), true))
     })
 }
 

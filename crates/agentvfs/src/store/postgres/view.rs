@@ -56,6 +56,15 @@ fn reference(v: &[u8]) -> Option<(u8, u64, [u8; 32])> {
     Some((v[1], size, v[10..].try_into().ok()?))
 }
 
+/// The first key after every key that starts with `prefix`, if there is one: a scan's
+/// upper bound.
+fn upper_bound(prefix: &[u8]) -> Option<Vec<u8>> {
+    match prefix_end(prefix) {
+        Bound::Excluded(e) => Some(e),
+        _ => None,
+    }
+}
+
 /// Send `sql` and do not wait for its answer: it goes out before anything sent after it on
 /// this connection, whose next answer reports a connection that failed meanwhile.
 fn send_only(client: &Client, sql: &str) {
@@ -164,17 +173,11 @@ impl<'c, 's> View<'c, 's> {
         self.open.set(false);
         // An answer from the server (an error included) settles the write. Silence, or a
         // connection lost, once the `COMMIT` went out leaves it unknown.
-        let unsure = |e: Error| match e {
-            Error::StoreUnavailable {
-                reason,
-                writes_kept,
-                ..
-            } => Error::StoreUnavailable {
-                reason,
-                maybe_applied: true,
-                writes_kept,
-            },
-            other => other,
+        let unsure = |mut e: Error| {
+            if let Error::StoreUnavailable { maybe_applied, .. } = &mut e {
+                *maybe_applied = true;
+            }
+            e
         };
         within(futures::future::try_join_all(sent))
             .map_err(unsure)?
@@ -207,13 +210,7 @@ impl<'c, 's> View<'c, 's> {
         // Each scan's bounds, as `page` asks them.
         let ranges: Vec<_> = scans
             .iter()
-            .map(|(t, prefix)| {
-                let hi: Option<Vec<u8>> = match prefix_end(prefix) {
-                    Bound::Excluded(e) => Some(e),
-                    _ => None,
-                };
-                (*t as i16, prefix.as_slice(), hi)
-            })
+            .map(|(t, prefix)| (*t as i16, prefix.as_slice(), upper_bound(prefix)))
             .collect();
         let (c, st) = (self.client, self.st);
         let gets = tables.iter().map(|(_, t, keys)| async move {
@@ -475,22 +472,20 @@ impl KvRead for View<'_, '_> {
     }
 
     fn scan(&self, t: Table, prefix: &[u8], rev: bool, visit: &mut Visit<'_>) -> Result<()> {
-        let end = prefix_end(prefix);
+        let hi = upper_bound(prefix);
+        let end = hi.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
+        let bounds = (Bound::Included(prefix), end);
+        let layered = self.buf[t as usize].range::<[u8], _>(bounds);
         let stored = Pages {
             view: self,
             t,
             lo: prefix.to_vec(),
-            hi: match &end {
-                Bound::Excluded(e) => Some(e.clone()),
-                _ => None,
-            },
+            hi,
             rev,
             rows: VecDeque::new(),
             limit: FIRST_PAGE,
             done: false,
         };
-        let bounds = (Bound::Included(prefix), end.as_ref().map(Vec::as_slice));
-        let layered = self.buf[t as usize].range::<[u8], _>(bounds);
         if rev {
             merge(stored, layered.rev(), true, visit)
         } else {
