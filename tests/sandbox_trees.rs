@@ -381,6 +381,33 @@ fn hard_linked_files_in_subdirectories_stay_true_in_the_tree() {
 }
 
 #[test]
+fn a_new_name_for_a_linked_file_keeps_every_name_on_one_file() {
+    // Regression: the command's new name (`a`, sorting before `h2`) was taken in first as a
+    // new file, and `h2` was then linked to it, leaving `h1` alone with the old content.
+    for lower in ["tree", "fuse"] {
+        let Some(e) = env() else { return };
+        ok(e.avfs(&["write", "/h1", "shared\n"]));
+        ok(e.avfs(&["ln", "/h1", "/h2"]));
+        let d = exec(
+            &e,
+            &["--lower", lower, "--shell", "ln h2 a && echo more >> h2"],
+        );
+        assert_eq!(d["exit_code"], 0, "{d}");
+        for name in ["/a", "/h1", "/h2"] {
+            assert_eq!(
+                ok(e.avfs(&["cat", name])),
+                "shared\nmore\n",
+                "{lower} {name}"
+            );
+        }
+        // Still one file: a write through any name shows in the others.
+        ok(e.avfs(&["write", "/h1", "one\n"]));
+        assert_eq!(ok(e.avfs(&["cat", "/a"])), "one\n", "{lower}");
+        assert_eq!(probe(&e, "tree").0, probe(&e, "fuse").0);
+    }
+}
+
+#[test]
 fn a_name_made_secret_by_a_rename_is_not_readable_through_its_hard_link() {
     // Regression: after `mv /b /.ssh`, the other name of a file hard-linked into the new
     // secret directory stayed readable in the updated tree.

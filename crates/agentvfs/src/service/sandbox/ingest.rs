@@ -80,10 +80,11 @@ struct Walk<'e, 'w> {
     userxattr: bool,
     /// Upper files with several names, by inode: the first name brought in.
     linked: HashMap<u64, VPath>,
-    /// Upper files with several links, by inode: how many names they have in the upper
-    /// layer. More links than names: the overlay's index holds one (a copied-up hard link
-    /// of the fork).
-    upper_names: HashMap<u64, u64>,
+    /// Upper files with several links, by inode: their names in the upper layer. More
+    /// links than names: the overlay's index holds one (a copied-up hard link of the fork).
+    upper_names: UpperNames,
+    /// Names brought in ahead of their turn (see `through_first`).
+    early: std::collections::HashSet<VPath>,
     /// Directories whose times to put back once their children are in.
     dirs: Vec<(VPath, Node)>,
     counts: Ingested,
@@ -186,6 +187,7 @@ fn ingest_walk(
             userxattr: start.userxattr,
             linked: HashMap::new(),
             upper_names,
+            early: Default::default(),
             dirs: Vec::new(),
             counts: Ingested::default(),
         };
@@ -277,9 +279,42 @@ impl Walk<'_, '_> {
         Ok(true)
     }
 
+    /// How many names the upper file `ino` has in the upper layer.
+    fn upper_count(&self, ino: u64) -> u64 {
+        self.upper_names.get(&ino).map_or(1, |n| n.len() as u64)
+    }
+
+    /// The upper file `ino` is a copied-up hard link of the fork, and `path` (about to be
+    /// brought in) is a name the command gave it: bring in first another of its names that
+    /// the fork links, so the command's write goes through to every name of the fork's
+    /// file and `path` joins them. (Taken in order, a new name sorting first became a file
+    /// of its own, and the fork's other names kept the old content.)
+    fn through_first(&mut self, ino: u64, path: &VPath) -> Result<()> {
+        let names = self.upper_names.get(&ino).cloned().unwrap_or_default();
+        for (host, name) in names {
+            // (A name refused already, a secret, is not tried again.)
+            let Some(name) = name.filter(|n| {
+                n != path && !self.early.contains(n) && !self.counts.refused.contains(&n.display())
+            }) else {
+                continue;
+            };
+            let fork_links =
+                soft(self.e.view().lookup(&name))?.is_some_and(|(n, _)| linked_file(&n));
+            if fork_links {
+                self.entry(&host, &name, false)?;
+                self.early.insert(name);
+                return Ok(());
+            }
+        }
+        Ok(())
+    }
+
     /// Bring in `host` as `path`. `in_replaced`: its parent replaced the directory the
     /// command started with, so everything below is the upper layer's alone.
     fn entry(&mut self, host: &Path, path: &VPath, in_replaced: bool) -> Result<()> {
+        if self.early.remove(path) {
+            return Ok(());
+        }
         let meta = fs::symlink_metadata(host).map_err(|e| Error::io("reading", host, e))?;
         let existing = soft(self.e.view().lookup(path))?.map(|(n, _)| n);
         // The command never saw a secret (its lower layer hides them), so what it wrote
@@ -365,12 +400,13 @@ impl Walk<'_, '_> {
         // the shared file up once and keeps its names together, so the file has more
         // links than this name. Written through, as the command saw it. A file with one
         // link where a linked name was is a new file: the command broke the link.
-        let through = ft.is_file()
-            && meta.nlink() > self.upper_names.get(&meta.ino()).copied().unwrap_or(1)
+        let indexed = ft.is_file() && meta.nlink() > self.upper_count(meta.ino());
+        let through = indexed
             && !self.linked.contains_key(&meta.ino())
-            && existing
-                .as_ref()
-                .is_some_and(|n| n.link.is_some_and(|l| l.nlink > 1));
+            && existing.as_ref().is_some_and(linked_file);
+        if indexed && !through && !self.linked.contains_key(&meta.ino()) {
+            self.through_first(meta.ino(), path)?;
+        }
         if meta.nlink() > 1 {
             if let Some(first) = self.linked.get(&meta.ino()).cloned() {
                 if existing.is_some() && !self.remove(path, false)? {
@@ -486,22 +522,42 @@ fn soft<T>(found: Result<Option<T>>) -> Result<Option<T>> {
 }
 
 /// Upper files with more than one link, by inode, and how many names each has in `upper`.
-fn count_linked(upper: &Path) -> Result<HashMap<u64, u64>> {
-    let mut counts = HashMap::new();
-    let mut stack = vec![upper.to_path_buf()];
-    while let Some(dir) = stack.pop() {
+/// Upper files with several links, by inode: each name's host path and vault path (`None`
+/// for a name the vault cannot hold).
+type UpperNames = HashMap<u64, Vec<(std::path::PathBuf, Option<VPath>)>>;
+
+fn count_linked(upper: &Path) -> Result<UpperNames> {
+    let mut names: HashMap<u64, Vec<_>> = HashMap::new();
+    let mut stack = vec![(upper.to_path_buf(), Some(VPath::root()))];
+    while let Some((dir, at)) = stack.pop() {
         for entry in fs::read_dir(&dir).map_err(|e| Error::io("reading", &dir, e))? {
             let entry = entry.map_err(|e| Error::io("reading", &dir, e))?;
             let meta = fs::symlink_metadata(entry.path())
                 .map_err(|e| Error::io("reading", entry.path(), e))?;
+            // A name the vault cannot hold is counted, never brought in.
+            let path = at
+                .as_ref()
+                .zip(entry.file_name().to_str())
+                .map(|(at, name)| at.join(name));
             if meta.is_dir() {
-                stack.push(entry.path());
+                stack.push((entry.path(), path));
             } else if meta.nlink() > 1 {
-                *counts.entry(meta.ino()).or_insert(0) += 1;
+                names
+                    .entry(meta.ino())
+                    .or_default()
+                    .push((entry.path(), path));
             }
         }
     }
-    Ok(counts)
+    for list in names.values_mut() {
+        list.sort_by(|a, b| a.1.cmp(&b.1));
+    }
+    Ok(names)
+}
+
+/// A file of the fork with other names (a hard link).
+fn linked_file(n: &Node) -> bool {
+    n.link.is_some_and(|l| l.nlink > 1)
 }
 
 /// The byte ranges of `file` that hold data (SEEK_DATA / SEEK_HOLE).
