@@ -449,9 +449,24 @@ fn every_mode_gives_the_same_envelopes_and_the_same_vault() {
     assert!(steps >= 60, "the corpus has {steps} commands");
     let seed_dir = tempfile::tempdir().unwrap();
     seed(seed_dir.path());
-    let (fuse_steps, fuse_state) = run_corpus("fuse", seed_dir.path());
-    for mode in ["overlay", "overlay-fuse", "copy", "session"] {
-        let (steps, state) = run_corpus(mode, seed_dir.path());
+    // The modes run at once, each on its own vault: the comparison waits for all of them.
+    let seed_dir = seed_dir.path();
+    let mut runs = std::thread::scope(|s| {
+        let runs: Vec<_> = ["fuse", "overlay", "overlay-fuse", "copy", "session"]
+            .into_iter()
+            .map(|mode| (mode, s.spawn(move || run_corpus(mode, seed_dir))))
+            .collect();
+        runs.into_iter()
+            .map(|(mode, run)| {
+                (
+                    mode,
+                    run.join().unwrap_or_else(|e| std::panic::resume_unwind(e)),
+                )
+            })
+            .collect::<Vec<_>>()
+    });
+    let (_, (fuse_steps, fuse_state)) = runs.remove(0);
+    for (mode, (steps, state)) in runs {
         for ((name, want), (_, got)) in fuse_steps.iter().zip(&steps) {
             assert_eq!(got, want, "{mode} differs from fuse at `{name}`");
         }

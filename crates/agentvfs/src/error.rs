@@ -177,11 +177,14 @@ pub enum Error {
         reason: String,
         os_error: Option<i32>,
     },
-    #[error("no space left {}: {reason}; free space (or raise the disk's quota) and retry: nothing was changed", .path.as_ref().map(|p| format!("for `{}`", p.display())).unwrap_or_else(|| "for the vault".into()))]
+    #[error("no space left {}: {reason}; {}", .path.as_ref().map(|p| format!("for `{}`", p.display())).unwrap_or_else(|| "for the vault".into()), if *.maybe_applied { "the change may or may not be in the vault: free space, then look before running it again" } else { "free space (or raise the disk's quota) and retry: nothing was changed" })]
     DiskFull {
         /// The host path being written, or `None` for the vault file itself.
         path: Option<PathBuf>,
         reason: String,
+        /// The engine stopped writing part way through a commit (sled on a full disk): the
+        /// change is in the vault only if its whole record reached the disk.
+        maybe_applied: bool,
     },
     #[error("vault storage error: {0}")]
     Storage(String),
@@ -386,7 +389,11 @@ impl Error {
                 json!({ "path": path, "os_error": source.raw_os_error() })
             }
             Error::OperationNotFound { id } => json!({ "id": id }),
-            Error::DiskFull { path, reason } => json!({ "path": path, "reason": reason }),
+            Error::DiskFull {
+                path,
+                reason,
+                maybe_applied,
+            } => json!({ "path": path, "reason": reason, "maybe_applied": maybe_applied }),
             Error::SpawnFailed {
                 program,
                 reason,
@@ -473,6 +480,7 @@ impl Error {
             return Error::DiskFull {
                 path: Some(path.into()),
                 reason: source.to_string(),
+                maybe_applied: false,
             };
         }
         Error::Io {
@@ -512,6 +520,7 @@ impl From<rusqlite::Error> for Error {
             Some(ErrorCode::DiskFull) => Error::DiskFull {
                 path: None,
                 reason: e.to_string(),
+                maybe_applied: false,
             },
             // A row whose value is not of the type the vault wrote there: damage.
             _ if matches!(

@@ -190,7 +190,9 @@ class SecretRefused(InvalidInputError):
 
 
 class DiskFull(AvfsError):
-    """No space left for the vault or an export (exit 9); nothing was changed."""
+    """No space left for the vault or an export (exit 9): `details.path`, `details.reason`.
+    Nothing was changed unless `details.maybe_applied` (sled only: its log write stalled on
+    the full disk, so the change is there only if sled wrote all of it)."""
 
 
 class WorkspaceBusy(ConflictError):

@@ -402,9 +402,11 @@ pub fn export(
             Error::DiskFull {
                 path: Some(path),
                 reason,
+                maybe_applied,
             } => Error::DiskFull {
                 path: Some(unstaged(path)),
                 reason,
+                maybe_applied,
             },
             e => e,
         },

@@ -46,6 +46,7 @@ pub(super) fn heed_error(e: heed::Error) -> Error {
         heed::Error::Mdb(MdbError::MapFull) => Error::DiskFull {
             path: None,
             reason: "the vault reached LMDB's map size (1 TiB)".into(),
+            maybe_applied: false,
         },
         heed::Error::Mdb(
             MdbError::Corrupted | MdbError::PageNotFound | MdbError::Invalid | MdbError::Panic,
@@ -55,6 +56,7 @@ pub(super) fn heed_error(e: heed::Error) -> Error {
         heed::Error::Io(io) if io.raw_os_error() == Some(libc::ENOSPC) => Error::DiskFull {
             path: None,
             reason: io.to_string(),
+            maybe_applied: false,
         },
         other => Error::Storage(other.to_string()),
     }
@@ -261,6 +263,7 @@ impl LmdbStore {
                             "no space left for the commit ({io}; {} bytes free)",
                             st.f_bavail.saturating_mul(st.f_frsize)
                         ),
+                        maybe_applied: false,
                     },
                     _ => heed_error(e),
                 }

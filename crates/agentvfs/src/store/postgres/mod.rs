@@ -166,6 +166,7 @@ pub(super) fn pg_error(e: postgres::Error) -> Error {
             return Error::DiskFull {
                 path: None,
                 reason: format!("the PostgreSQL server: {}", db.message()),
+                maybe_applied: false,
             };
         }
         if code.code().starts_with("57") || code.code().starts_with("08") {

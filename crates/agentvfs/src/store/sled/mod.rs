@@ -17,6 +17,8 @@ mod view;
 use std::collections::HashMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{RecvTimeoutError, channel};
 use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
@@ -44,14 +46,20 @@ const WANT_FILE: &str = super::SLED_WANT;
 /// is not opened (sled would write its files into it).
 pub(super) const MARK: &str = super::SLED_MARK;
 /// Free space a commit needs besides twice its own size: sled grows its file a segment
-/// (512 KiB) at a time. (An open that finds no room for its snapshot fails cleanly.)
-const RESERVE: u64 = 2 << 20;
+/// (512 KiB) at a time, and as it cleans segments it writes the large values they hold
+/// anew before it drops the old copies (measured: up to 6 MB more than a 1 MB commit's
+/// own size). (An open that finds no room for its snapshot fails cleanly.)
+const RESERVE: u64 = 16 << 20;
+/// A flush that makes no headway this long (the free space on the vault's disk does not
+/// move) is stuck: sled can wait for ever for a write that failed on a full disk.
+const STUCK: Duration = Duration::from_secs(20);
 
 pub(super) fn sled_error(e: sled::Error) -> Error {
     match e {
         sled::Error::Io(io) if io.raw_os_error() == Some(libc::ENOSPC) => Error::DiskFull {
             path: None,
             reason: io.to_string(),
+            maybe_applied: false,
         },
         sled::Error::Corruption { .. } => Error::CorruptVault {
             reason: "sled found damaged data in the vault's files".into(),
@@ -83,7 +91,79 @@ struct Held {
     since: Instant,
     trees: Vec<sled::Tree>,
     db: sled::Db,
+    /// A flush failed or got stuck: sled may wait for ever on its next one, and its handles
+    /// flush as they close, so they are left open (see `Drop`).
+    broken: AtomicBool,
     _lock: File,
+}
+
+impl Held {
+    /// Flush sled's log to disk, giving up when it is stuck (`STUCK`) or failed before.
+    fn flush(&self, dir: &Path) -> Result<()> {
+        if self.broken.load(Ordering::Relaxed) {
+            return Err(Error::Storage(
+                "sled failed to write this vault earlier in this process, which cannot write it again: start it again"
+                    .into(),
+            ));
+        }
+        let (tx, rx) = channel();
+        let db = self.db.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send(db.flush());
+        });
+        let mut free = free_space(dir).ok();
+        let mut moved = Instant::now();
+        let out = loop {
+            match rx.recv_timeout(Duration::from_millis(200)) {
+                Ok(done) => break done.map(drop).map_err(sled_error),
+                Err(RecvTimeoutError::Disconnected) => {
+                    break Err(Error::Storage(
+                        "sled's flush ended without an answer".into(),
+                    ));
+                }
+                Err(RecvTimeoutError::Timeout) => {
+                    let now = free_space(dir).ok();
+                    if now != free {
+                        free = now;
+                        moved = Instant::now();
+                    } else if moved.elapsed() >= STUCK {
+                        break Err(Error::DiskFull {
+                            path: None,
+                            reason: format!(
+                                "sled stopped writing the vault for {} s with {} bytes free",
+                                STUCK.as_secs(),
+                                now.unwrap_or(0)
+                            ),
+                            maybe_applied: true,
+                        });
+                    }
+                }
+            }
+        };
+        if out.is_err() {
+            self.broken.store(true, Ordering::Relaxed);
+        }
+        out
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if self.broken.load(Ordering::Relaxed) {
+            // Closing sled flushes, and would wait for ever: keep its handles open until the
+            // process ends (sled's log holds every commit it acknowledged).
+            std::mem::forget(self.db.clone());
+            for tree in &self.trees {
+                std::mem::forget(tree.clone());
+            }
+        }
+    }
+}
+
+/// Bytes free for us on the disk holding `dir`.
+fn free_space(dir: &Path) -> Result<u64> {
+    let st = rustix::fs::statvfs(dir).map_err(|e| Error::io("reading", dir, e.into()))?;
+    Ok(st.f_bavail.saturating_mul(st.f_frsize))
 }
 
 /// Lookups running now, and whether a commit is being applied: a reader-preferring gate, so a
@@ -220,7 +300,7 @@ impl SledStore {
             w.meta_put(FORMAT_KEY, &FORMAT_VERSION.to_le_bytes())?;
             w.meta_put(ENGINE_KEY, b"sled")?;
             view.commit(&store.versions)?;
-            h.db.flush().map_err(sled_error).map(drop)
+            h.flush(&store.path)
         })?;
         Ok(store)
     }
@@ -355,6 +435,7 @@ impl SledStore {
             since: Instant::now(),
             trees,
             db,
+            broken: AtomicBool::new(false),
             _lock: held,
         })
     }
@@ -362,11 +443,9 @@ impl SledStore {
     /// sled does not fail on a full disk: its flush can wait for ever for a write that
     /// failed. So a commit goes ahead only with room for twice its size and a reserve; else
     /// it is `disk_full` before anything is written. This is a guard, not a guarantee:
-    /// another process can fill the disk after the look.
+    /// another process can fill the disk after the look, and then `Held::flush` gives up.
     fn room_for(&self, size: u64) -> Result<()> {
-        let st = rustix::fs::statvfs(&self.path)
-            .map_err(|e| Error::io("reading", &self.path, e.into()))?;
-        let free = st.f_bavail.saturating_mul(st.f_frsize);
+        let free = free_space(&self.path)?;
         let needed = size.saturating_mul(2).saturating_add(RESERVE);
         if free < needed {
             return Err(Error::DiskFull {
@@ -374,6 +453,7 @@ impl SledStore {
                 reason: format!(
                     "{free} bytes free; a sled commit of {size} bytes needs {needed} (sled cannot report a full disk itself)"
                 ),
+                maybe_applied: false,
             });
         }
         Ok(())
@@ -406,7 +486,7 @@ impl SledStore {
                     let _ = flock(&want, FlockOperation::Unlock);
                     continue;
                 }
-                let _ = held.db.flush();
+                let _ = held.flush(&store.path);
                 *slot = None; // closes sled, then lets go of the lock
                 return;
             }
@@ -417,7 +497,7 @@ impl SledStore {
 impl Drop for SledStore {
     fn drop(&mut self) {
         if let Some(held) = lock(&self.slot).take() {
-            let _ = held.db.flush();
+            let _ = held.flush(&self.path);
         }
     }
 }
@@ -446,7 +526,7 @@ impl Store for SledStore {
             }
             self.room_for(view.size())?;
             self.gate.commit(|| view.commit(&self.versions))?;
-            h.db.flush().map_err(sled_error).map(drop)
+            h.flush(&self.path)
         })
     }
 
@@ -469,7 +549,7 @@ impl Store for SledStore {
         // open of sled just to find nothing).
         let held = lock(&self.slot).clone();
         match held {
-            Some(h) => h.db.flush().map_err(sled_error).map(drop),
+            Some(h) => h.flush(&self.path),
             None => Ok(()),
         }
     }

@@ -159,7 +159,11 @@ fn damaged(path: &Path, e: Error) -> Error {
     match e {
         // SQLite cannot even set up its shared memory on a full disk: that is no damage.
         Error::CorruptVault { reason } | Error::Storage(reason) if no_space_left(path) => {
-            Error::DiskFull { path: None, reason }
+            Error::DiskFull {
+                path: None,
+                reason,
+                maybe_applied: false,
+            }
         }
         Error::CorruptVault { reason } | Error::Storage(reason) => Error::CorruptVault {
             reason: format!("{}: {reason}", path.display()),
@@ -178,6 +182,7 @@ fn not_a_vault(path: &Path, e: rusqlite::Error) -> Error {
         return Error::DiskFull {
             path: None,
             reason: e.to_string(),
+            maybe_applied: false,
         };
     }
     Error::NotAVault {
