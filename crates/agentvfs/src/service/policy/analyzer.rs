@@ -141,7 +141,7 @@ impl<'e> Analyzer<'e> {
 
     fn dynamic_target(&mut self, prog: &str, arg: &Arg, role: Role) {
         match role {
-            Role::Write | Role::Delete | Role::Cd => {
+            Role::Write | Role::Delete | Role::Cd | Role::LinkTo => {
                 let reason = match role {
                     Role::Cd => format!(
                         "`{prog} {}` goes to a directory known only at run time",

@@ -24,7 +24,8 @@
 //! * **Paths.** Every argument in a path position, every redirection target and every `cd`
 //!   target is resolved against the request's `cwd` inside the workspace. Absolute host
 //!   paths (`/`, `/etc/passwd`, `/dev/sda`), `~`, `~user`, `$HOME`/`${HOME}`, and `..` that
-//!   climbs above the workspace root are `host_escape`. Harmless devices (`/dev/null`,
+//!   climbs above the workspace root are `host_escape`; an `ln -s` target is resolved from
+//!   the directory its link is made in. Harmless devices (`/dev/null`,
 //!   `/dev/zero`, `/dev/std*`, `/dev/tty`, `/dev/fd/*`, `/dev/urandom`) are not, nor are
 //!   system programs used as the command word (`/usr/bin/env`, `/bin/rm` — those are
 //!   classified by their name). Symlinks cannot be seen from the text; the mount is what

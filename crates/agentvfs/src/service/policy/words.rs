@@ -161,6 +161,8 @@ pub(super) enum Role {
     Delete,
     Cd,
     Exec,
+    /// A symlink's target: where the link will point.
+    LinkTo,
 }
 
 impl Role {
@@ -171,6 +173,7 @@ impl Role {
             Role::Delete => "deletes",
             Role::Cd => "changes directory to",
             Role::Exec => "runs",
+            Role::LinkTo => "points a symlink at",
         }
     }
 }

@@ -235,6 +235,59 @@ impl Analyzer<'_> {
         self.paths_of(name, &ops, Role::Write, scope);
     }
 
+    /// `ln`: the names it makes are written. A symbolic link's target is a path relative to
+    /// the directory the link is in (not to the cwd, unless `--relative`), so it is
+    /// resolved from there; where the link lands depends on whether its last operand is a
+    /// directory, which is known only at run time, so a target must stay inside from both.
+    pub(super) fn ln(&mut self, args: &[Arg], scope: &Scope) {
+        let o = getopt(args, "St", &["suffix", "target-directory"], false);
+        let operands = o.operands();
+        let into = o.values(&["-t", "--target-directory"]).first().copied();
+        let symbolic = o.has(&["-s", "--symbolic"]) && !o.has(&["-r", "--relative"]);
+        if !symbolic {
+            let written: Vec<&Arg> = operands.iter().copied().chain(into).collect();
+            return self.paths_of("ln", &written, Role::Write, scope);
+        }
+        // The targets, and the directories the links may land in (as paths from the cwd).
+        let (targets, names, dirs): (&[&Arg], Vec<&Arg>, Vec<Arg>) = match (into, &operands[..]) {
+            (Some(dir), all) => (all, vec![dir], vec![dir.clone()]),
+            (None, [target]) => (
+                std::slice::from_ref(target),
+                vec![],
+                vec![Arg::literal(".")],
+            ),
+            (None, [targets @ .., last]) if targets.len() > 1 => {
+                (targets, vec![*last], vec![(*last).clone()])
+            }
+            (None, [target, name]) => {
+                let parent = match name.text.rsplit_once('/') {
+                    Some(("", _)) => "/".to_string(),
+                    Some((dir, _)) => dir.to_string(),
+                    None => ".".to_string(),
+                };
+                let mut dirs = vec![name.derived(&parent)];
+                if !o.has(&["-T", "--no-target-directory"]) {
+                    dirs.push((*name).clone());
+                }
+                (std::slice::from_ref(target), vec![*name], dirs)
+            }
+            (None, _) => (&[], vec![], vec![]),
+        };
+        self.paths_of("ln", &names, Role::Write, scope);
+        for target in targets {
+            // One finding per target, from the first place it leaves the workspace.
+            let found = self.facts.len();
+            for dir in &dirs {
+                let mut from = scope.clone();
+                from.cwd = chdir(&scope.cwd, dir);
+                self.path("ln", target, Role::LinkTo, &from);
+                if self.facts.len() > found {
+                    break;
+                }
+            }
+        }
+    }
+
     pub(super) fn tee(&mut self, args: &[Arg], scope: &mut Scope) {
         let o = getopt(&args[1..], "", &["output-error"], false);
         let ops = o.operands();

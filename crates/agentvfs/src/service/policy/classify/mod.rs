@@ -496,7 +496,11 @@ impl Analyzer<'_> {
                     format!("`{}` changes files in the workspace", snippet(args)),
                     None,
                 );
-                self.generic_paths(n, rest, Role::Write, scope);
+                if n == "ln" {
+                    self.ln(rest, scope);
+                } else {
+                    self.generic_paths(n, rest, Role::Write, scope);
+                }
             }
             n if BUILD.contains(&n) => self.build_tool(n, args, scope),
             n if DESTRUCTIVE.contains(&n) => {
