@@ -46,21 +46,21 @@ echo "== npm packages"
 scripts/test_npm.sh
 # The same suite with `AVFS_ENGINE=lmdb`: every vault the tests make through the binary is
 # an LMDB one. Tests of SQLite's own file format say SKIP. The default-features release
-# binary the npm step built stands for a build without LMDB. Two suites run in the first
-# pass only: tests/postgres.rs picks its engines itself, and tests/sandbox_equivalence.rs
+# binary the npm step built stands for a build without LMDB. Some suites run in the first
+# pass only: tests/postgres*.rs pick their engines themselves, and tests/sandbox_equivalence.rs
 # compares the execution modes with one another (each mode's changes reach the vault
 # through the same ingest, which the sandbox suites run in every engine).
 engine_suites=()
 for t in tests/*.rs; do
   t=$(basename "$t" .rs)
-  case "$t" in postgres|sandbox_equivalence) ;; *) engine_suites+=("--test=$t") ;; esac
+  case "$t" in postgres|postgres_outages|sandbox_equivalence) ;; *) engine_suites+=("--test=$t") ;; esac
 done
 echo "== cargo test (all features; new vaults in LMDB)"
 AVFS_ENGINE=lmdb AVFS_TEST_BIN_WITHOUT_LMDB="$PWD/target/release/avfs" \
   cargo test --locked --all-features --lib --bins "${engine_suites[@]}"
 echo "== cargo test (all features; new vaults in sled)"
 AVFS_ENGINE=sled cargo test --locked --all-features --lib --bins "${engine_suites[@]}"
-# PostgreSQL: the store conformance suite and tests/postgres.rs ran in the first pass; here
+# PostgreSQL: the store conformance suite and tests/postgres*.rs ran in the first pass; here
 # the suites that drive the vault through the binary make every vault on the server (one
 # database per test home). The rest of the suite exercises no storage path these do not.
 echo "== cargo test (all features; new vaults in PostgreSQL)"

@@ -1,152 +1,20 @@
 //! Vaults kept in PostgreSQL, through the real binary and a real server: hosts (separate
 //! `$AVFS_HOME`s) create, attach and share one vault; concurrent writers on several hosts
-//! lose nothing; bad input and a stopped server give typed errors and change nothing; a
-//! vault moves from SQLite to PostgreSQL and back. The server is the one scripts/test.sh
-//! starts (`AVFS_TEST_POSTGRES_URL`), or one this test starts and stops itself.
+//! lose nothing; bad input gives typed errors and changes nothing; a vault moves from
+//! SQLite to PostgreSQL and back; large objects live in S3. The server is the one
+//! scripts/test.sh starts (`AVFS_TEST_POSTGRES_URL`); a server that stops or goes silent is
+//! tests/postgres_outages.rs.
 
 mod common;
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+
+use std::path::PathBuf;
 use std::process::Output;
 
 use common::check_json_output;
+use common::shared::{Host, s3, s3_keys, server, unique};
 use serde_json::Value;
-
-/// A host: its own `$AVFS_HOME`, and the server URL in its environment (never on the
-/// command line, as a user keeps it out of shell history).
-struct Host {
-    _dir: tempfile::TempDir,
-    home: PathBuf,
-    url: String,
-}
-
-impl Host {
-    fn new(url: &str) -> Host {
-        let dir = tempfile::tempdir().unwrap();
-        Host {
-            home: dir.path().join("home"),
-            _dir: dir,
-            url: url.to_string(),
-        }
-    }
-
-    fn run(&self, args: &[&str]) -> Output {
-        self.run_with(args, &[])
-    }
-
-    /// `avfs --json ARGS` with `env` on top of the host's (a `None` value unsets it).
-    fn run_with(&self, args: &[&str], env: &[(&str, Option<&str>)]) -> Output {
-        self.command(args, env).output().expect("run avfs")
-    }
-
-    /// The command `run_with` runs.
-    fn command(&self, args: &[&str], env: &[(&str, Option<&str>)]) -> std::process::Command {
-        let mut full = vec!["--json"];
-        full.extend_from_slice(args);
-        let mut cmd = std::process::Command::new(common::BIN);
-        cmd.args(&full)
-            .env("AVFS_HOME", &self.home)
-            .env("AVFS_ACTOR", "test")
-            .env("AVFS_POSTGRES_URL", &self.url)
-            .env_remove("AVFS_ENGINE")
-            .env_remove("AVFS_WORKSPACE")
-            .env_remove("AVFS_VAULT");
-        for (k, v) in env {
-            match v {
-                Some(v) => cmd.env(k, v),
-                None => cmd.env_remove(k),
-            };
-        }
-        cmd
-    }
-
-    /// Import `n` small files (`d<i % 30>/f<i>.txt` holding `i`), so a copy of the vault
-    /// takes a while.
-    fn import_files(&self, n: usize) {
-        let src = self._dir.path().join("tree");
-        for i in 0..n {
-            let d = src.join(format!("d{}", i % 30));
-            std::fs::create_dir_all(&d).unwrap();
-            std::fs::write(d.join(format!("f{i}.txt")), format!("{i}\n")).unwrap();
-        }
-        self.data(&["import", src.to_str().unwrap()]);
-    }
-
-    /// The schema of vault `name` on the server, from this host's vault file.
-    fn schema(&self, name: &str) -> String {
-        let text = std::fs::read_to_string(self.home.join(format!("vaults/{name}.avfs"))).unwrap();
-        text.lines()
-            .find_map(|l| l.strip_prefix("schema = "))
-            .expect("a schema line")
-            .trim_matches('"')
-            .to_string()
-    }
-
-    /// Create vault `name` on the server with its large objects under `s3://avfs-test/name`.
-    fn create_with_objects(&self, name: &str) {
-        let objects = format!("s3://avfs-test/{name}");
-        self.data(&[
-            "vault",
-            "create",
-            name,
-            "--engine",
-            "postgres",
-            "--objects",
-            &objects,
-        ]);
-    }
-
-    /// The command's data; it must succeed.
-    fn data(&self, args: &[&str]) -> Value {
-        let out = self.run(args);
-        let doc = check_json_output(args, &out);
-        assert!(out.status.success(), "avfs {args:?}: {doc}");
-        doc["data"].clone()
-    }
-
-    /// The command's error document; it must fail with `kind`.
-    fn err(&self, args: &[&str], kind: &str) -> Value {
-        let out = self.run(args);
-        let doc = check_json_output(args, &out);
-        assert_eq!(doc["error"]["kind"], kind, "avfs {args:?}: {doc}");
-        doc["error"].clone()
-    }
-
-    fn cat(&self, path: &str) -> String {
-        self.cat_in("", path)
-    }
-
-    /// `cat PATH` in workspace `ws` (empty: the current one).
-    fn cat_in(&self, ws: &str, path: &str) -> String {
-        let args: Vec<&str> = if ws.is_empty() {
-            vec!["cat", path]
-        } else {
-            vec!["--workspace", ws, "cat", path]
-        };
-        let out = self.run(&args);
-        assert!(out.status.success(), "cat {path}: {out:?}");
-        serde_json::from_slice::<Value>(&out.stdout).unwrap()["data"]["content"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string()
-    }
-}
-
-/// A vault name no other test (or earlier run on the same server) uses.
-fn unique(what: &str) -> String {
-    use std::time::{SystemTime, UNIX_EPOCH};
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    format!("{what}-{}-{}", std::process::id(), nanos % 1_000_000_000)
-}
-
-fn server() -> Option<String> {
-    common::skip::postgres_url()
-}
-
 #[test]
 fn a_vault_made_on_one_host_is_read_and_written_by_another() {
     let Some(url) = server() else { return };
@@ -278,234 +146,6 @@ fn bad_server_input_gets_typed_errors_and_registers_nothing() {
     h.data(&["vault", "delete", &name, "--yes"]);
 }
 
-/// A server of this test's own, stopped and started again.
-struct OwnServer {
-    dir: tempfile::TempDir,
-}
-
-impl OwnServer {
-    fn start(dir: Option<tempfile::TempDir>) -> (OwnServer, String) {
-        let dir = dir.unwrap_or_else(|| tempfile::tempdir_in("/tmp").unwrap());
-        let out = std::process::Command::new(script())
-            .args(["start", dir.path().to_str().unwrap()])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "the test server did not come up: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let url = String::from_utf8(out.stdout).unwrap().trim().to_string();
-        (OwnServer { dir }, url)
-    }
-
-    fn stop(self) -> tempfile::TempDir {
-        let out = std::process::Command::new(script())
-            .args(["stop", self.dir.path().to_str().unwrap()])
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{out:?}");
-        self.dir
-    }
-}
-
-impl OwnServer {
-    /// Send `signal` to the server and every process it started: `STOP` makes a server
-    /// that accepts connections (the kernel queues them) and answers nothing.
-    fn signal(&self, signal: &str) {
-        let pid_file = self.dir.path().join("data/postmaster.pid");
-        let text = std::fs::read_to_string(&pid_file).unwrap();
-        let pid = text.lines().next().unwrap().trim().to_string();
-        let sig = format!("-{signal}");
-        // Children first on STOP (none starts a query while the parent still runs); the
-        // parent first on CONT.
-        let order: [&[&str]; 2] = if signal == "STOP" {
-            [&["pkill", &sig, "-P", &pid], &["kill", &sig, &pid]]
-        } else {
-            [&["kill", &sig, &pid], &["pkill", &sig, "-P", &pid]]
-        };
-        for argv in order {
-            let status = std::process::Command::new(argv[0])
-                .args(&argv[1..])
-                .status()
-                .unwrap();
-            assert!(status.success() || argv[0] == "pkill", "{argv:?}");
-        }
-    }
-}
-
-/// Run `cmd` to its end, or fail the test (resuming `pg` first) if it has not ended after
-/// `limit`: the check that it does not hang, with room to spare over the wait it was given.
-fn output_within(
-    mut cmd: std::process::Command,
-    limit: std::time::Duration,
-    pg: &OwnServer,
-) -> Output {
-    let child = cmd
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output().unwrap());
-    });
-    match rx.recv_timeout(limit) {
-        Ok(out) => out,
-        Err(_) => {
-            let _ = std::process::Command::new("kill")
-                .args(["-KILL", &pid.to_string()])
-                .status();
-            pg.signal("CONT");
-            panic!("avfs did not end within {limit:?} of a server that stopped answering");
-        }
-    }
-}
-
-#[test]
-fn a_server_that_stops_answering_mid_command_is_a_typed_error_not_a_hang() {
-    if !common::skip::require_fuse() {
-        return;
-    }
-    let Some((pg, h, name)) = own_server_with_a_vault("silent") else {
-        return;
-    };
-    let wait = [("AVFS_SERVER_TIMEOUT_SECS", Some("3"))];
-    // Bad waits are refused up front, and change nothing.
-    for bad in [
-        "0",
-        "-1",
-        "0.5",
-        "3601",
-        "1000y",
-        "inf",
-        "NaN",
-        "18446744073709551616",
-    ] {
-        let args = ["write", "bad.txt", "x"];
-        let out = h.run_with(&args, &[("AVFS_SERVER_TIMEOUT_SECS", Some(bad))]);
-        let doc = check_json_output(&args, &out);
-        assert_eq!(doc["error"]["kind"], "invalid_argument", "{bad}: {doc}");
-    }
-    h.err(&["cat", "bad.txt"], "path_not_found");
-    // A proxied command whose server stops answering while it runs: its envelope says so,
-    // typed, once the wait is over; nothing of it was kept.
-    let script = "sleep 2; echo during > during.txt";
-    let args = ["proxy", "exec", "--", "sh", "-c", script];
-    let cmd = h.command(&args, &wait);
-    let limit = std::time::Duration::from_secs(60);
-    let run = std::thread::scope(|s| {
-        let run = s.spawn(|| output_within(cmd, limit, &pg));
-        std::thread::sleep(std::time::Duration::from_millis(1000));
-        pg.signal("STOP");
-        run.join().unwrap()
-    });
-    let doc = check_json_output(&args, &run);
-    assert_eq!(doc["error"]["kind"], "store_unavailable", "{doc}");
-    assert_eq!(run.status.code(), Some(8), "{doc}");
-    let message = doc["error"]["message"].as_str().unwrap();
-    assert!(message.contains("did not answer within 3 s"), "{doc}");
-    // Its checkpoint before the command was committed, and it says so: running it again
-    // is for the agent to decide, having looked.
-    let _ = writeln!(
-        std::io::stderr(),
-        "proxied command on a silent server: {doc}"
-    );
-    assert!(
-        doc["error"]["details"]["writes_kept"].as_u64() >= Some(1),
-        "{doc}"
-    );
-    assert!(message.contains("look before running it again"), "{doc}");
-    // A new command against the silent server: the same, at connect.
-    let args = ["write", "lost.txt", "during\n"];
-    let out = output_within(h.command(&args, &wait), limit, &pg);
-    let doc = check_json_output(&args, &out);
-    assert_eq!(doc["error"]["kind"], "store_unavailable", "{doc}");
-    assert_eq!(doc["error"]["details"]["maybe_applied"], false, "{doc}");
-    assert_eq!(doc["error"]["details"]["writes_kept"], 0, "{doc}");
-    // The vault's administration (a blocking client of its own) is bounded the same way:
-    // whether the server acted on a create once it answers is unknown, and said so; a
-    // delete is refused before it starts (its lease check cannot read the vault).
-    let other = unique("silent-other");
-    for (args, maybe) in [
-        (
-            vec!["vault", "create", other.as_str(), "--engine", "postgres"],
-            true,
-        ),
-        (vec!["vault", "delete", name.as_str(), "--yes"], false),
-    ] {
-        let out = output_within(h.command(&args, &wait), limit, &pg);
-        let doc = check_json_output(&args, &out);
-        assert_eq!(doc["error"]["kind"], "store_unavailable", "{args:?}: {doc}");
-        assert_eq!(
-            doc["error"]["details"]["maybe_applied"], maybe,
-            "{args:?}: {doc}"
-        );
-    }
-    // The server answers again: the abandoned transactions were rolled back, the vault is
-    // whole, and it takes writes.
-    pg.signal("CONT");
-    assert_eq!(h.cat("kept.txt"), "before\n");
-    h.err(&["cat", "during.txt"], "path_not_found");
-    h.err(&["cat", "lost.txt"], "path_not_found");
-    h.data(&["vault", "check"]);
-    h.data(&["write", "after.txt", "after\n"]);
-    assert_eq!(h.cat("after.txt"), "after\n");
-    // The delete that was refused did nothing; the create may have landed once the server
-    // answered (the process that sent it is gone either way).
-    assert!(
-        h.data(&["vault", "list"])
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|v| v["name"] == name.as_str())
-    );
-    drop(pg.stop());
-}
-
-/// A server of the test's own (when the suite has one to test with), a host, and a vault
-/// `what-…` on it holding `kept.txt`.
-fn own_server_with_a_vault(what: &str) -> Option<(OwnServer, Host, String)> {
-    server()?;
-    let (pg, url) = OwnServer::start(None);
-    let h = Host::new(&url);
-    let name = unique(what);
-    h.data(&["vault", "create", &name, "--engine", "postgres"]);
-    h.data(&["write", "kept.txt", "before\n"]);
-    Some((pg, h, name))
-}
-
-fn script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/postgres.sh")
-}
-
-#[test]
-fn a_stopped_server_gives_a_typed_error_and_nothing_half_applied() {
-    let Some((pg, h, _)) = own_server_with_a_vault("stopped") else {
-        return;
-    };
-    let dir = pg.stop();
-    let e = h.err(&["write", "lost.txt", "during\n"], "store_unavailable");
-    assert!(
-        e["message"]
-            .as_str()
-            .unwrap()
-            .contains("run the command again"),
-        "{e}"
-    );
-    let out = h.run(&["ls", "/"]);
-    assert_eq!(out.status.code(), Some(8), "{out:?}");
-    // Back (on another port: the URL comes from the environment, so the vault follows it).
-    let (pg, url) = OwnServer::start(Some(dir));
-    let h = Host { url, ..h };
-    assert_eq!(h.cat("kept.txt"), "before\n");
-    h.err(&["cat", "lost.txt"], "path_not_found");
-    h.data(&["vault", "check"]);
-    h.data(&["write", "after.txt", "after\n"]);
-    drop(pg.stop());
-}
-
 #[test]
 fn a_vault_moves_from_sqlite_to_postgres_and_back() {
     let Some(url) = server() else { return };
@@ -534,37 +174,6 @@ fn a_vault_moves_from_sqlite_to_postgres_and_back() {
     other.err(&["cat", "src/main.rs"], "vault_not_found");
 }
 
-/// The test S3 gateway (`AVFS_TEST_S3_ENDPOINT`, with the AWS variables set for it; the
-/// scripts that start the servers set both), or a SKIP under `AVFS_TEST_NO_S3=1`.
-fn s3() -> Option<String> {
-    server()?;
-    let endpoint = std::env::var("AVFS_TEST_S3_ENDPOINT").unwrap_or_default();
-    common::skip::require(
-        "AVFS_TEST_S3_ENDPOINT is not set (scripts/s3.sh start DIR prints one)",
-        !endpoint.is_empty(),
-        "AVFS_TEST_NO_S3",
-    )
-    .then_some(endpoint)
-}
-
-/// The keys under `prefix` in the test bucket, listed through the gateway itself.
-fn s3_keys(endpoint: &str, prefix: &str) -> Vec<String> {
-    let out = std::process::Command::new("curl")
-        .args([
-            "-sf",
-            &format!("{endpoint}/avfs-test?list-type=2&max-keys=1000&prefix={prefix}/"),
-        ])
-        .output()
-        .expect("curl runs");
-    assert!(out.status.success(), "listing the bucket: {out:?}");
-    let xml = String::from_utf8_lossy(&out.stdout).to_string();
-    xml.split("<Key>")
-        .skip(1)
-        .filter_map(|k| k.split("</Key>").next())
-        .map(str::to_string)
-        .collect()
-}
-
 #[test]
 fn large_objects_live_in_s3_and_another_host_reads_them_through_its_cache() {
     let (Some(url), Some(endpoint)) = (server(), s3()) else {
@@ -577,7 +186,7 @@ fn large_objects_live_in_s3_and_another_host_reads_them_through_its_cache() {
     let big: String = (0..600_000u32)
         .map(|i| char::from(b'a' + ((i * 7 + i / 1000) % 26) as u8))
         .collect();
-    let src = a._dir.path().join("src");
+    let src = a.dir.path().join("src");
     std::fs::create_dir_all(&src).unwrap();
     std::fs::write(src.join("big.txt"), &big).unwrap();
     a.data(&["import", src.to_str().unwrap()]);
@@ -888,7 +497,7 @@ fn a_vault_file_naming_what_is_not_its_vault_drops_nothing_and_leaks_nothing() {
         .unwrap()
         .trim_matches('"')
         .to_string();
-    let dir = b._dir.path().join("evil");
+    let dir = b.dir.path().join("evil");
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("v.avfs");
     let mark = "# agentvfs vault kept in PostgreSQL";

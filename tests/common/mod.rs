@@ -5,6 +5,7 @@
 //! - `history`: the history tests' throwaway `$AVFS_HOME` (`Env`) and their host-tree helpers;
 //! - `host`: host trees to import, export and compare;
 //! - `mount`: vaults mounted through FUSE, proxy environments, FUSE request traces;
+//! - `shared`: hosts sharing a vault on the test PostgreSQL server and S3 gateway;
 //! - `skip`: what a test needs (FUSE, git, root…) fails it when missing, unless a deliberate
 //!   opt-out variable turns it into a visible `SKIP` line;
 //! - `wait`: waiting on a condition instead of sleeping.
@@ -15,6 +16,7 @@ pub mod cli;
 pub mod history;
 pub mod host;
 pub mod mount;
+pub mod shared;
 pub mod skip;
 pub mod wait;
 
