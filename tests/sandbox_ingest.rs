@@ -179,6 +179,29 @@ fn replacing_one_name_of_a_hard_link_leaves_the_other_name_alone() {
 }
 
 #[test]
+fn renaming_the_directory_of_one_name_keeps_a_hard_link_whole() {
+    // `mv d d2` where d/f and g are one file. Copy mode took d2/f in as a new file and left
+    // g, unchanged in the copy, on its own: two files where the command left one. (Not
+    // overlay mode: the overlay refuses to rename a directory of the lower layer, EXDEV, so
+    // `mv` copies it and the command itself breaks the link.)
+    for mode in ["copy", "fuse"] {
+        let Some(e) = env() else { return };
+        ok(e.avfs(&["write", "-p", "/d/f", "one"]));
+        ok(e.avfs(&["ln", "/d/f", "/g"]));
+        let v = exec(&e, mode, &["--shell", "mv d d2"]);
+        assert_eq!(v["exit_code"], 0, "{mode}: {v}");
+        assert_eq!(cat(&e, "/d2/f").as_deref(), Some("one"), "{mode}");
+        assert!(cat(&e, "/d/f").is_none(), "{mode}");
+        ok(e.avfs(&["write", "/g", "two"]));
+        assert_eq!(
+            cat(&e, "/d2/f").as_deref(),
+            Some("two"),
+            "{mode}: d2/f and g are no longer one file"
+        );
+    }
+}
+
+#[test]
 fn a_user_xattr_named_like_the_overlays_is_the_commands_data() {
     // As root the overlay keeps its bookkeeping in `trusted.overlay.*`; `user.overlay.*`
     // is an ordinary user attribute (rootless container tools set them). The ingest took

@@ -335,11 +335,26 @@ impl Walk<'_, '_> {
             && made.stamps.get(path) == Some(&(meta.ino(), attrs_of(&meta).ctime))
             && unchanged(host, &meta, node)
         {
-            return if node.is_dir() && existing.as_ref().is_some_and(Node::is_dir) {
-                self.dir(host, path, false)
-            } else {
-                Ok(())
-            };
+            if node.is_dir() && existing.as_ref().is_some_and(Node::is_dir) {
+                return self.dir(host, path, false);
+            }
+            // An unchanged name of a file with several names: the names the command gave
+            // it elsewhere (a directory renamed) join this one, or this one joins the name
+            // brought in before it, so they stay one file.
+            if meta.is_file() && meta.nlink() > 1 && existing.as_ref().is_some_and(linked_file) {
+                match self.linked.get(&meta.ino()).cloned() {
+                    None => {
+                        self.linked.insert(meta.ino(), path.clone());
+                    }
+                    Some(first) => {
+                        self.counts.entries += 1;
+                        if self.remove(path, false)? {
+                            self.e.link(&first, path)?;
+                        }
+                    }
+                }
+            }
+            return Ok(());
         }
         self.counts.entries += 1;
         if self.full.is_none() && is_whiteout(&meta) {
