@@ -152,6 +152,11 @@ fn removing_a_directory_keeps_the_secrets_in_it() {
         let key = cat(&e, "/certs/server.key").is_some() || cat(&e, "/certs2/server.key").is_some();
         assert!(kept, "{mode}: rm -rf of its directory deleted /app/.env");
         assert!(key, "{mode}: mv of its directory deleted /certs/server.key");
+        // What the command could see and removed is gone, as through fuse.
+        assert!(
+            cat(&e, "/app/main.py").is_none(),
+            "{mode}: rm -rf kept /app/main.py beside the secret"
+        );
     }
 }
 

@@ -258,25 +258,43 @@ impl Walk<'_, '_> {
         Ok(())
     }
 
-    /// Remove `path`, unless a secret is at or below it: a command never saw the secrets,
-    /// so it cannot have meant to delete them. Refused removals are listed.
+    /// Remove `path`, but never a secret at or below it: a command never saw the secrets,
+    /// so it cannot have meant to delete them. Around a secret, what the command could see
+    /// goes, and the secret stays with the directories that hold it (as through fuse,
+    /// where `rm -rf` removes all it sees and the directory stays, not empty). Returns
+    /// whether `path` went; the secrets kept are listed.
     fn remove(&mut self, path: &VPath, recursive: bool) -> Result<bool> {
         if !self.secrets.is_empty() {
-            let mut holds_secret = false;
+            let mut kept = Vec::new();
             let view = self.e.view();
             view.walk(path, &mut |p, n| {
-                if !holds_secret && self.secrets.refuses(&view, p, Some(n))? {
-                    holds_secret = true;
+                if self.secrets.refuses(&view, p, Some(n))? {
+                    kept.push(p.clone());
                 }
                 Ok(())
             })?;
-            if holds_secret {
-                self.counts.refused.push(path.display());
+            if !kept.is_empty() {
+                self.remove_around(path, &kept)?;
+                self.counts.refused.extend(kept.iter().map(VPath::display));
                 return Ok(false);
             }
         }
         self.e.remove(path, recursive)?;
         Ok(true)
+    }
+
+    /// Remove what is at or below `path`, except `kept` and the directories holding them.
+    fn remove_around(&mut self, path: &VPath, kept: &[VPath]) -> Result<()> {
+        if kept.contains(path) {
+            return Ok(());
+        }
+        if !kept.iter().any(|k| k.starts_with(path)) {
+            return self.e.remove(path, true);
+        }
+        for child in self.e.view().list(path)? {
+            self.remove_around(&path.join(&child.name), kept)?;
+        }
+        Ok(())
     }
 
     /// How many names the upper file `ino` has in the upper layer.
