@@ -51,7 +51,8 @@ pub(super) const MARK: &str = super::SLED_MARK;
 /// own size). (An open that finds no room for its snapshot fails cleanly.)
 const RESERVE: u64 = 16 << 20;
 /// A flush that makes no headway this long (the free space on the vault's disk does not
-/// move) is stuck: sled can wait for ever for a write that failed on a full disk.
+/// move) with less than `RESERVE` free is stuck: sled can wait for ever for a write that
+/// failed on a full disk. (With room to spare, a slow disk's fsync is waited for.)
 const STUCK: Duration = Duration::from_secs(20);
 
 pub(super) fn sled_error(e: sled::Error) -> Error {
@@ -126,7 +127,7 @@ impl Held {
                     if now != free {
                         free = now;
                         moved = Instant::now();
-                    } else if moved.elapsed() >= STUCK {
+                    } else if moved.elapsed() >= STUCK && now.is_none_or(|f| f < RESERVE) {
                         break Err(Error::DiskFull {
                             path: None,
                             reason: format!(
