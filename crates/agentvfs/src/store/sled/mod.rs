@@ -57,11 +57,17 @@ const STUCK: Duration = Duration::from_secs(20);
 
 pub(super) fn sled_error(e: sled::Error) -> Error {
     match e {
-        sled::Error::Io(io) if io.raw_os_error() == Some(libc::ENOSPC) => Error::DiskFull {
-            path: None,
-            reason: io.to_string(),
-            maybe_applied: false,
-        },
+        // (sled copies some I/O errors by kind, without the OS error code.)
+        sled::Error::Io(io)
+            if io.raw_os_error() == Some(libc::ENOSPC)
+                || io.kind() == std::io::ErrorKind::StorageFull =>
+        {
+            Error::DiskFull {
+                path: None,
+                reason: io.to_string(),
+                maybe_applied: false,
+            }
+        }
         sled::Error::Corruption { .. } => Error::CorruptVault {
             reason: "sled found damaged data in the vault's files".into(),
         },
@@ -99,14 +105,21 @@ struct Held {
 }
 
 impl Held {
-    /// Flush sled's log to disk, giving up when it is stuck (`STUCK`) or failed before.
-    fn flush(&self, dir: &Path) -> Result<()> {
+    /// An error once a flush failed or got stuck: nothing more is applied through this
+    /// handle (a commit applied in sled's memory would be seen by this process only).
+    fn usable(&self) -> Result<()> {
         if self.broken.load(Ordering::Relaxed) {
             return Err(Error::Storage(
                 "sled failed to write this vault earlier in this process, which cannot write it again: start it again"
                     .into(),
             ));
         }
+        Ok(())
+    }
+
+    /// Flush sled's log to disk, giving up when it is stuck (`STUCK`) or failed before.
+    fn flush(&self, dir: &Path) -> Result<()> {
+        self.usable()?;
         let (tx, rx) = channel();
         let db = self.db.clone();
         std::thread::spawn(move || {
@@ -519,6 +532,7 @@ impl Store for SledStore {
     fn write_with(&self, f: &mut dyn FnMut(&mut dyn StoreWrite) -> Result<()>) -> Result<()> {
         let _turn = lock(&self.writer);
         self.with_held(|h| {
+            h.usable()?;
             self.file.still(&self.path)?;
             let mut view = View::write(&h.trees);
             f(&mut Writer::new(&mut view))?;
@@ -527,7 +541,16 @@ impl Store for SledStore {
             }
             self.room_for(view.size())?;
             self.gate.commit(|| view.commit(&self.versions))?;
-            h.flush(&self.path)
+            // Applied in sled's memory already: a flush that fails leaves the commit in
+            // the vault only if its record reached the disk.
+            h.flush(&self.path).map_err(|e| match e {
+                Error::DiskFull { path, reason, .. } => Error::DiskFull {
+                    path,
+                    reason,
+                    maybe_applied: true,
+                },
+                e => e,
+            })
         })
     }
 
