@@ -266,6 +266,12 @@ const TABLE: &[(&str, &str, Category, Action)] = &[
     // `--relative` makes the target relative to the cwd first.
     ("ln -sr ../x l", "/src", Mut, Cp),
     ("ln -sr ../../x l", "/src", Esc, Deny),
+    // Abbreviated long options count as the ones they name.
+    ("ln -s --rel ../../x a/b/l", "/", Esc, Deny),
+    ("ln --sym ../x ../l", "/src", Esc, Deny),
+    ("ln --symb ../../x a/b/l", "/", Mut, Cp),
+    ("ln --sy -T ../x a/d", "/", Mut, Cp),
+    ("ln --sy --no-t ../x d", "/", Esc, Deny),
     ("ln ../x h", "/src", Mut, Cp),
     ("ln ../../x h", "/src", Esc, Deny),
     ("sed -i 's/foo/bar/g' src/lib.rs", "/", Mut, Cp),

@@ -408,6 +408,29 @@ fn a_new_name_for_a_linked_file_keeps_every_name_on_one_file() {
 }
 
 #[test]
+fn a_name_relinked_to_another_file_leaves_its_old_partner_alone() {
+    // Regression: b1 and b2 one file, g1 and g2 another. `ln -f g1 b1` makes b1 a name of
+    // g1's file; the ingest wrote g1's content through b1's old link into b2.
+    for script in ["ln -f g1 b1", "ln -f g1 b1 && ln g1 a"] {
+        let Some(e) = env() else { return };
+        ok(e.avfs(&["write", "/b1", "B"]));
+        ok(e.avfs(&["ln", "/b1", "/b2"]));
+        ok(e.avfs(&["write", "/g1", "G"]));
+        ok(e.avfs(&["ln", "/g1", "/g2"]));
+        let d = exec(&e, &["--shell", script]);
+        assert_eq!(d["exit_code"], 0, "{d}");
+        assert_eq!(
+            ok(e.avfs(&["cat", "/b2"])),
+            "B",
+            "{script}: b2 was overwritten"
+        );
+        for name in ["/b1", "/g1", "/g2"] {
+            assert_eq!(ok(e.avfs(&["cat", name])), "G", "{script} {name}");
+        }
+    }
+}
+
+#[test]
 fn a_name_made_secret_by_a_rename_is_not_readable_through_its_hard_link() {
     // Regression: after `mv /b /.ssh`, the other name of a file hard-linked into the new
     // secret directory stayed readable in the updated tree.

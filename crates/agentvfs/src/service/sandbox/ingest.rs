@@ -297,6 +297,21 @@ impl Walk<'_, '_> {
         Ok(())
     }
 
+    /// Whether the names of upper file `ino` that were hard links of the fork when the
+    /// command started were all one file of it (or none).
+    fn one_fork_file(&self, ino: u64) -> Result<bool> {
+        let mut files = std::collections::BTreeSet::new();
+        for (_, name) in self.upper_names.get(&ino).into_iter().flatten() {
+            let Some(name) = name else { continue };
+            if let Some((n, _)) = soft(self.e.view_at(self.before).lookup(name))?
+                && let Some(link) = n.link.filter(|l| l.nlink > 1)
+            {
+                files.insert(link.inode);
+            }
+        }
+        Ok(files.len() <= 1)
+    }
+
     /// How many names the upper file `ino` has in the upper layer.
     fn upper_count(&self, ino: u64) -> u64 {
         self.upper_names.get(&ino).map_or(1, |n| n.len() as u64)
@@ -433,7 +448,12 @@ impl Walk<'_, '_> {
         // the shared file up once and keeps its names together, so the file has more
         // links than this name. Written through, as the command saw it. A file with one
         // link where a linked name was is a new file: the command broke the link.
-        let indexed = ft.is_file() && meta.nlink() > self.upper_count(meta.ino());
+        // Only when the upper file's names the fork links are all one file of the fork
+        // can the write go through: a name relinked to another file (`ln -f g1 b1`, b1
+        // and b2 one file) must not carry the other file's content into b2.
+        let indexed = ft.is_file()
+            && meta.nlink() > self.upper_count(meta.ino())
+            && self.one_fork_file(meta.ino())?;
         let through = indexed
             && !self.linked.contains_key(&meta.ino())
             && existing.as_ref().is_some_and(linked_file);

@@ -243,7 +243,20 @@ impl Analyzer<'_> {
         let o = getopt(args, "St", &["suffix", "target-directory"], false);
         let operands = o.operands();
         let into = o.values(&["-t", "--target-directory"]).first().copied();
-        let symbolic = o.has(&["-s", "--symbolic"]) && !o.has(&["-r", "--relative"]);
+        // Long options may be abbreviated as far as they stay unambiguous among ln's own
+        // (`--sym`, `--rel`): each counts as the option it names.
+        let flag = |short: &str, long: &str, shortest: usize| {
+            o.0.iter().any(|opt| match opt {
+                super::opts::Opt::Flag(n) => {
+                    n == short
+                        || (n.len() >= shortest
+                            && n.starts_with("--")
+                            && long.starts_with(n.as_str()))
+                }
+                _ => false,
+            })
+        };
+        let symbolic = flag("-s", "--symbolic", 4) && !flag("-r", "--relative", 3);
         if !symbolic {
             let written: Vec<&Arg> = operands.iter().copied().chain(into).collect();
             return self.paths_of("ln", &written, Role::Write, scope);
@@ -266,7 +279,7 @@ impl Analyzer<'_> {
                     None => ".".to_string(),
                 };
                 let mut dirs = vec![name.derived(&parent)];
-                if !o.has(&["-T", "--no-target-directory"]) {
+                if !flag("-T", "--no-target-directory", 6) {
                     dirs.push((*name).clone());
                 }
                 (std::slice::from_ref(target), vec![*name], dirs)
