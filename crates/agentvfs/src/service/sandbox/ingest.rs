@@ -176,7 +176,7 @@ fn ingest_walk(
             reason: format!("{} is not the run's layer directory", upper.display()),
         });
     }
-    let upper_names = count_linked(upper)?;
+    let upper_names = linked_names(upper)?;
     let (counts, id) = ws.edit_logged(kind, &[], |e| {
         e.describe(description.to_string());
         let mut walk = Walk {
@@ -574,12 +574,12 @@ fn soft<T>(found: Result<Option<T>>) -> Result<Option<T>> {
     }
 }
 
-/// Upper files with more than one link, by inode, and how many names each has in `upper`.
 /// Upper files with several links, by inode: each name's host path and vault path (`None`
-/// for a name the vault cannot hold).
+/// for a name the vault cannot hold), in path order.
 type UpperNames = HashMap<u64, Vec<(std::path::PathBuf, Option<VPath>)>>;
 
-fn count_linked(upper: &Path) -> Result<UpperNames> {
+/// The names in `upper` of every file with more than one link.
+fn linked_names(upper: &Path) -> Result<UpperNames> {
     let mut names: HashMap<u64, Vec<_>> = HashMap::new();
     let mut stack = vec![(upper.to_path_buf(), Some(VPath::root()))];
     while let Some((dir, at)) = stack.pop() {
