@@ -5,12 +5,14 @@
 #
 #   scripts/postgres.sh start DIR   start it; print its URL (postgres://…) on stdout
 #   scripts/postgres.sh stop DIR    stop it
+#   scripts/postgres.sh restart DIR restart it on the same port (fast shutdown: every
+#                                   connection is ended)
 #
 # Exits non-zero, with the server's log, if it does not come up. As root the server runs
 # as the `postgres` user (Debian's package makes it), as PostgreSQL refuses to run as root.
 set -euo pipefail
-cmd=${1:?usage: postgres.sh start|stop DIR}
-dir=${2:?usage: postgres.sh start|stop DIR}
+cmd=${1:?usage: postgres.sh start|stop|restart DIR}
+dir=${2:?usage: postgres.sh start|stop|restart DIR}
 bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
 [ -n "$bin" ] || bin=$(dirname "$(command -v pg_ctl)")
 if [ ! -x "$bin/pg_ctl" ]; then
@@ -54,8 +56,14 @@ case "$cmd" in
   stop)
     as_owner "$bin/pg_ctl" -D "$dir/data" -m fast -w stop >/dev/null
     ;;
+  restart)
+    as_owner "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -m fast -w -t 60 restart >/dev/null || {
+      cat "$dir/server.log" >&2
+      exit 1
+    }
+    ;;
   *)
-    echo "usage: postgres.sh start|stop DIR" >&2
+    echo "usage: postgres.sh start|stop|restart DIR" >&2
     exit 2
     ;;
 esac

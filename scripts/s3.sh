@@ -40,10 +40,16 @@ print(*[s.getsockname()[1] for s in socks])')
       >"$dir/server.log" 2>&1 &
     echo $! >"$dir/pid"
     endpoint="http://127.0.0.1:$s3"
-    # Up means the bucket could be made through the gateway.
-    for _ in $(seq 1 150); do
-      if curl -sf -X PUT "$endpoint/avfs-test" >/dev/null 2>&1 \
-        || curl -sf "$endpoint/avfs-test" >/dev/null 2>&1; then
+    # Up means the bucket could be made through the gateway and an object written to it
+    # reads back. The bucket alone is not enough: its first object makes the master grow
+    # volumes, and PUTs racing that growth get 500 InternalError (CI saw it when the tests'
+    # first writes were the ones that started the growth).
+    for _ in $(seq 1 300); do
+      if { curl -sf -X PUT "$endpoint/avfs-test" >/dev/null 2>&1 \
+        || curl -sf "$endpoint/avfs-test" >/dev/null 2>&1; } \
+        && curl -sf -X PUT --data-binary ready "$endpoint/avfs-test/.ready" >/dev/null 2>&1 \
+        && [ "$(curl -sf "$endpoint/avfs-test/.ready" 2>/dev/null)" = ready ]; then
+        curl -sf -X DELETE "$endpoint/avfs-test/.ready" >/dev/null 2>&1 || true
         echo "$endpoint"
         exit 0
       fi

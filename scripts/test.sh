@@ -56,7 +56,7 @@ for t in tests/*.rs; do
   case "$t" in postgres*|sandbox_equivalence) ;; *) engine_suites+=("--test=$t") ;; esac
 done
 echo "== cargo test (all features; new vaults in LMDB)"
-AVFS_ENGINE=lmdb AVFS_TEST_BIN_WITHOUT_LMDB="$PWD/target/release/avfs" \
+AVFS_ENGINE=lmdb AVFS_TEST_BIN_WITHOUT_LMDB="${CARGO_TARGET_DIR:-$PWD/target}/release/avfs" \
   cargo test --locked --all-features --lib --bins "${engine_suites[@]}"
 echo "== cargo test (all features; new vaults in sled)"
 AVFS_ENGINE=sled cargo test --locked --all-features --lib --bins "${engine_suites[@]}"

@@ -30,7 +30,7 @@ trap cleanup EXIT
 npm_quiet=(--no-audit --no-fund --loglevel=warn)
 
 echo "== avfs binary"
-bin="$root/target/release/avfs"
+bin="${CARGO_TARGET_DIR:-$root/target}/release/avfs"
 # Always (re)build: a no-op when up to date, and never tests a stale binary.
 cargo build --release --locked
 "$bin" --version
