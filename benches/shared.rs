@@ -1,13 +1,16 @@
 //! A shared vault on PostgreSQL at a simulated network round trip, against a local SQLite
 //! vault in the same run: fork, checkpoint and restore latency (p50/p99) at each tree size,
-//! then checkpoints while many agents work in their own forks at once.
+//! then checkpoints while many agents work in their own forks at once. First, the floor at
+//! that round trip without avfs: a bare `SELECT 1` and a one-row commit.
 //!
 //! Run it with `scripts/bench_shared.sh`, which starts a private PostgreSQL server (and an
 //! S3 gateway for `AVFS_BENCH_S3=1`) and passes `AVFS_BENCH_POSTGRES_URL`. The database
 //! connection goes through a TCP proxy in this process that holds every chunk for half the
 //! round trip each way (`AVFS_BENCH_RTT_MS`, default 1). Knobs: `AVFS_BENCH_SIZES` (default
-//! `1000,10000`), `AVFS_BENCH_AGENTS` (default `16,128`), `AVFS_BENCH_SECONDS` per load run
-//! (default 10), `AVFS_BENCH_OBJECTS=s3://bucket/prefix` to keep large objects in S3.
+//! `1000,10000`), `AVFS_BENCH_AGENTS` (default `16,128`; `0`: no load runs),
+//! `AVFS_BENCH_SECONDS` per load run (default 10), `AVFS_BENCH_HOSTS` (default 1: the
+//! PostgreSQL agents are spread over that many handles, each a host with its own
+//! connection), `AVFS_BENCH_OBJECTS=s3://bucket/prefix` to keep large objects in S3.
 //!
 //! Timings never feed assertions; this only measures and prints.
 
@@ -30,11 +33,22 @@ fn actor() -> Actor {
     }
 }
 
+/// A number from the environment, or `default` when unset or not one.
+fn env_num<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
+}
+
 fn env_list(name: &str, default: &[usize]) -> Vec<usize> {
     match std::env::var(name) {
+        // `0` or nothing: none (`AVFS_BENCH_AGENTS=0` skips the load runs).
         Ok(v) => v
             .split(',')
+            .filter(|s| !s.trim().is_empty())
             .map(|s| s.trim().parse().expect("a number"))
+            .filter(|&n| n > 0)
             .collect(),
         Err(_) => default.to_vec(),
     }
@@ -139,15 +153,24 @@ impl Lat {
 struct Setup {
     name: &'static str,
     vault: Arc<Vault>,
+    /// The handles the load runs spread their agents over: `vault` alone, or for
+    /// PostgreSQL one per simulated host (`AVFS_BENCH_HOSTS`), each a vault attached at a
+    /// path of its own, so with a connection and a host cache of its own.
+    hosts: Vec<Arc<Vault>>,
 }
 
-fn make(name: &'static str, dir: &Path, server: Option<&Server>, n: usize) -> Setup {
-    let engine = if server.is_some() {
+/// A vault of `n` files and a checkpoint `base`. A PostgreSQL one (`servers`: the server
+/// directly, then through the delay proxy) is built over the direct connection, which the
+/// bench does not time, and then attached as a second host through the proxy: that handle
+/// is the one measured. A million files over a 1 ms round trip would take hours to write.
+fn make(name: &'static str, dir: &Path, servers: Option<(&Server, &Server)>, n: usize) -> Setup {
+    let engine = if servers.is_some() {
         Engine::Postgres
     } else {
         Engine::Sqlite
     };
-    let vault = Vault::create_on(&dir.join(format!("{name}.avfs")), engine, server).expect("vault");
+    let path = dir.join(format!("{name}.avfs"));
+    let vault = Vault::create_on(&path, engine, servers.map(|s| s.0)).expect("vault");
     let ws = vault.workspace("main", actor()).expect("main");
     let t = Instant::now();
     for lo in (0..n).step_by(SETUP_BATCH) {
@@ -165,7 +188,21 @@ fn make(name: &'static str, dir: &Path, server: Option<&Server>, n: usize) -> Se
         "setup {name}: {n} files in {:.1} s",
         t.elapsed().as_secs_f64()
     );
-    Setup { name, vault }
+    let (vault, hosts) = match servers {
+        Some((_, proxied)) => {
+            drop((ws, vault));
+            let hosts: Vec<Arc<Vault>> = (0..env_num("AVFS_BENCH_HOSTS", 1usize).max(1))
+                .map(|h| {
+                    let far = dir.join(format!("{name}-far-{h}.avfs"));
+                    drop(agentvfs::store::attach_store(&far, proxied).expect("attach"));
+                    Vault::open(&far).expect("open through the proxy")
+                })
+                .collect();
+            (hosts[0].clone(), hosts)
+        }
+        None => (vault.clone(), vec![vault]),
+    };
+    Setup { name, vault, hosts }
 }
 
 fn change(ws: &Workspace, i: usize, version: u64) {
@@ -196,16 +233,11 @@ fn main() {
         eprintln!("AVFS_BENCH_POSTGRES_URL is not set: run scripts/bench_shared.sh");
         return;
     };
-    let rtt: f64 = std::env::var("AVFS_BENCH_RTT_MS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1.0);
+    let rtt: f64 = env_num("AVFS_BENCH_RTT_MS", 1.0);
     let half = Duration::from_secs_f64(rtt / 2000.0);
-    let url = through_proxy(&url, half);
-    let seconds: u64 = std::env::var("AVFS_BENCH_SECONDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(10);
+    let direct = url;
+    let url = through_proxy(&direct, half);
+    let seconds: u64 = env_num("AVFS_BENCH_SECONDS", 10);
     let objects = std::env::var("AVFS_BENCH_OBJECTS").ok();
     println!(
         "shared vault bench: PostgreSQL at {rtt} ms simulated RTT{} vs local SQLite",
@@ -214,26 +246,31 @@ fn main() {
             .map(|o| format!(", objects in {o}"))
             .unwrap_or_default()
     );
+    floor(&direct, &url);
     for n in env_list("AVFS_BENCH_SIZES", &[1000, 10_000]) {
         let dir = tempfile::tempdir().expect("dir");
         let stamp = std::process::id();
-        let mut server = Server::new(Some(&url), &format!("bench-{stamp}-{n}")).expect("server");
-        server.objects = objects.clone().map(|o| format!("{o}/{stamp}-{n}"));
+        let name = format!("bench-{stamp}-{n}");
+        let mut near = Server::new(Some(&direct), &name).expect("server");
+        near.objects = objects.clone().map(|o| format!("{o}/{stamp}-{n}"));
+        let server = Server::new(Some(&url), &name).expect("server");
         let setups = [
             make("sqlite", dir.path(), None, n),
-            make("postgres", dir.path(), Some(&server), n),
+            make("postgres", dir.path(), Some((&near, &server)), n),
         ];
         let mut forks: Vec<(&str, Lat)> = Vec::new();
         let mut saves: Vec<(&str, Lat)> = Vec::new();
         let mut restores: Vec<(&str, Lat)> = Vec::new();
+        let mut edits: Vec<(&str, Lat)> = Vec::new();
         for s in &setups {
             let ws = s.vault.workspace("main", actor()).expect("main");
             let (mut f, mut c, mut r) = (Lat(vec![]), Lat(vec![]), Lat(vec![]));
+            let mut e = Lat(vec![]);
             for k in 0..100u64 {
                 let name = format!("fork-{k}");
                 f.time(|| s.vault.fork(&ws, &name, None).expect("fork"));
                 s.vault.delete_fork(&name).expect("delete fork");
-                change(&ws, (k as usize * 37) % n, k + 1);
+                e.time(|| change(&ws, (k as usize * 37) % n, k + 1));
                 let cp = format!("cp-{k}");
                 c.time(|| ws.checkpoint_save(Some(&cp), None).expect("save"));
                 ws.checkpoint_delete(&cp).expect("delete cp");
@@ -243,33 +280,38 @@ fn main() {
             forks.push((s.name, f));
             saves.push((s.name, c));
             restores.push((s.name, r));
+            edits.push((s.name, e));
         }
         row("fork", n, &mut forks);
         row("checkpoint (1 file changed)", n, &mut saves);
         row("restore (1 file changed)", n, &mut restores);
+        row("edit (1 file)", n, &mut edits);
 
         for agents in env_list("AVFS_BENCH_AGENTS", &[16, 128]) {
-            let mut loaded: Vec<(&str, Lat)> = Vec::new();
+            let mut saves: Vec<(&str, Lat)> = Vec::new();
+            let mut edits: Vec<(&str, Lat)> = Vec::new();
             for s in &setups {
-                let main = s.vault.workspace("main", actor()).expect("main");
                 let until = Instant::now() + Duration::from_secs(seconds);
-                let lats: Vec<Vec<Duration>> = std::thread::scope(|scope| {
+                let lats: Vec<(Vec<Duration>, Vec<Duration>)> = std::thread::scope(|scope| {
                     let handles: Vec<_> = (0..agents)
                         .map(|a| {
-                            let vault = &s.vault;
+                            let vault = &s.hosts[a % s.hosts.len()];
                             let name = format!("agent-{agents}-{a}");
+                            let main = vault.workspace("main", actor()).expect("main");
                             vault.fork(&main, &name, None).expect("fork");
                             scope.spawn(move || {
                                 let ws = vault.workspace(&name, actor()).expect("fork ws");
-                                let mut lat = Lat(vec![]);
+                                let (mut save, mut edit) = (Lat(vec![]), Lat(vec![]));
                                 let mut k = 0u64;
                                 while Instant::now() < until {
                                     k += 1;
-                                    change(&ws, (a * 97 + k as usize) % n, k);
+                                    edit.time(|| change(&ws, (a * 97 + k as usize) % n, k));
                                     let cp = format!("a{k}");
-                                    lat.time(|| ws.checkpoint_save(Some(&cp), None).expect("save"));
+                                    save.time(|| {
+                                        ws.checkpoint_save(Some(&cp), None).expect("save")
+                                    });
                                 }
-                                lat.0
+                                (save.0, edit.0)
                             })
                         })
                         .collect();
@@ -278,31 +320,82 @@ fn main() {
                         .map(|h| h.join().expect("agent"))
                         .collect()
                 });
-                let all: Vec<Duration> = lats.into_iter().flatten().collect();
+                let (save, edit): (Vec<_>, Vec<_>) = lats.into_iter().unzip();
+                let save: Vec<Duration> = save.into_iter().flatten().collect();
                 eprintln!(
                     "{}: {} checkpoints by {agents} agents in {seconds} s",
                     s.name,
-                    all.len()
+                    save.len()
                 );
-                loaded.push((s.name, Lat(all)));
+                saves.push((s.name, Lat(save)));
+                edits.push((s.name, Lat(edit.into_iter().flatten().collect())));
             }
-            row(&format!("checkpoint, {agents} agents"), n, &mut loaded);
+            let hosts = setups[1].hosts.len();
+            let agents = if hosts > 1 {
+                format!("{agents} agents/{hosts} hosts")
+            } else {
+                format!("{agents} agents")
+            };
+            row(&format!("checkpoint, {agents}"), n, &mut saves);
+            row(&format!("its edit, {agents}"), n, &mut edits);
         }
-        if server.objects.is_some() {
-            repeated_builds(dir.path(), &setups[1].vault, &server);
+        if near.objects.is_some() {
+            for by_b in [false, true] {
+                repeated_builds(dir.path(), &setups[1].vault, &server, by_b);
+            }
         }
+    }
+}
+
+/// What any one-exchange write costs at this round trip, without avfs: a bare `SELECT 1`,
+/// and a one-row upsert committed on its own (one exchange, one WAL flush), each timed 100
+/// times through the same proxy.
+fn floor(direct: &str, proxied: &str) {
+    let mut setup = postgres::Client::connect(direct, postgres::NoTls).expect("connect");
+    setup
+        .batch_execute("CREATE TABLE IF NOT EXISTS bench_floor (k int PRIMARY KEY, v bigint)")
+        .expect("floor table");
+    let mut c = postgres::Client::connect(proxied, postgres::NoTls).expect("connect");
+    let (mut read, mut write) = (Lat(vec![]), Lat(vec![]));
+    for _ in 0..100 {
+        read.time(|| c.batch_execute("SELECT 1").expect("select"));
+        write.time(|| {
+            c.batch_execute(
+                "INSERT INTO bench_floor VALUES (1, 0) \
+                 ON CONFLICT (k) DO UPDATE SET v = bench_floor.v + 1",
+            )
+            .expect("upsert")
+        });
+    }
+    setup
+        .batch_execute("DROP TABLE bench_floor")
+        .expect("drop the floor table");
+    for (op, lat) in [
+        ("floor: SELECT 1", &mut read),
+        ("floor: 1-row commit", &mut write),
+    ] {
+        println!(
+            "{op:<28} {:>8}  postgres: p50 {:>7.2} ms p99 {:>7.2} ms",
+            "-",
+            lat.pct(0.5),
+            lat.pct(0.99)
+        );
     }
 }
 
 /// A repeated build on a second host: host B reads every source file (each over the
 /// inline size, so each in the object store) in a fresh process-like handle per build,
-/// while host A changes 5% of them between builds. Prints the share of object reads B's
+/// and 5% of them change between builds: changed by host A (`by_b` false: B's cache has
+/// never seen the new versions) or by host B itself (an agent that edits and rebuilds on
+/// its own host: B's cache keeps what B uploads). Prints the share of object reads B's
 /// host cache served.
-fn repeated_builds(dir: &Path, vault_a: &Arc<Vault>, server: &Server) {
+fn repeated_builds(dir: &Path, vault_a: &Arc<Vault>, server: &Server, by_b: bool) {
     const FILES: usize = 200;
     const BUILDS: usize = 10;
-    let source = |i: usize| VPath::parse(&format!("build/src{i:03}.c")).expect("path");
-    let body = |i: usize, v: usize| format!("/* {i} v{v} */\n{}", "x".repeat(8192)).into_bytes();
+    let who = if by_b { "B" } else { "A" };
+    let source = |i: usize| VPath::parse(&format!("build{who}/src{i:03}.c")).expect("path");
+    let body =
+        |i: usize, v: usize| format!("/* {who} {i} v{v} */\n{}", "x".repeat(8192)).into_bytes();
     let a = vault_a.workspace("main", actor()).expect("main");
     a.edit("bench.build", &[], |e| {
         for i in 0..FILES {
@@ -311,7 +404,7 @@ fn repeated_builds(dir: &Path, vault_a: &Arc<Vault>, server: &Server) {
         Ok(())
     })
     .expect("sources");
-    let b_path = dir.join("host-b.avfs");
+    let b_path = dir.join(format!("host-b-{who}.avfs"));
     drop(agentvfs::store::attach_store(&b_path, server).expect("attach on host B"));
     let mut warm = (0, 0);
     let mut all = (0, 0);
@@ -335,19 +428,27 @@ fn repeated_builds(dir: &Path, vault_a: &Arc<Vault>, server: &Server) {
         if build > 0 {
             warm = (warm.0 + served, warm.1 + fetched);
         }
-        // Host A changes 5% of the sources before the next build.
-        a.edit("bench.build", &[], |e| {
-            for k in 0..FILES / 20 {
-                let i = (build * 31 + k * 7) % FILES;
-                e.write_file(&source(i), &body(i, build + 1), parents())?;
-            }
-            Ok(())
-        })
-        .expect("change");
+        // 5% of the sources change before the next build, on host A or on host B.
+        let change = |ws: &Workspace| {
+            ws.edit("bench.build", &[], |e| {
+                for k in 0..FILES / 20 {
+                    let i = (build * 31 + k * 7) % FILES;
+                    e.write_file(&source(i), &body(i, build + 1), parents())?;
+                }
+                Ok(())
+            })
+            .expect("change")
+        };
+        if by_b {
+            let b = Vault::open(&b_path).expect("open on host B");
+            change(&b.workspace("main", actor()).expect("main on B"));
+        } else {
+            change(&a);
+        }
     }
     let share = |(s, f): (u64, u64)| 100.0 * s as f64 / (s + f).max(1) as f64;
     println!(
-        "repeated build on host B ({FILES} sources of 8 KiB, {BUILDS} builds, 5% changed between builds): \
+        "repeated build on host B ({FILES} sources of 8 KiB, {BUILDS} builds, 5% changed between builds by host {who}): \
          host cache served {:.1}% of object reads after the first build ({} of {}), {:.1}% with the cold first build",
         share(warm),
         warm.0,

@@ -34,12 +34,7 @@ fn main() {
                     .next()
                     .unwrap_or("")
                     .trim_start_matches("error: ");
-                let name = command_path(
-                    &commands::command(),
-                    std::env::args_os()
-                        .skip(1)
-                        .map(|a| a.to_string_lossy().into_owned()),
-                );
+                let name = invoked_command();
                 let doc =
                     output::error_doc(&name, "usage", first, serde_json::json!({ "help": msg }));
                 println!("{doc}");
@@ -48,13 +43,28 @@ fn main() {
             e.exit();
         }
     };
+    if let Some((name, e)) = commands::if_head_misused(&cli, invoked_command) {
+        std::process::exit(output::finish(cli.json, &name, Err(e)));
+    }
     let ctx = commands::Ctx {
         json: cli.json,
         workspace: cli.selected_workspace(),
-        service: WorkspaceService::new(Registry::from_env(), Actor::from_env("cli")),
+        service: WorkspaceService::new(Registry::from_env(), Actor::from_env("cli"))
+            .with_expected_head(cli.if_head),
     };
     let (name, result) = commands::run(&ctx, cli.command);
     std::process::exit(output::finish(cli.json, name, result));
+}
+
+/// The subcommand path this process's arguments name (`quota set`), for an error's
+/// envelope.
+fn invoked_command() -> String {
+    command_path(
+        &commands::command(),
+        std::env::args_os()
+            .skip(1)
+            .map(|a| a.to_string_lossy().into_owned()),
+    )
 }
 
 /// The subcommand path the arguments name (`quota set`), as far as it can be recognised

@@ -8,7 +8,7 @@ mod common;
 use std::collections::BTreeSet;
 
 use common::history::Env;
-use serde_json::json;
+use serde_json::{Value, json};
 
 #[test]
 fn undo_redo_walk_the_op_log() {
@@ -320,4 +320,174 @@ fn prune_older_than_and_bad_arguments() {
     assert_eq!(r["pruned"]["checkpoints_removed"], json!(["c1"]));
     assert_eq!(env.cat("po", "a.txt"), b"a\n");
     assert_eq!(env.data("po", &["vault", "check"])["ok"], true);
+}
+
+/// The workspace's newest operation, as `op log` shows it (0: none).
+fn head(env: &Env, ws: &str) -> i64 {
+    env.data(ws, &["op", "log", "--limit", "1"])[0]["id"]
+        .as_i64()
+        .unwrap_or(0)
+}
+
+#[test]
+fn if_head_makes_a_change_a_compare_and_swap_on_the_history() {
+    let env = Env::new();
+    env.create("c");
+    assert_eq!(head(&env, "c"), 0);
+    env.data("c", &["--if-head", "0", "write", "a.txt", "one"]);
+    let h1 = head(&env, "c");
+    assert!(h1 > 0);
+    // A stale head: refused, typed, and nothing changes (the file, the op log).
+    let e = env.fail(
+        Some("c"),
+        &["--if-head", "0", "write", "a.txt", "two"],
+        4,
+        "head_moved",
+    );
+    assert_eq!(
+        e["details"],
+        json!({ "workspace": "main", "expected": 0, "head": h1 })
+    );
+    assert_eq!(env.cat("c", "a.txt"), b"one");
+    assert_eq!(head(&env, "c"), h1);
+    // The current head: applied. Checkpoints, undo and rm are conditional the same way.
+    env.data(
+        "c",
+        &["--if-head", &h1.to_string(), "write", "a.txt", "two"],
+    );
+    let h2 = head(&env, "c");
+    env.fail(
+        Some("c"),
+        &["--if-head", &h1.to_string(), "checkpoint", "save", "cp"],
+        4,
+        "head_moved",
+    );
+    env.data(
+        "c",
+        &["--if-head", &h2.to_string(), "checkpoint", "save", "cp"],
+    );
+    let h3 = head(&env, "c");
+    env.fail(
+        Some("c"),
+        &["--if-head", &h2.to_string(), "undo"],
+        4,
+        "head_moved",
+    );
+    env.fail(
+        Some("c"),
+        &["--if-head", &h2.to_string(), "rm", "a.txt"],
+        4,
+        "head_moved",
+    );
+    assert!(env.exists("c", "a.txt"));
+    env.data("c", &["--if-head", &h3.to_string(), "undo"]);
+    // Bad input: typed errors, nothing changed.
+    let before = head(&env, "c");
+    env.fail(
+        Some("c"),
+        &["--if-head", "-1", "write", "a.txt", "x"],
+        2,
+        "usage",
+    );
+    env.fail(
+        Some("c"),
+        &["--if-head", "18446744073709551615", "write", "a.txt", "x"],
+        2,
+        "usage",
+    );
+    env.fail(
+        Some("c"),
+        &["--if-head", "1y", "write", "a.txt", "x"],
+        2,
+        "usage",
+    );
+    env.fail(Some("c"), &["--if-head", "1", "ls"], 5, "invalid_argument");
+    env.fail(
+        Some("c"),
+        &[
+            "--if-head",
+            &before.to_string(),
+            "checkpoint",
+            "retention",
+            "--keep-auto",
+            "3",
+        ],
+        5,
+        "invalid_argument",
+    );
+    assert_eq!(head(&env, "c"), before);
+    // Prune keeps the head: an id it names is never handed out again for another state.
+    env.data("c", &["prune", "--keep-last", "0"]);
+    assert_eq!(head(&env, "c"), before);
+    env.data("c", &["write", "a.txt", "later"]);
+    assert!(head(&env, "c") > before);
+    env.fail(
+        Some("c"),
+        &["--if-head", &before.to_string(), "write", "a.txt", "stale"],
+        4,
+        "head_moved",
+    );
+    // A failed conditional import takes its own first batch back (its own entries move
+    // the expectation on; nobody else's do).
+    let src = env.host("bad-import");
+    std::fs::create_dir_all(&src).unwrap();
+    for i in 0..5 {
+        std::fs::write(src.join(format!("f{i}")), "x").unwrap();
+    }
+    use std::os::unix::ffi::OsStrExt;
+    std::fs::write(src.join(std::ffi::OsStr::from_bytes(b"\xff")), "x").unwrap();
+    let h = head(&env, "c").to_string();
+    let args = ["--if-head", &h, "import", src.to_str().unwrap(), "sub"];
+    env.fail(Some("c"), &args, 5, "invalid_path");
+    assert!(!env.exists("c", "sub"));
+    // In the shell, each line's --if-head holds the same way.
+    let now = head(&env, "c").to_string();
+    let script = format!("write --if-head 0 a.txt stale\nwrite --if-head {now} a.txt fresh\n");
+    let out = env.run(Some("c"), &["--json", "shell"], Some(script.as_bytes()));
+    let lines: Vec<Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines[0]["error"]["kind"], "head_moved", "{lines:?}");
+    assert_eq!(lines[1]["ok"], true, "{lines:?}");
+    assert_eq!(env.cat("c", "a.txt"), b"fresh");
+}
+
+#[test]
+fn writers_racing_one_head_exactly_one_wins_and_the_rest_get_head_moved() {
+    let env = Env::new();
+    env.create("r");
+    env.write("r", "race.txt", b"start");
+    for round in 0..2 {
+        let expected = head(&env, "r").to_string();
+        let outcomes: Vec<(String, Value)> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..8)
+                .map(|w| {
+                    let (env, expected) = (&env, &expected);
+                    s.spawn(move || {
+                        let content = format!("round {round} writer {w}");
+                        let (doc, _) = env.json(
+                            Some("r"),
+                            &["--if-head", expected, "write", "race.txt", &content],
+                        );
+                        (content, doc)
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let won: Vec<&String> = outcomes
+            .iter()
+            .filter(|(_, d)| d["ok"] == json!(true))
+            .map(|(c, _)| c)
+            .collect();
+        assert_eq!(won.len(), 1, "{outcomes:?}");
+        let now = head(&env, "r");
+        for (_, d) in outcomes.iter().filter(|(_, d)| d["ok"] != json!(true)) {
+            assert_eq!(d["error"]["kind"], "head_moved", "{d}");
+            assert_eq!(d["error"]["details"]["head"], json!(now), "{d}");
+        }
+        assert_eq!(env.cat("r", "race.txt"), won[0].as_bytes());
+    }
 }

@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::process::Output;
 
 use common::check_json_output;
-use common::shared::{Host, s3, s3_keys, server, unique};
+use common::shared::{Host, s3, s3_keys, server, unique, vault_on_hosts};
 use serde_json::Value;
 #[test]
 fn a_vault_made_on_one_host_is_read_and_written_by_another() {
@@ -70,12 +70,7 @@ fn a_vault_made_on_one_host_is_read_and_written_by_another() {
 fn writers_on_many_hosts_lose_no_acknowledged_write() {
     let Some(url) = server() else { return };
     let name = unique("writers");
-    let first = Host::new(&url);
-    first.data(&["vault", "create", &name, "--engine", "postgres"]);
-    let hosts: Vec<Host> = (0..4).map(|_| Host::new(&url)).collect();
-    for h in &hosts {
-        h.data(&["vault", "attach", &name]);
-    }
+    let (first, hosts) = vault_on_hosts(&url, &name, 4);
     // 4 hosts x 2 processes, 10 writes each, all at once.
     std::thread::scope(|s| {
         for (i, h) in hosts.iter().enumerate() {
@@ -100,6 +95,56 @@ fn writers_on_many_hosts_lose_no_acknowledged_write() {
     }
     let stats = first.data(&["stats"]);
     assert_eq!(stats["live_files"], 80, "{stats}");
+    first.data(&["vault", "check"]);
+    first.data(&["vault", "delete", &name, "--yes"]);
+}
+
+#[test]
+fn thirty_two_writers_on_four_hosts_race_one_head_and_exactly_one_wins_each_version() {
+    let Some(url) = server() else { return };
+    let name = unique("cas");
+    let (first, hosts) = vault_on_hosts(&url, &name, 4);
+    let head = |h: &Host| {
+        h.data(&["op", "log", "--limit", "1"])[0]["id"]
+            .as_i64()
+            .unwrap_or(0)
+    };
+    for version in 0..3 {
+        let expected = head(&first).to_string();
+        // 32 writers, 8 on each host, all against the same head at once.
+        let outcomes: Vec<(String, Value)> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..32)
+                .map(|w| {
+                    let (h, expected) = (&hosts[w % 4], &expected);
+                    s.spawn(move || {
+                        let content = format!("version {version} writer {w}\n");
+                        let args = ["--if-head", expected, "write", "ref.txt", &content];
+                        let out = h.run(&args);
+                        let doc = check_json_output(&args, &out);
+                        (content, doc)
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let won: Vec<&String> = outcomes
+            .iter()
+            .filter(|(_, d)| d["ok"] == true)
+            .map(|(c, _)| c)
+            .collect();
+        assert_eq!(won.len(), 1, "version {version}: {outcomes:?}");
+        let now = head(&first);
+        for (_, d) in outcomes.iter().filter(|(_, d)| d["ok"] != true) {
+            assert_eq!(d["error"]["kind"], "head_moved", "{d}");
+            assert_eq!(d["error"]["details"]["head"], now, "{d}");
+        }
+        for h in &hosts {
+            assert_eq!(h.cat("ref.txt"), *won[0]);
+        }
+    }
+    // One operation per version: the losers left nothing in the history.
+    let writes = first.data(&["op", "log"]);
+    assert_eq!(writes.as_array().map(Vec::len), Some(3), "{writes}");
     first.data(&["vault", "check"]);
     first.data(&["vault", "delete", &name, "--yes"]);
 }
@@ -193,6 +238,18 @@ fn large_objects_live_in_s3_and_another_host_reads_them_through_its_cache() {
     a.data(&["write", "small.txt", "small stays in the database\n"]);
     let keys = s3_keys(&endpoint, &name);
     assert_eq!(keys.len(), 3, "only the large chunks go to S3: {keys:?}");
+    // The host that wrote them kept them in its cache as it uploaded them: it reads them
+    // back with the object store out of reach.
+    let own = a.home.join(format!("vaults/{name}.avfs.objects"));
+    assert_eq!(std::fs::read_dir(&own).unwrap().count(), 3);
+    let dead = [
+        ("AWS_ENDPOINT_URL", Some("http://127.0.0.1:9")),
+        ("AVFS_SERVER_TIMEOUT_SECS", Some("3")),
+    ];
+    let out = a.run_with(&["cat", "big.txt"], &dead);
+    let doc = check_json_output(&["cat"], &out);
+    assert!(out.status.success(), "{doc}");
+    assert_eq!(doc["data"]["content"], big.as_str());
 
     b.data(&["vault", "attach", &name]);
     assert_eq!(b.cat("big.txt"), big);
@@ -223,6 +280,42 @@ fn large_objects_live_in_s3_and_another_host_reads_them_through_its_cache() {
         h.data(&["vault", "check"]);
     }
     a.data(&["vault", "delete", &name, "--yes"]);
+}
+
+#[test]
+fn a_move_into_s3_is_checked_against_the_store_and_leaves_no_cache_behind() {
+    let (Some(url), Some(endpoint)) = (server(), s3()) else {
+        return;
+    };
+    let name = unique("moves3");
+    let h = Host::new(&url);
+    h.data(&["vault", "create", &name, "--engine", "sqlite"]);
+    let big: String = (0..100_000u32)
+        .map(|i| char::from(b'a' + ((i * 11 + i / 777) % 26) as u8))
+        .collect();
+    h.data(&["write", "big.txt", &big]);
+    let objects = format!("s3://avfs-test/{name}");
+    h.data(&[
+        "vault",
+        "migrate",
+        &name,
+        "--to",
+        "postgres",
+        "--objects",
+        &objects,
+    ]);
+    assert!(!s3_keys(&endpoint, &name).is_empty());
+    // The copy is verified by reading its objects back from the store, not from a cache
+    // its own uploads filled: the copy has none, and nothing of it is left beside the vault.
+    let left: Vec<String> = std::fs::read_dir(h.home.join("vaults"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains("migrating"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    assert_eq!(h.cat("big.txt"), big);
+    h.data(&["vault", "check"]);
+    h.data(&["vault", "delete", &name, "--yes"]);
 }
 
 #[test]

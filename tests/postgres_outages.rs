@@ -238,3 +238,52 @@ fn a_stopped_server_gives_a_typed_error_and_nothing_half_applied() {
     h.data(&["write", "after.txt", "after\n"]);
     drop(pg.stop());
 }
+
+#[test]
+fn a_warm_handle_carries_on_after_the_server_restarts() {
+    use agentvfs::model::path::VPath;
+    use agentvfs::model::{Actor, Vault, WriteOptions};
+    use agentvfs::store::{Engine, Server};
+    if server().is_none() {
+        return;
+    }
+    let (pg, url) = OwnServer::start(None);
+    let dir = tempfile::tempdir().unwrap();
+    let actor = || Actor {
+        actor: "test".into(),
+        source: "sdk".into(),
+    };
+    // A handle that stays open and has written, as a mount, a session or the MCP server
+    // holds: its next fork, save or restore is one exchange on its pooled connection.
+    let server = Server::new(Some(&url), &unique("warm")).unwrap();
+    let vault =
+        Vault::create_on(&dir.path().join("v.avfs"), Engine::Postgres, Some(&server)).unwrap();
+    let main = vault.workspace("main", actor()).unwrap();
+    let kept = VPath::parse("kept.txt").unwrap();
+    main.edit("test.write", &[&kept], |e| {
+        e.write_file(&kept, b"before\n", WriteOptions::default())
+    })
+    .unwrap();
+    main.checkpoint_save(Some("one"), None).unwrap();
+    vault.fork(&main, "f1", None).unwrap();
+    // Every connection ends; the server comes back on the same port.
+    let out = std::process::Command::new(script())
+        .args(["restart", pg.dir.path().to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    // The handle's connection is gone: its next writes reconnect rather than fail (or
+    // claim they may have been applied).
+    vault.fork(&main, "f2", None).unwrap();
+    main.checkpoint_save(Some("two"), None).unwrap();
+    main.checkpoint_restore("one").unwrap();
+    let names: Vec<String> = vault.forks().unwrap().into_iter().map(|f| f.name).collect();
+    assert!(
+        names.contains(&"f1".into()) && names.contains(&"f2".into()),
+        "{names:?}"
+    );
+    let content = main.read(|v| v.read(&kept)).unwrap();
+    assert_eq!(content, b"before\n");
+    drop((main, vault));
+    drop(pg.stop());
+}

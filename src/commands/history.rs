@@ -82,7 +82,8 @@ pub enum OpCmd {
 
 #[derive(Args)]
 pub struct PruneArgs {
-    /// Keep only the newest N checkpoints and N operations.
+    /// Keep only the newest N checkpoints and N operations (the newest operation, the
+    /// workspace's head, always stays).
     #[arg(long)]
     pub keep_last: Option<usize>,
     /// Drop checkpoints and operations older than this (e.g. 7d, 12h).

@@ -57,8 +57,59 @@ pub struct Cli {
         value_name = "NAME|PATH"
     )]
     pub workspace: Option<String>,
+    /// Make the command's changes conditional, a compare-and-swap on the workspace's
+    /// history: apply them only while its newest operation is OP (0: none yet; `avfs op
+    /// log --limit 1` shows it), else fail with `head_moved` (exit 4) and change nothing.
+    /// For write, mkdir, rm, cp, mv, ln, chmod, import, checkpoint save|restore|delete, op
+    /// restore, undo, redo and rollback; other commands refuse it.
+    #[arg(long, global = true, value_name = "OP", value_parser = clap::value_parser!(i64).range(0..))]
+    pub if_head: Option<i64>,
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// The commands `--if-head` applies to, as `--help` and the refusal name them.
+const IF_HEAD_COMMANDS: &str = "write, mkdir, rm, cp, mv, ln, chmod, import, checkpoint save|restore|delete, op restore, undo, redo and rollback";
+
+impl Command {
+    /// Whether `--if-head` applies: the command's changes to the workspace it opens are
+    /// each an op-log entry, made through the workspace handle the flag conditions.
+    fn takes_if_head(&self) -> bool {
+        match self {
+            Command::Write(_)
+            | Command::Mkdir(_)
+            | Command::Rm(_)
+            | Command::Cp(_)
+            | Command::Mv(_)
+            | Command::Ln(_)
+            | Command::Chmod(_)
+            | Command::Import(_)
+            | Command::Undo
+            | Command::Redo
+            | Command::Rollback(_) => true,
+            Command::Checkpoint(c) => matches!(
+                c,
+                checkpoint::CheckpointCmd::Save(_)
+                    | checkpoint::CheckpointCmd::Restore { .. }
+                    | checkpoint::CheckpointCmd::Delete { .. }
+            ),
+            Command::Op(c) => matches!(c, history::OpCmd::Restore { .. }),
+            _ => false,
+        }
+    }
+}
+
+/// `--if-head` given to a command it does not apply to: the command's name (from `name`,
+/// asked only then) and the error to answer with, before anything runs.
+pub fn if_head_misused(cli: &Cli, name: impl FnOnce() -> String) -> Option<(String, Error)> {
+    if cli.if_head.is_none() || cli.command.takes_if_head() {
+        return None;
+    }
+    let name = name();
+    let e = Error::invalid(format!(
+        "--if-head applies to {IF_HEAD_COMMANDS}; not to `avfs {name}`"
+    ));
+    Some((name, e))
 }
 
 impl Cli {

@@ -387,8 +387,13 @@ fn run_line(ctx: &Ctx, state: &mut State, words: Vec<String>) -> Flow {
         } else {
             state.workspace.clone().or(cli.workspace.clone())
         },
-        service: ctx.service.clone(),
+        service: ctx.service.clone().with_expected_head(cli.if_head),
     };
+    let name = || crate::command_path(&super::command(), argv.iter().skip(1).cloned());
+    if let Some((name, e)) = super::if_head_misused(&cli, name) {
+        output::finish(line_ctx.json, &name, Err(e));
+        return Flow::Failed;
+    }
     if matches!(cli.command, Command::Shell(_)) {
         return fail(Error::invalid("`shell` cannot run inside the shell"));
     }

@@ -116,7 +116,8 @@ pub fn exit_code_for(kind: &str) -> i32 {
         | "nothing_to_roll_back"
         | "branch_moved"
         | "vault_replaced"
-        | "workspace_busy" => 4,
+        | "workspace_busy"
+        | "head_moved" => 4,
         "invalid_path"
         | "hard_link_not_allowed"
         | "invalid_name"

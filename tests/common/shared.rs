@@ -128,6 +128,17 @@ impl Host {
     }
 }
 
+/// A PostgreSQL vault `name` made on a first host, and `n` more hosts that attached it.
+pub fn vault_on_hosts(url: &str, name: &str, n: usize) -> (Host, Vec<Host>) {
+    let first = Host::new(url);
+    first.data(&["vault", "create", name, "--engine", "postgres"]);
+    let hosts: Vec<Host> = (0..n).map(|_| Host::new(url)).collect();
+    for h in &hosts {
+        h.data(&["vault", "attach", name]);
+    }
+    (first, hosts)
+}
+
 /// A vault name no other test (or earlier run on the same server) uses.
 pub fn unique(what: &str) -> String {
     use std::time::{SystemTime, UNIX_EPOCH};

@@ -199,6 +199,17 @@ pub enum Error {
     /// Another command running in the fork excludes this one; nothing was changed.
     #[error("workspace {workspace} is busy: {reason}")]
     WorkspaceBusy { workspace: String, reason: String },
+    /// A conditional change (`--if-head`) found the workspace's history moved past the
+    /// operation it was made against; nothing was changed.
+    #[error(
+        "workspace `{workspace}` has moved on: its newest operation is #{head}, not #{expected} (--if-head); nothing was changed: look at `avfs op log`, then try again"
+    )]
+    HeadMoved {
+        workspace: String,
+        expected: i64,
+        /// The workspace's newest operation now (0: none).
+        head: i64,
+    },
     #[error("no session `{name}`{}; start one with `avfs session start FORK --name {name}`", suggest(.suggestions))]
     SessionNotFound {
         name: String,
@@ -316,6 +327,7 @@ impl Error {
             Error::SandboxUnavailable { .. } => "sandbox_unavailable",
             Error::SandboxFailed { .. } => "sandbox_failed",
             Error::WorkspaceBusy { .. } => "workspace_busy",
+            Error::HeadMoved { .. } => "head_moved",
             Error::SessionNotFound { .. } => "session_not_found",
             Error::SessionFailed { .. } => "session_failed",
             Error::Forwarded { kind, .. } => kind,
@@ -407,6 +419,11 @@ impl Error {
             Error::WorkspaceBusy { workspace, reason } => {
                 json!({ "workspace": workspace, "reason": reason })
             }
+            Error::HeadMoved {
+                workspace,
+                expected,
+                head,
+            } => json!({ "workspace": workspace, "expected": expected, "head": head }),
             Error::SessionNotFound { name, suggestions } => {
                 json!({ "name": name, "suggestions": suggestions })
             }
@@ -470,7 +487,9 @@ impl Error {
             | Error::SandboxUnavailable { .. }
             | Error::SandboxFailed { .. }
             | Error::SessionFailed { .. } => exit::FAILURE,
-            Error::WorkspaceBusy { .. } | Error::VaultReplaced { .. } => exit::CONFLICT,
+            Error::WorkspaceBusy { .. } | Error::VaultReplaced { .. } | Error::HeadMoved { .. } => {
+                exit::CONFLICT
+            }
             Error::Forwarded { exit_code, .. } => *exit_code,
         }
     }

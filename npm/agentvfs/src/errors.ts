@@ -131,6 +131,7 @@ export const ERROR_CLASSES: Readonly<Record<string, new (init: AvfsErrorInit) =>
     disk_full: IoError,
     revert_conflict: ConflictError,
     workspace_busy: ConflictError,
+    head_moved: ConflictError,
     file_too_large: QuotaExceededError,
     secret_refused: InvalidInputError,
     mount_failed: MountError,

@@ -72,6 +72,7 @@ export type ErrorKind =
   | "sandbox_unavailable"
   | "sandbox_failed"
   | "workspace_busy"
+  | "head_moved"
   | "session_not_found"
   | "session_failed"
   | "io_error"

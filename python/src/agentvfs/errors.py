@@ -195,6 +195,11 @@ class DiskFull(AvfsError):
     the full disk, so the change is there only if sled wrote all of it)."""
 
 
+class HeadMoved(ConflictError):
+    """A change made with `--if-head OP` found the workspace's newest operation past OP
+    (exit 4): `details.workspace`, `details.expected`, `details.head`; nothing was changed."""
+
+
 class WorkspaceBusy(ConflictError):
     """Another command running in the fork excludes this one (a fuse-mode command runs
     alone): `details.workspace`, `details.reason`; nothing was changed."""
@@ -250,6 +255,7 @@ ERRORS: dict[str, type[AvfsError]] = {
     "disk_full": DiskFull,
     "spawn_failed": SpawnFailed,
     "workspace_busy": WorkspaceBusy,
+    "head_moved": HeadMoved,
 }
 
 _BY_EXIT_CODE: dict[int, type[AvfsError]] = {

@@ -337,8 +337,11 @@ pub struct PruneReport {
 
 impl Workspace {
     /// Drop old checkpoints and op-log entries: all but the newest `keep_last`, and/or those
-    /// older than `older_than` (ns since the epoch). The live state is untouched; run `gc`
-    /// afterwards to reclaim the objects only they referenced.
+    /// older than `older_than` (ns since the epoch). The newest entry always stays: it is
+    /// the workspace's head, which `--if-head` compares against, and an id the log still
+    /// holds is never given out again (SQLite reuses the highest id once it is deleted).
+    /// The live state is untouched; run `gc` afterwards to reclaim the objects only they
+    /// referenced.
     pub fn prune(&self, keep_last: Option<usize>, older_than: Option<i64>) -> Result<PruneReport> {
         if keep_last.is_none() && older_than.is_none() {
             return Err(Error::invalid(
@@ -359,7 +362,7 @@ impl Workspace {
                 }
             }
             let ops = e.w.ops(Some(e.ws.id), usize::MAX >> 1)?;
-            for (i, op) in ops.iter().enumerate() {
+            for (i, op) in ops.iter().enumerate().skip(1) {
                 if doomed(i, op.at) {
                     e.w.delete_op(op.id)?;
                     report.operations_removed += 1;

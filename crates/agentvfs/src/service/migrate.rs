@@ -5,7 +5,7 @@
 //! cannot be renamed over a file, nor a file over it). Until then the vault file is never
 //! written; on any failure the new file is removed and the vault is as it was.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde::Serialize;
 
@@ -87,7 +87,7 @@ impl WorkspaceService {
                 to.name()
             )));
         }
-        let dest = PathBuf::from(format!("{}.migrating", path.display()));
+        let dest = crate::store::migrating_copy(&path);
         remove_vault_files(&dest)?;
         let disk_bytes_before = vault.store.disk_size();
         // The write transaction keeps every other writer out while the copy is made,

@@ -72,6 +72,8 @@ pub struct ForkOutput {
 pub struct WorkspaceService {
     registry: Registry,
     actor: Actor,
+    /// Make the changes of the workspaces `open` opens conditional (`Workspace::expect_head`).
+    expected_head: Option<i64>,
 }
 
 pub(super) fn validate_vault_name(name: &str) -> Result<()> {
@@ -98,7 +100,18 @@ fn looks_like_path(s: &str) -> bool {
 
 impl WorkspaceService {
     pub fn new(registry: Registry, actor: Actor) -> Self {
-        WorkspaceService { registry, actor }
+        WorkspaceService {
+            registry,
+            actor,
+            expected_head: None,
+        }
+    }
+
+    /// Make the changes of every workspace `open` opens conditional on its newest
+    /// operation being `head` (`Workspace::expect_head`): a command's `--if-head`.
+    pub fn with_expected_head(mut self, head: Option<i64>) -> Self {
+        self.expected_head = head;
+        self
     }
 
     pub fn registry(&self) -> &Registry {
@@ -168,6 +181,9 @@ impl WorkspaceService {
         let target = self.resolve(selector)?;
         let vault = self.open_vault(&target)?;
         let ws = vault.workspace(&target.workspace, self.actor.clone())?;
+        if let Some(head) = self.expected_head {
+            ws.expect_head(head);
+        }
         Ok((target, ws))
     }
 

@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 pub use id::ObjectId;
 #[cfg(feature = "postgres")]
-pub use postgres::object_cache_counts;
+pub use postgres::{Speculation, object_cache_counts, speculation_counts};
 pub use sqlite::{FORMAT_VERSION, SqliteStore};
 
 use crate::error::{Error, Result};
@@ -256,6 +256,23 @@ pub fn create_store(
 }
 
 /// Write a vault file at `path` for a vault that exists on `server` (another host made it).
+/// Where `vault migrate` builds the copy of the vault at `path`, beside it, until the copy
+/// takes the vault's place.
+pub fn migrating_copy(path: &Path) -> PathBuf {
+    let mut p = path.as_os_str().to_owned();
+    p.push(MIGRATING);
+    PathBuf::from(p)
+}
+
+/// Whether `path` is such a copy (an engine treats one as not yet in place).
+pub fn is_migrating_copy(path: &Path) -> bool {
+    path.as_os_str()
+        .as_encoded_bytes()
+        .ends_with(MIGRATING.as_bytes())
+}
+
+const MIGRATING: &str = ".migrating";
+
 pub fn attach_store(path: &Path, server: &Server) -> Result<Arc<dyn Store>> {
     #[cfg(feature = "postgres")]
     {
@@ -633,6 +650,10 @@ pub struct ReadAhead {
     pub overlays: Vec<i64>,
     /// Checkpoints by (workspace id, name).
     pub checkpoints: Vec<(i64, String)>,
+    /// The write may run more than once: an engine on a network may first try it in one
+    /// exchange on what it knew after its last write, and run it again the usual way when
+    /// that was out of date (nothing of the first run is applied then).
+    pub repeatable: bool,
 }
 
 impl dyn Store {
@@ -662,10 +683,30 @@ impl dyn Store {
     ) -> Result<R> {
         let mut f = Some(f);
         let mut out = None;
-        self.write_ahead(ahead, &mut |w| {
+        let ahead = ReadAhead {
+            repeatable: false,
+            ..ahead.clone()
+        };
+        self.write_ahead(&ahead, &mut |w| {
             if let Some(f) = f.take() {
                 out = Some(f(w)?);
             }
+            Ok(())
+        })?;
+        out.ok_or_else(|| crate::Error::Storage("write closure did not run".into()))
+    }
+
+    /// `write_reading` for an `f` that can run more than once: when `ahead.repeatable`
+    /// says so, it may, against different states of the vault, and only its last run is
+    /// applied.
+    pub fn write_mut<R>(
+        &self,
+        ahead: &ReadAhead,
+        mut f: impl FnMut(&mut dyn StoreWrite) -> Result<R>,
+    ) -> Result<R> {
+        let mut out = None;
+        self.write_ahead(ahead, &mut |w| {
+            out = Some(f(w)?);
             Ok(())
         })?;
         out.ok_or_else(|| crate::Error::Storage("write closure did not run".into()))

@@ -49,6 +49,8 @@ pub struct Edit<'a> {
     /// Audit records summing up operations this edit recorded for others (a batch's
     /// commit), written with the edit's own record.
     pub(crate) summaries: Vec<AuditSummary>,
+    /// The newest op-log entry this edit appended, of any kind (a batch's included).
+    pub(crate) newest_op: Option<i64>,
 }
 
 /// One operation's audit record: what it is, the paths it changed (at most

@@ -110,6 +110,13 @@ pub(crate) struct Hold {
     lost: AtomicBool,
 }
 
+impl Hold {
+    /// Refuse every later change through this hold (its lease was found lost).
+    pub(super) fn mark_lost(&self) {
+        self.lost.store(true, Ordering::SeqCst);
+    }
+}
+
 /// This host's name in leases: `AVFS_HOST_ID` if set (trimmed, non-empty), else the
 /// kernel's host name.
 pub fn host_id() -> String {
@@ -174,12 +181,16 @@ fn alive(pid: u32) -> bool {
 /// Refuse a change to `workspace`'s files from `host` while another host holds the fork's
 /// lease; a change from another host after it lapsed marks it overtaken. A handle holding
 /// the lease (`hold`) may change them only while the lease still stands for it; once it
-/// does not, the handle is refused for good.
+/// does not, the handle is to be refused for good: `lost` is set, and the caller marks the
+/// hold lost (`Hold::mark_lost`) once the write this ran in was the one that counted (a
+/// write may run twice, the first time on what a vault handle knew, which may be out of
+/// date).
 pub(super) fn check_write(
     w: &mut dyn StoreWrite,
     workspace: &str,
     host: &str,
     hold: &Hold,
+    lost_now: &mut bool,
 ) -> Result<()> {
     let lease = load(w, workspace)?;
     let now = now_ms();
@@ -201,7 +212,7 @@ pub(super) fn check_write(
     if stands {
         return Ok(());
     }
-    hold.lost.store(true, Ordering::SeqCst);
+    *lost_now = true;
     Err(lost(workspace, held, lease.as_ref(), now))
 }
 

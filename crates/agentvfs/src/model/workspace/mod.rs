@@ -56,6 +56,8 @@ pub struct Workspace {
     /// The workspace's id as last read (0: not yet), so an edit can name the records it
     /// will read ahead (`Store::write_ahead`). Only a hint: an id gone stale costs a read.
     known_id: Arc<AtomicI64>,
+    /// The newest operation this handle's changes are conditional on (`expect_head`).
+    expected_head: Arc<Mutex<Option<i64>>>,
 }
 
 /// Records an edit will read beyond its workspace's own, named ahead of it.
@@ -108,6 +110,30 @@ pub(crate) fn validate_name(name: &str, what: &str) -> Result<()> {
     Ok(())
 }
 
+/// An edit's closure that runs once.
+type Once<'f, R> = Box<dyn FnOnce(&mut Edit<'_>) -> Result<R> + 'f>;
+
+/// An edit's closure: one that runs once, or one that may run again (`edit_ahead`).
+pub(crate) enum Run<'f, R> {
+    Once(Option<Once<'f, R>>),
+    Repeatable(&'f mut dyn FnMut(&mut Edit<'_>) -> Result<R>),
+}
+
+impl<'f, R> Run<'f, R> {
+    fn once(f: impl FnOnce(&mut Edit<'_>) -> Result<R> + 'f) -> Self {
+        Run::Once(Some(Box::new(f)))
+    }
+
+    fn run(&mut self, e: &mut Edit<'_>) -> Result<R> {
+        match self {
+            Run::Once(f) => (f.take().ok_or_else(|| {
+                Error::Storage("an edit that runs once was asked to run again".into())
+            })?)(e),
+            Run::Repeatable(f) => f(e),
+        }
+    }
+}
+
 impl Workspace {
     pub(crate) fn new(vault: Arc<Vault>, name: String, actor: Actor) -> Self {
         Workspace {
@@ -118,7 +144,22 @@ impl Workspace {
             batch_state: Arc::default(),
             lease: Arc::default(),
             known_id: Arc::default(),
+            expected_head: Arc::default(),
         }
+    }
+
+    /// Make this handle's changes (and its clones') conditional, as a compare-and-swap on
+    /// the workspace's history: each applies only while the workspace's newest operation
+    /// is `head` (0: it has none yet; `avfs op log --limit 1` shows it), else it fails with
+    /// `head_moved` and changes nothing. Each change applied moves the expectation on to
+    /// its own operation, so a command's later changes hold only if nothing else changed
+    /// the workspace in between. The check and the change are one transaction.
+    pub fn expect_head(&self, head: i64) {
+        *self.expected_head.lock().unwrap_or_else(|p| p.into_inner()) = Some(head);
+    }
+
+    fn expected_head(&self) -> Option<i64> {
+        *self.expected_head.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Remember the workspace's id, as just read.
@@ -283,16 +324,25 @@ impl Workspace {
     }
 
     /// `edit`, naming records `f` will read beyond the workspace's own, so an engine on a
-    /// network fetches them with the rest before `f` runs.
+    /// network fetches them with the rest before `f` runs. `f` may run more than once, each
+    /// time against the vault as it then is, and only its last run is applied: an engine on
+    /// a network first tries the edit in one exchange on what it knew
+    /// (`ReadAhead::repeatable`).
     pub(crate) fn edit_ahead<R>(
         &self,
         operation: &str,
         paths: &[&VPath],
         extra: &[Ahead<'_>],
-        f: impl FnOnce(&mut Edit<'_>) -> Result<R>,
+        mut f: impl FnMut(&mut Edit<'_>) -> Result<R>,
     ) -> Result<R> {
-        self.edit_recording(operation, paths, Logging::Op, extra, f)
-            .map(|(out, _)| out)
+        self.edit_recording(
+            operation,
+            paths,
+            Logging::Op,
+            extra,
+            Run::Repeatable(&mut f),
+        )
+        .map(|(out, _)| out)
     }
 
     /// Apply a change without an op-log entry and without folding the overlay: for batches
@@ -336,7 +386,7 @@ impl Workspace {
         paths: &[&VPath],
         f: impl FnOnce(&mut Edit<'_>) -> Result<R>,
     ) -> Result<(R, LoggedOp)> {
-        let (out, op) = self.edit_recording(operation, paths, Logging::Op, &[], f)?;
+        let (out, op) = self.edit_recording(operation, paths, Logging::Op, &[], Run::once(f))?;
         Ok((out, op.expect("a logged edit appends an op-log entry")))
     }
 
@@ -347,7 +397,7 @@ impl Workspace {
         logging: Logging,
         f: impl FnOnce(&mut Edit<'_>) -> Result<R>,
     ) -> Result<R> {
-        self.edit_recording(operation, paths, logging, &[], f)
+        self.edit_recording(operation, paths, logging, &[], Run::once(f))
             .map(|(out, _)| out)
     }
 
@@ -357,12 +407,16 @@ impl Workspace {
         paths: &[&VPath],
         logging: Logging,
         extra: &[Ahead<'_>],
-        f: impl FnOnce(&mut Edit<'_>) -> Result<R>,
+        mut f: Run<'_, R>,
     ) -> Result<(R, Option<LoggedOp>)> {
         let paths: Vec<String> = paths.iter().map(|p| p.display()).collect();
         let cache = &self.vault.cache;
-        let ahead = self.read_ahead(extra);
-        let result = self.vault.store.write_reading(&ahead, |w| {
+        let mut ahead = self.read_ahead(extra);
+        ahead.repeatable = matches!(f, Run::Repeatable(_));
+        let mut lease_lost = false;
+        // The newest op-log entry the applied run appended (only the last run counts).
+        let mut newest_op = None;
+        let result = self.vault.store.write_mut(&ahead, |w| {
             // In a batch, the previous write's state is current if that write was this
             // handle's edit (no other write came between).
             let tag = self.vault.store.batch_tag();
@@ -382,6 +436,7 @@ impl Workspace {
                 undo_target: None,
                 op_extra: None,
                 summaries: Vec::new(),
+                newest_op: None,
             };
             let (before, batch_open) = match logging {
                 Logging::Op => {
@@ -398,12 +453,34 @@ impl Workspace {
                 }
                 _ => (None, false),
             };
-            let out = f(&mut edit)?;
+            // A conditional change: the history must be where the caller saw it, with
+            // any pending batch of changes settled into it above (a change all the same).
+            if let Some(expected) = self.expected_head()
+                && !matches!(logging, Logging::None)
+            {
+                let head = edit.w.ops(Some(edit.ws.id), 1)?.first().map_or(0, |o| o.id);
+                if head != expected {
+                    return Err(Error::HeadMoved {
+                        workspace: self.name.clone(),
+                        expected,
+                        head,
+                    });
+                }
+            }
+            let out = f.run(&mut edit)?;
             // While another host's long-lived writer holds the fork, a change to its files
             // from here is refused (and rolled back with this transaction). Reads, forks
             // and checkpoints are not changes to its files.
-            let check_lease = |w: &mut dyn StoreWrite| {
-                lease::check_write(w, &self.name, &lease::host_id(), &self.lease)
+            // Whether this run found the handle's lease lost: only the last run counts.
+            lease_lost = false;
+            let mut check_lease = |w: &mut dyn StoreWrite| {
+                lease::check_write(
+                    w,
+                    &self.name,
+                    &lease::host_id(),
+                    &self.lease,
+                    &mut lease_lost,
+                )
             };
             if matches!(logging, Logging::AuditOnly) {
                 check_lease(&mut *edit.w)?;
@@ -429,6 +506,7 @@ impl Workspace {
                     extra: edit.op_extra.take(),
                 })?;
                 op_id = Some(LoggedOp { id, before, after });
+                edit.newest_op = Some(id);
                 if batch_open {
                     edit.advance_unlogged(after)?;
                 }
@@ -439,8 +517,10 @@ impl Workspace {
                 ws,
                 quota,
                 summaries,
+                newest_op: newest,
                 ..
             } = edit;
+            newest_op = newest;
             for s in summaries {
                 self.audit_as(w, &s.operation, &s.paths, "ok", Some(s.detail), self.steps)?;
             }
@@ -453,6 +533,21 @@ impl Workspace {
         });
         if result.is_err() {
             self.save_batch_state(None);
+            if lease_lost {
+                self.lease.mark_lost();
+            }
+        }
+        // A conditional handle's own changes are not someone else's: its expectation moves
+        // on to the newest entry it appended (a batch's too).
+        if result.is_ok()
+            && let Some(id) = newest_op
+            && let Some(expected) = self
+                .expected_head
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .as_mut()
+        {
+            *expected = id;
         }
         // Best effort: the failure itself is worth recording, but must not mask `e`, nor
         // wait on a server that just did not answer (that would double the wait).

@@ -87,6 +87,7 @@ impl Edit<'_> {
             target: None,
             extra: None,
         })?;
+        self.newest_op = Some(id);
         // The batch's one audit record, with the paths it changed: its steps (each file
         // operation of a mount) are only in `avfs audit --detail`.
         self.summaries.push(AuditSummary {

@@ -101,6 +101,24 @@ pub(super) enum Table {
 
 impl Table {
     pub(super) const COUNT: usize = 14;
+    /// Every table, in `Table::NAMES` order.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    pub(super) const ALL: [Table; Table::COUNT] = [
+        Table::Meta,
+        Table::Objects,
+        Table::Workspaces,
+        Table::WorkspaceIds,
+        Table::Overlay,
+        Table::OverlayChildren,
+        Table::Checkpoints,
+        Table::CheckpointIds,
+        Table::CheckpointsByWs,
+        Table::Ops,
+        Table::OpsByWs,
+        Table::Audit,
+        Table::AuditMain,
+        Table::Settings,
+    ];
     /// Each table's name in the engine's files (an index into it is `table as usize`).
     #[cfg_attr(not(any(feature = "lmdb", feature = "sled")), allow(dead_code))]
     pub(super) const NAMES: [&'static str; Table::COUNT] = [

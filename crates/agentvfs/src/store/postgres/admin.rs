@@ -38,7 +38,7 @@ impl PgStore {
     pub fn create(path: &Path, server: &Server) -> Result<Arc<PgStore>> {
         if let Some(url) = server.objects.as_ref().filter(|_| !path.exists()) {
             // An object store that does not answer is refused now, not at the first write.
-            Objects::open(url, "probe", cache_dir(path))?.probe()?;
+            Objects::open(url, "probe", None)?.probe()?;
         }
         let (path, server) = (path.to_path_buf(), server.clone());
         bounded("creating the vault", move |gave_up| {
@@ -196,7 +196,9 @@ impl PgStore {
         })?;
         // The objects in an object store stay: other vaults may share the prefix, and a
         // bucket's lifecycle rules are its owner's. This host's cache goes.
-        let _ = std::fs::remove_dir_all(cache_dir(path));
+        if let Some(dir) = cache_dir(path) {
+            let _ = std::fs::remove_dir_all(dir);
+        }
         std::fs::remove_file(path).map_err(|e| Error::io("deleting", path, e))
     }
 }

@@ -32,6 +32,11 @@ pub(super) struct Statements {
     /// statement's snapshot is taken before it waits for the lock, and would miss the
     /// commit that retired the vault while it waited.)
     pub(super) retired: Statement,
+    /// A speculative write's guard (`known::guard_sql`): rows, and a range's count with
+    /// an end and without.
+    pub(super) guard_rows: Statement,
+    pub(super) guard_range: Statement,
+    pub(super) guard_from: Statement,
 }
 
 pub(super) struct Conn {
@@ -242,6 +247,10 @@ impl Conn {
             "SELECT pg_advisory_xact_lock($1)".into(),
             format!("SELECT EXISTS (SELECT 1 FROM {kv} WHERE t = $1 AND k = $2)"),
         ];
+        let sql: Vec<String> = sql
+            .into_iter()
+            .chain(super::known::guard_sql(&kv))
+            .collect();
         let prepared = futures::future::try_join_all(sql.iter().map(|q| client.prepare(q)))
             .await
             .map_err(pg_error)?;
@@ -265,6 +274,9 @@ impl Conn {
             delete: st(),
             lock: st(),
             retired: st(),
+            guard_rows: st(),
+            guard_range: st(),
+            guard_from: st(),
         })
     }
 }

@@ -21,24 +21,27 @@
 
 mod admin;
 mod conn;
+mod known;
 mod objects;
 mod view;
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 
 use self::conn::{Conn, block, connect, connect_async, put_idle, quoted, take_idle, within};
+use self::known::Known;
 use self::objects::Objects;
 use self::view::{Placement, View};
 use super::kv::{
     ENGINE_KEY, FORMAT_KEY, Reader, Table, WRITE_COUNTERS, Writer, check_format, read_ahead_keys,
 };
-use super::lock::lock;
 use super::sqlite::FORMAT_VERSION;
-use super::{Engine, FileIdentity, ReadAhead, Server, Store, StoreRead, StoreWrite};
+use super::{
+    Engine, FileIdentity, ReadAhead, Server, Store, StoreRead, StoreWrite, is_migrating_copy,
+};
 use crate::error::{Error, Result};
 
 use super::{POSTGRES_MARK as MARK, SERVER_URL_ENV as URL_ENV};
@@ -150,6 +153,34 @@ pub fn object_cache_counts() -> (u64, u64) {
         objects::SERVED.load(Relaxed),
         objects::FETCHED.load(Relaxed),
     )
+}
+
+/// Writes this process tried in one exchange on what its vault handle knew (see `known`).
+/// All but `applied` then ran the usual way, which has the last word.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Speculation {
+    /// Applied as tried.
+    pub applied: u64,
+    /// Refused by the guard: the vault had changed since the handle's last write.
+    pub refused: u64,
+    /// Needed to read more than the handle knew.
+    pub missed: u64,
+    /// Failed on what the handle knew (an error such as `already_exists`), which may be
+    /// out of date.
+    pub failed: u64,
+}
+
+static SPECULATION: [AtomicU64; 4] = [const { AtomicU64::new(0) }; 4];
+
+/// This process's `Speculation` so far.
+pub fn speculation_counts() -> Speculation {
+    let [a, r, m, f] = &SPECULATION;
+    Speculation {
+        applied: a.load(Ordering::Relaxed),
+        refused: r.load(Ordering::Relaxed),
+        missed: m.load(Ordering::Relaxed),
+        failed: f.load(Ordering::Relaxed),
+    }
 }
 
 /// `invalid_argument` unless `url` is an object store URL (`s3://bucket[/prefix]`).
@@ -299,8 +330,10 @@ pub struct PgStore {
     file: FileIdentity,
     url: String,
     schema: String,
-    /// The connection writes go through (one writer of this process at a time).
-    writer: Mutex<Option<Conn>>,
+    /// The connection writes go through (one writer of this process at a time, in the order
+    /// they came: the threads of one process, agents each in a fork, take turns rather than
+    /// one of them starving), and what the last write knew of the vault.
+    writer: parking_lot::FairMutex<WriteSlot>,
     /// Where its idle connections wait in `IDLE`: the server URL and the schema.
     pool: (String, String),
     /// The object store large objects go to, if the vault has one.
@@ -310,11 +343,22 @@ pub struct PgStore {
     commits: AtomicU64,
 }
 
-/// The host's cache of a vault's objects: beside its vault file.
-fn cache_dir(path: &Path) -> PathBuf {
+/// The connection a vault handle writes through, and what its last write knew.
+#[derive(Default)]
+struct WriteSlot {
+    conn: Option<Conn>,
+    known: Known,
+}
+
+/// The host's cache of a vault's objects: beside its vault file. None for the copy `vault
+/// migrate` makes (`*.migrating`): its objects are read back from the store to verify it.
+fn cache_dir(path: &Path) -> Option<PathBuf> {
+    if is_migrating_copy(path) {
+        return None;
+    }
     let mut p = path.as_os_str().to_owned();
     p.push(".objects");
-    PathBuf::from(p)
+    Some(PathBuf::from(p))
 }
 
 impl PgStore {
@@ -333,7 +377,7 @@ impl PgStore {
         // A vault `vault migrate` moved here, opened through the vault file in the vault's
         // place (not the copy's, `*.migrating`): the move is done (or was cut short after
         // the exchange), so other hosts may attach it now.
-        let in_place = !store.path.to_string_lossy().ends_with(".migrating");
+        let in_place = !is_migrating_copy(&store.path);
         if pending.is_some() && in_place {
             store.kv_write(&ReadAhead::default(), |w| w.meta_delete(PENDING_KEY))?;
         }
@@ -386,7 +430,7 @@ impl PgStore {
             path: canonical,
             url,
             schema: locator.schema,
-            writer: Mutex::new(None),
+            writer: Default::default(),
             pool,
             objects: None,
             inline_max: INLINE_MAX,
@@ -456,22 +500,95 @@ impl PgStore {
     }
 
     /// One write transaction, with the records `ahead` names (and the counters most
-    /// writes use) read in its first exchange.
+    /// writes use) read in its first exchange. A write that may run twice
+    /// (`ReadAhead::repeatable`) is first tried in one exchange on what the handle knows
+    /// (see `known`).
     fn kv_write<R>(
         &self,
         ahead: &ReadAhead,
-        f: impl FnOnce(&mut Writer<'_, View<'_, '_>>) -> Result<R>,
+        mut f: impl FnMut(&mut Writer<'_, View<'_, '_>>) -> Result<R>,
     ) -> Result<R> {
-        let mut slot = lock(&self.writer);
+        let mut slot = self.writer.lock();
         let key = lock_key(&self.schema);
+        let speculate = ahead.repeatable
+            && slot.known.warm(&WRITE_COUNTERS)
+            && slot.conn.as_ref().is_some_and(Conn::usable);
+        if speculate {
+            match self.speculate(&mut slot, key, &mut f) {
+                Ok(Some(out)) => return Ok(out),
+                Ok(None) => {}
+                Err(e) => {
+                    slot.known.clear();
+                    return Err(e);
+                }
+            }
+        }
+        let out = self.write_locked(&mut slot, ahead, key, f);
+        if out.is_err() {
+            slot.known.clear();
+        }
+        out
+    }
+
+    /// Run `f` on what the handle knows and commit it in one exchange, guarded: `None` when
+    /// it needed more than that, failed, or the guard found the vault changed. Nothing was
+    /// applied then, and `f` is to run again the usual way.
+    fn speculate<R>(
+        &self,
+        slot: &mut WriteSlot,
+        key: i64,
+        f: &mut impl FnMut(&mut Writer<'_, View<'_, '_>>) -> Result<R>,
+    ) -> Result<Option<R>> {
+        self.file.still(&self.path)?;
+        let WriteSlot { conn, known } = slot;
+        let Conn { client, st, .. } = conn.as_ref().expect("a usable connection");
+        let mut view = View::speculate(client, st, self.placement(), known);
+        let out = {
+            let mut w = Writer::new(&mut view);
+            f(&mut w).and_then(|out| w.settle().map(|_| out))
+        };
+        // A run that failed may have failed on what the handle knew, which may be out of
+        // date: the usual way says.
+        let out = match out {
+            Ok(out) if !view.missed() => out,
+            Err(_) if !view.missed() => {
+                SPECULATION[3].fetch_add(1, Ordering::Relaxed);
+                return Ok(None);
+            }
+            _ => {
+                SPECULATION[2].fetch_add(1, Ordering::Relaxed);
+                return Ok(None);
+            }
+        };
+        let changes = view.changes();
+        if !view.commit_speculated(key)? {
+            SPECULATION[1].fetch_add(1, Ordering::Relaxed);
+            return Ok(None);
+        }
+        SPECULATION[0].fetch_add(1, Ordering::Relaxed);
+        known.absorb(Default::default(), Default::default(), &changes);
+        self.commits.fetch_add(1, Ordering::Relaxed);
+        Ok(Some(out))
+    }
+
+    /// A write the usual way: its first exchange begins it, takes the lock and reads what
+    /// `ahead` names; its changes and `COMMIT` are the second.
+    fn write_locked<R>(
+        &self,
+        slot: &mut WriteSlot,
+        ahead: &ReadAhead,
+        key: i64,
+        mut f: impl FnMut(&mut Writer<'_, View<'_, '_>>) -> Result<R>,
+    ) -> Result<R> {
         let (mut rows, scans) = read_ahead_keys(ahead);
         rows.extend(WRITE_COUNTERS.map(|k| (Table::Meta, k.to_vec())));
         for attempt in 0.. {
             // The connection this process last used (its reads' idle ones included): a new
             // one costs a connect and a prepare.
             let mut fresh = false;
-            if !slot.as_ref().is_some_and(Conn::usable) {
-                *slot = match take_idle(&self.pool) {
+            if !slot.conn.as_ref().is_some_and(Conn::usable) {
+                slot.known.clear();
+                slot.conn = match take_idle(&self.pool) {
                     Some(c) => Some(c),
                     None => {
                         fresh = true;
@@ -479,7 +596,8 @@ impl PgStore {
                     }
                 };
             }
-            let Conn { client, st, .. } = slot.as_ref().expect("a connection");
+            let WriteSlot { conn, known } = &mut *slot;
+            let Conn { client, st, .. } = conn.as_ref().expect("a connection");
             let view = View::write(client, st, self.placement());
             let begun = view.begin_write(key, &rows, &scans);
             // A pooled connection the server dropped (it restarted) is replaced once,
@@ -487,7 +605,7 @@ impl PgStore {
             // a lost connection.
             if begun.is_err() && client.is_closed() && !fresh && attempt == 0 {
                 drop(view);
-                *slot = None;
+                slot.conn = None;
                 continue;
             }
             // `vault migrate` replaces the vault file while it holds the lock, and marks a
@@ -505,7 +623,10 @@ impl PgStore {
                 w.settle()?;
                 out
             };
+            let changes = view.changes();
+            let (read, pages) = view.learned();
             view.commit()?;
+            known.absorb(read, pages, &changes);
             self.commits.fetch_add(1, Ordering::Relaxed);
             return Ok(out);
         }
@@ -516,7 +637,7 @@ impl PgStore {
 impl Drop for PgStore {
     /// Its write connection joins the idle ones, for the next open of the vault.
     fn drop(&mut self) {
-        if let Some(conn) = lock(&self.writer).take() {
+        if let Some(conn) = self.writer.lock().conn.take() {
             put_idle(&self.pool, conn);
         }
     }

@@ -21,6 +21,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
+use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
 use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
 use object_store::path::Path as Key;
@@ -47,6 +48,9 @@ fn s3_error(what: &str, e: object_store::Error) -> Error {
     }
 }
 
+/// Objects an uncommitted write uploaded: (id, bytes).
+pub(super) struct Uploaded(Vec<(Vec<u8>, Bytes)>);
+
 /// For a batch of object ids, whether the vault's index refers to each.
 pub(super) type Referenced<'a> = dyn FnMut(&[Vec<u8>]) -> Result<Vec<bool>> + 'a;
 
@@ -60,8 +64,8 @@ pub(super) struct Objects {
 impl Objects {
     /// The store at `url` (`s3://bucket[/prefix]`), with the vault's objects under
     /// `prefix/vault/` (its schema: no two vaults share a folder, so one vault's sweep can
-    /// never take another's objects) and its host cache in `cache_dir`.
-    pub(super) fn open(url: &str, vault: &str, cache_dir: PathBuf) -> Result<Objects> {
+    /// never take another's objects) and its host cache in `cache_dir` (`None`: none).
+    pub(super) fn open(url: &str, vault: &str, cache_dir: Option<PathBuf>) -> Result<Objects> {
         let (bucket, prefix) = parse_url(url)?;
         let prefix = format!("{prefix}{vault}/");
         // Each request, and its retries, within the server wait (unless the environment
@@ -112,16 +116,22 @@ impl Objects {
     }
 
     /// Upload every (id, bytes), in parallel; all of them are stored when this returns Ok.
-    pub(super) fn put_all(&self, items: Vec<(Vec<u8>, Vec<u8>)>) -> Result<()> {
+    /// Returns them, for `keep` once the write that refers to them committed.
+    pub(super) fn put_all(&self, items: Vec<(Vec<u8>, Vec<u8>)>) -> Result<Uploaded> {
         if items.is_empty() {
-            return Ok(());
+            return Ok(Uploaded(Vec::new()));
         }
         let store = &self.store;
-        let uploads = items.into_iter().map(|(id, bytes)| {
-            let key = self.key(&id);
+        let items: Vec<(Vec<u8>, Bytes)> = items
+            .into_iter()
+            .map(|(id, bytes)| (id, Bytes::from(bytes)))
+            .collect();
+        let uploads = items.iter().map(|(id, bytes)| {
+            let key = self.key(id);
+            let payload = PutPayload::from(bytes.clone());
             async move {
                 store
-                    .put(&key, PutPayload::from(bytes))
+                    .put(&key, payload)
                     .await
                     .map_err(|e| s3_error("uploading", e))
             }
@@ -132,7 +142,17 @@ impl Objects {
                 .try_collect::<Vec<_>>()
                 .await
         })?;
-        Ok(())
+        Ok(Uploaded(items))
+    }
+
+    /// Keep what a committed write uploaded in the host cache: the host that wrote an
+    /// object is the one most likely to read it next (an agent edits, then builds), and an
+    /// object never changes, so the copy needs no invalidation. Called after the commit,
+    /// so the local disk writes never hold the vault's lock.
+    pub(super) fn keep(&self, uploaded: Uploaded) {
+        for (id, bytes) in &uploaded.0 {
+            self.cache.put(&hex::encode(id), bytes);
+        }
     }
 
     /// The bytes of object `id` (`hash`: their BLAKE3, from its index row), from the host
@@ -256,29 +276,49 @@ pub(super) fn parse_url(url: &str) -> Result<(String, String)> {
     Ok((bucket.to_string(), prefix))
 }
 
+/// Mark a cached copy as just used (eviction takes the least recently used first).
+/// Whether there was one.
+fn touch(path: &Path) -> bool {
+    std::fs::File::options()
+        .write(true)
+        .open(path)
+        .map(|f| {
+            let _ = f.set_modified(SystemTime::now());
+        })
+        .is_ok()
+}
+
 /// The host cache: one file per object, named by its id, kept under a size bound by
 /// evicting the least recently used (a hit refreshes the file's time).
 struct Cache {
     dir: PathBuf,
+    /// 0: no cache (`AVFS_OBJECT_CACHE_MB=0`, or a store that must read from the store).
     limit: u64,
     /// Bytes held, counted on first use.
     held: Mutex<Option<u64>>,
 }
 
 impl Cache {
-    fn new(dir: PathBuf) -> Cache {
+    fn new(dir: Option<PathBuf>) -> Cache {
         let mb = std::env::var("AVFS_OBJECT_CACHE_MB")
             .ok()
             .and_then(|s| s.parse::<u64>().ok())
             .unwrap_or(CACHE_MB);
         Cache {
-            dir,
-            limit: mb.saturating_mul(1 << 20),
+            limit: if dir.is_some() {
+                mb.saturating_mul(1 << 20)
+            } else {
+                0
+            },
+            dir: dir.unwrap_or_default(),
             held: Mutex::new(None),
         }
     }
 
     fn get(&self, name: &str, hash: &[u8; 32]) -> Option<Vec<u8>> {
+        if self.limit == 0 {
+            return None;
+        }
         let path = self.dir.join(name);
         let bytes = std::fs::read(&path).ok()?;
         // A damaged copy is noticed and dropped, never served.
@@ -286,9 +326,7 @@ impl Cache {
             let _ = std::fs::remove_file(&path);
             return None;
         }
-        if let Ok(f) = std::fs::File::options().write(true).open(&path) {
-            let _ = f.set_modified(SystemTime::now());
-        }
+        touch(&path);
         Some(bytes)
     }
 
@@ -307,6 +345,11 @@ impl Cache {
         {
             return;
         }
+        // Already held (the same object written twice): the copy is the same bytes.
+        let path = self.dir.join(name);
+        if touch(&path) {
+            return;
+        }
         static NEXT: AtomicU64 = AtomicU64::new(0);
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
         let tmp = self.dir.join(format!(".{name}.{}.{n}", std::process::id()));
@@ -317,7 +360,7 @@ impl Cache {
             .mode(0o600)
             .open(&tmp)
             .and_then(|mut f| f.write_all(bytes));
-        if written.is_err() || std::fs::rename(&tmp, self.dir.join(name)).is_err() {
+        if written.is_err() || std::fs::rename(&tmp, &path).is_err() {
             let _ = std::fs::remove_file(&tmp);
             return;
         }

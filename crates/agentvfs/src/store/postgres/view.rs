@@ -8,16 +8,18 @@
 //! early costs one small query, and a long scan holds one page at a time.
 
 use std::cell::{Cell, RefCell};
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashSet, VecDeque};
 use std::future::Future;
 use std::ops::Bound;
 use std::pin::Pin;
 
 use futures::FutureExt;
+use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Row, Statement};
 
 use super::conn::{Statements, block, within};
+use super::known::{Check, FIRST_PAGE, FirstPages, GUARD_FAILED, Known, PageKey, Rows, Seen};
 use super::objects::Objects;
 use super::pg_error;
 use crate::error::{Error, Result};
@@ -25,8 +27,7 @@ use crate::store::kv::{
     Buffer, KvRead, KvWrite, RETIRED_KEY, Table, Val, Visit, merge, prefix_end,
 };
 
-/// Rows per page of a scan: small first (most scans stop early), then larger.
-const FIRST_PAGE: i64 = 64;
+/// Rows per page of a scan after the first (`FIRST_PAGE`, small: most scans stop early).
 const PAGE: i64 = 2048;
 /// Bytes of keys and values sent in one statement at commit.
 const BATCH_BYTES: usize = 8 << 20;
@@ -71,14 +72,6 @@ fn send_only(client: &Client, sql: &str) {
     let _ = client.batch_execute(sql).now_or_never();
 }
 
-type PageKey = (Table, Vec<u8>, Option<Vec<u8>>, bool);
-
-/// Rows read in a view, by (table, key); `None`: no such row.
-type Rows = HashMap<(Table, Vec<u8>), Option<Vec<u8>>>;
-
-/// Scans' first pages, by what was asked.
-type FirstPages = HashMap<PageKey, Vec<(Vec<u8>, Vec<u8>)>>;
-
 type Sent<'a> = Pin<Box<dyn Future<Output = std::result::Result<(), tokio_postgres::Error>> + 'a>>;
 
 pub(super) struct View<'c, 's> {
@@ -94,6 +87,88 @@ pub(super) struct View<'c, 's> {
     unbegun: Cell<bool>,
     /// A transaction is open on the server, to be ended when the view is.
     open: Cell<bool>,
+    /// A speculative write: its reads are answered from what the handle knows.
+    spec: Option<Spec<'s>>,
+}
+
+/// A speculative write's reads (see `known`): what it may read, and what it did.
+struct Spec<'s> {
+    known: &'s Known,
+    seen: RefCell<Seen>,
+    /// It needed something the handle does not know: what it made of that is worthless.
+    missed: Cell<bool>,
+}
+
+/// What a speculative write's read outside the handle's knowledge gets (and its caller,
+/// which falls back to a write the usual way, never shows).
+fn miss() -> Error {
+    Error::Storage("a speculative write read what its vault handle does not know".into())
+}
+
+impl Spec<'_> {
+    /// Row `key` of `t` as known: a row not known and not in a whole page is taken to be
+    /// absent (the guard checks). Objects are never known.
+    fn row(&self, t: Table, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        if t == Table::Objects {
+            self.missed.set(true);
+            return Err(miss());
+        }
+        let at = (t, key.to_vec());
+        if let Some(v) = self.known.rows.get(&at) {
+            self.saw(at, v.clone());
+            return Ok(v.clone());
+        }
+        let page = self.known.pages.iter().find(|((pt, lo, hi, _), _)| {
+            *pt == t && key >= lo.as_slice() && hi.as_deref().is_none_or(|hi| key < hi)
+        });
+        if let Some((pk, rows)) = page {
+            self.saw_page(pk, rows);
+            return Ok(rows.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone()));
+        }
+        self.saw(at, None);
+        Ok(None)
+    }
+
+    /// Remember that row `at` was read as `v`. What the handle knows may hold a row twice
+    /// (by key, and in a page learned at another write) with different values; a run that
+    /// saw both is worthless, as the guard can check only one.
+    fn saw(&self, at: (Table, Vec<u8>), v: Option<Vec<u8>>) {
+        let mut seen = self.seen.borrow_mut();
+        if seen.rows.get(&at).is_some_and(|before| *before != v) {
+            self.missed.set(true);
+        }
+        seen.rows.insert(at, v);
+    }
+
+    /// The first page asked as `key`, if known whole.
+    fn page(&self, key: &PageKey, limit: i64) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        match self.known.pages.get(key) {
+            Some(rows) if limit == FIRST_PAGE && key.0 != Table::Objects => {
+                self.saw_page(key, rows);
+                Ok(rows.clone())
+            }
+            _ => {
+                self.missed.set(true);
+                Err(miss())
+            }
+        }
+    }
+
+    fn saw_page(&self, key: &PageKey, rows: &[(Vec<u8>, Vec<u8>)]) {
+        let new = {
+            let mut seen = self.seen.borrow_mut();
+            let new = !seen.pages.iter().any(|(k, _)| k == key);
+            if new {
+                seen.pages.push((key.clone(), rows.len()));
+            }
+            new
+        };
+        if new {
+            for (k, v) in rows {
+                self.saw((key.0, k.clone()), Some(v.clone()));
+            }
+        }
+    }
 }
 
 impl<'c, 's> View<'c, 's> {
@@ -107,6 +182,43 @@ impl<'c, 's> View<'c, 's> {
         Self::new(client, st, place, true)
     }
 
+    /// A speculative write on what the handle knows (`known`): nothing is sent until
+    /// `commit_speculated`.
+    pub(super) fn speculate(
+        client: &'c Client,
+        st: &'s Statements,
+        place: Placement<'s>,
+        known: &'s Known,
+    ) -> Self {
+        let mut view = Self::new(client, st, place, false);
+        view.unbegun.set(false);
+        view.spec = Some(Spec {
+            known,
+            seen: RefCell::default(),
+            missed: Cell::new(false),
+        });
+        view
+    }
+
+    /// Whether this speculative write read something the handle does not know.
+    pub(super) fn missed(&self) -> bool {
+        self.spec.as_ref().is_some_and(|s| s.missed.get())
+    }
+
+    /// What this write read under the lock (rows, and first pages), for the handle to know.
+    pub(super) fn learned(&mut self) -> (Rows, FirstPages) {
+        (self.memo.take(), self.pages.take())
+    }
+
+    /// This write's changes to every table but objects, for the handle to know.
+    pub(super) fn changes(&self) -> Vec<(Table, Buffer)> {
+        Table::ALL
+            .iter()
+            .filter(|t| **t != Table::Objects && !self.buf[**t as usize].is_empty())
+            .map(|t| (*t, self.buf[*t as usize].clone()))
+            .collect()
+    }
+
     fn new(client: &'c Client, st: &'s Statements, place: Placement<'s>, begun: bool) -> Self {
         View {
             client,
@@ -117,6 +229,7 @@ impl<'c, 's> View<'c, 's> {
             pages: RefCell::default(),
             unbegun: Cell::new(!begun),
             open: Cell::new(begun),
+            spec: None,
         }
     }
 
@@ -124,7 +237,28 @@ impl<'c, 's> View<'c, 's> {
     /// bound for the object store are uploaded first, in parallel; their rows refer to them.
     /// The statements and the `COMMIT` go out together, and the answer to the `COMMIT` is
     /// waited for: an acknowledged write is on the server.
-    pub(super) fn commit(mut self) -> Result<()> {
+    pub(super) fn commit(self) -> Result<()> {
+        self.send_commit(None).map(drop)
+    }
+
+    /// Commit a speculative write in one exchange: `BEGIN`, the vault's lock (`lock_key`),
+    /// the guard on what it read (and that the vault is not retired), its changes and the
+    /// `COMMIT` go out together. Returns whether it was applied: `false` when the guard
+    /// found the vault changed, and nothing was.
+    pub(super) fn commit_speculated(self, lock_key: i64) -> Result<bool> {
+        let guard = match &self.spec {
+            Some(spec) if !spec.missed.get() => {
+                spec.seen.borrow().guard(&[(Table::Meta, RETIRED_KEY)])
+            }
+            _ => return Ok(false),
+        };
+        self.send_commit(Some((lock_key, guard)))
+    }
+
+    /// `commit`, after `BEGIN`, the lock and the guard when `guarded`; whether it was
+    /// applied (a guard that failed is not an error).
+    fn send_commit(mut self, guarded: Option<(i64, Vec<Check>)>) -> Result<bool> {
+        let mut uploaded = None;
         if let Some(store) = self.place.store {
             let mut uploads = Vec::new();
             for (k, v) in self.buf[Table::Objects as usize].iter_mut() {
@@ -137,7 +271,7 @@ impl<'c, 's> View<'c, 's> {
                 row.extend_from_slice(blake3::hash(bytes).as_bytes());
                 uploads.push((k.clone(), std::mem::replace(bytes, row)));
             }
-            store.put_all(uploads)?;
+            uploaded = Some((store, store.put_all(uploads)?));
         }
         // Every table's puts in one statement and its deletions in another (split only past
         // BATCH_BYTES).
@@ -152,7 +286,32 @@ impl<'c, 's> View<'c, 's> {
             }
         }
         let client = self.client;
+        let begin: String;
         let mut sent: Vec<Sent<'_>> = Vec::new();
+        if let Some((key, checks)) = &guarded {
+            let st = self.st;
+            begin = format!("BEGIN; SELECT pg_advisory_xact_lock({key})");
+            sent.push(Box::pin(client.batch_execute(&begin)));
+            for check in checks {
+                sent.push(Box::pin(async move {
+                    match check {
+                        Check::Rows { t, keys, expected } => {
+                            client.execute(&st.guard_rows, &[t, keys, expected]).await
+                        }
+                        Check::Count {
+                            t,
+                            lo,
+                            hi: Some(hi),
+                            n,
+                        } => client.execute(&st.guard_range, &[t, lo, hi, n]).await,
+                        Check::Count { t, lo, hi: None, n } => {
+                            client.execute(&st.guard_from, &[t, lo, n]).await
+                        }
+                    }
+                    .map(drop)
+                }));
+            }
+        }
         for b in puts.iter().filter(|b| !b.keys.is_empty()) {
             let params: [&(dyn ToSql + Sync); 3] = [&b.tables, &b.keys, &b.values];
             let st = &self.st.upsert;
@@ -179,14 +338,30 @@ impl<'c, 's> View<'c, 's> {
             }
             e
         };
-        within(futures::future::try_join_all(sent))
-            .map_err(unsure)?
-            .map_err(|e| {
+        // Every answer is waited for, not only up to the first error: each request is sent
+        // when first polled, and one left unpolled (the `COMMIT` after a failed guard)
+        // would leave the connection inside the failed transaction.
+        let answers = within(futures::future::join_all(sent)).map_err(unsure)?;
+        match answers
+            .into_iter()
+            .find_map(|a| a.err())
+            .map_or(Ok(()), Err)
+        {
+            Ok(()) => {
+                if let Some((store, up)) = uploaded {
+                    store.keep(up);
+                }
+                Ok(true)
+            }
+            Err(e) if guarded.is_some() && e.code().map(SqlState::code) == Some(GUARD_FAILED) => {
+                Ok(false)
+            }
+            Err(e) => {
                 let answered = e.as_db_error().is_some();
                 let e = pg_error(e);
-                if answered { e } else { unsure(e) }
-            })?;
-        Ok(())
+                Err(if answered { e } else { unsure(e) })
+            }
+        }
     }
 
     /// Begin this write: `BEGIN`, the vault's lock (`lock_key`), whether `vault migrate`
@@ -272,6 +447,10 @@ impl<'c, 's> View<'c, 's> {
 
     /// Run `st` in this view's transaction (a read's first query takes its `BEGIN` along).
     fn query(&self, st: &Statement, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>> {
+        if let Some(spec) = &self.spec {
+            spec.missed.set(true);
+            return Err(miss());
+        }
         let c = self.client;
         if self.unbegun.replace(false) {
             self.open.set(true);
@@ -299,6 +478,9 @@ impl<'c, 's> View<'c, 's> {
         // edit), is the same page: the server's state does not change under a view.
         let memo = (limit == FIRST_PAGE && t != Table::Objects)
             .then(|| (t, lo.to_vec(), hi.map(<[u8]>::to_vec), rev));
+        if let Some(spec) = &self.spec {
+            return spec.page(&(t, lo.to_vec(), hi.map(<[u8]>::to_vec), rev), limit);
+        }
         if let Some(rows) = memo
             .as_ref()
             .and_then(|m| self.pages.borrow().get(m).cloned())
@@ -398,6 +580,9 @@ impl Iterator for Pages<'_, '_, '_> {
 impl View<'_, '_> {
     /// A row as stored (an object in the object store: its reference).
     fn row(&self, t: Table, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        if let Some(spec) = &self.spec {
+            return spec.row(t, key);
+        }
         if t != Table::Objects
             && let Some(v) = self.memo.borrow().get(&(t, key.to_vec()))
         {
