@@ -10,7 +10,15 @@
 //! `1000,10000`), `AVFS_BENCH_AGENTS` (default `16,128`; `0`: no load runs),
 //! `AVFS_BENCH_SECONDS` per load run (default 10), `AVFS_BENCH_HOSTS` (default 1: the
 //! PostgreSQL agents are spread over that many handles, each a host with its own
-//! connection), `AVFS_BENCH_OBJECTS=s3://bucket/prefix` to keep large objects in S3.
+//! connection), `AVFS_BENCH_PAUSE_MS` (default 0: each agent's pause after its checkpoint,
+//! standing for the command it runs next; 0 is a closed loop at full speed),
+//! `AVFS_BENCH_OBJECTS=s3://bucket/prefix` to keep large objects in S3.
+//!
+//! Each load run is preceded by its floor: as many bare clients as agents, each on a
+//! connection of its own through the same proxy, each committing two one-row upserts of
+//! its own row (the edit and the checkpoint) per loop with the same pause. No lock and no
+//! row is shared, so that is what the server, the simulated network and the two cores allow
+//! any design for that many writers.
 //!
 //! Timings never feed assertions; this only measures and prints.
 
@@ -238,13 +246,16 @@ fn main() {
     let direct = url;
     let url = through_proxy(&direct, half);
     let seconds: u64 = env_num("AVFS_BENCH_SECONDS", 10);
+    let pause = Duration::from_millis(env_num("AVFS_BENCH_PAUSE_MS", 0));
     let objects = std::env::var("AVFS_BENCH_OBJECTS").ok();
     println!(
-        "shared vault bench: PostgreSQL at {rtt} ms simulated RTT{} vs local SQLite",
+        "shared vault bench: PostgreSQL at {rtt} ms simulated RTT{} vs local SQLite; \
+         agents pause {} ms after each checkpoint",
         objects
             .as_deref()
             .map(|o| format!(", objects in {o}"))
-            .unwrap_or_default()
+            .unwrap_or_default(),
+        pause.as_millis()
     );
     floor(&direct, &url);
     for n in env_list("AVFS_BENCH_SIZES", &[1000, 10_000]) {
@@ -288,6 +299,7 @@ fn main() {
         row("edit (1 file)", n, &mut edits);
 
         for agents in env_list("AVFS_BENCH_AGENTS", &[16, 128]) {
+            floor_under_load(&direct, &url, agents, seconds, pause);
             let mut saves: Vec<(&str, Lat)> = Vec::new();
             let mut edits: Vec<(&str, Lat)> = Vec::new();
             for s in &setups {
@@ -310,6 +322,7 @@ fn main() {
                                     save.time(|| {
                                         ws.checkpoint_save(Some(&cp), None).expect("save")
                                     });
+                                    std::thread::sleep(pause);
                                 }
                                 (save.0, edit.0)
                             })
@@ -381,6 +394,54 @@ fn floor(direct: &str, proxied: &str) {
             lat.pct(0.99)
         );
     }
+}
+
+/// The floor of a load run: `clients` bare clients, each on its own connection through the
+/// proxy, each upserting its own row twice per loop (the agent's edit and checkpoint, each
+/// one exchange and one WAL flush) and then pausing, for `seconds`. Prints p50/p99 of the
+/// second commit and how many loops ran.
+fn floor_under_load(direct: &str, proxied: &str, clients: usize, seconds: u64, pause: Duration) {
+    let mut setup = postgres::Client::connect(direct, postgres::NoTls).expect("connect");
+    setup
+        .batch_execute("CREATE TABLE IF NOT EXISTS bench_floor_load (k int PRIMARY KEY, v bigint)")
+        .expect("floor table");
+    let until = Instant::now() + Duration::from_secs(seconds);
+    let commits: Vec<Duration> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..clients)
+            .map(|a| {
+                let mut c = postgres::Client::connect(proxied, postgres::NoTls).expect("connect");
+                scope.spawn(move || {
+                    let upsert = format!(
+                        "INSERT INTO bench_floor_load VALUES ({a}, 0) \
+                         ON CONFLICT (k) DO UPDATE SET v = bench_floor_load.v + 1"
+                    );
+                    let mut lat = Lat(vec![]);
+                    while Instant::now() < until {
+                        c.batch_execute(&upsert).expect("upsert");
+                        lat.time(|| c.batch_execute(&upsert).expect("upsert"));
+                        std::thread::sleep(pause);
+                    }
+                    lat.0
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().expect("client"))
+            .collect()
+    });
+    setup
+        .batch_execute("DROP TABLE bench_floor_load")
+        .expect("drop the floor table");
+    let loops = commits.len();
+    let mut lat = Lat(commits);
+    println!(
+        "{:<28} {:>8}  postgres: p50 {:>7.2} ms p99 {:>7.2} ms ({loops} loops)",
+        format!("floor: {clients} clients"),
+        "-",
+        lat.pct(0.5),
+        lat.pct(0.99)
+    );
 }
 
 /// A repeated build on a second host: host B reads every source file (each over the

@@ -51,7 +51,7 @@ if [ -n "${AVFS_ENGINE:-}" ] && [ "$AVFS_ENGINE" != sqlite ]; then
 else
   cargo build --release --locked --quiet
 fi
-AVFS="$ROOT/target/release/avfs"
+AVFS="${CARGO_TARGET_DIR:-$ROOT/target}/release/avfs"
 
 HYPERFINE=""
 if [ "${NO_HYPERFINE:-0}" = 1 ]; then

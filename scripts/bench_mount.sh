@@ -16,8 +16,8 @@ FILES=${1:-16000}
 pin_daemon=(); [ -n "${PIN_DAEMON:-}" ] && pin_daemon=(taskset -c "$PIN_DAEMON")
 pin_workload=(); [ -n "${PIN_WORKLOAD:-}" ] && pin_workload=(taskset -c "$PIN_WORKLOAD")
 cargo build --release -q --bin avfs --example fuse_floor
-AVFS=$PWD/target/release/avfs
-FLOOR=$PWD/target/release/examples/fuse_floor
+AVFS=${CARGO_TARGET_DIR:-$PWD/target}/release/avfs
+FLOOR=${CARGO_TARGET_DIR:-$PWD/target}/release/examples/fuse_floor
 work=$(mktemp -d /var/tmp/avfs-bench.XXXXXX)
 export AVFS_HOME=$work/home
 places=(native floor mnt devfloor dev)

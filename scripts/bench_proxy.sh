@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release -q
-AVFS=$PWD/target/release/avfs
+AVFS=${CARGO_TARGET_DIR:-$PWD/target}/release/avfs
 export AVFS_HOME=$(mktemp -d)
 trap '"$AVFS" session stop bench >/dev/null 2>&1 || true; rm -rf "$AVFS_HOME"' EXIT
 "$AVFS" vault create bench >/dev/null

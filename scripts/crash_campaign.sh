@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 iterations=${1:-500}
 seed=${2:-$$}
 RANDOM=$seed
-bin=$(realpath "${AVFS_BIN:-target/debug/avfs}")
+bin=$(realpath "${AVFS_BIN:-${CARGO_TARGET_DIR:-target}/debug/avfs}")
 work=$(mktemp -d /tmp/avfs-crash.XXXXXX)
 export AVFS_HOME="$work/home"
 unset AVFS_WORKSPACE AVFS_VAULT

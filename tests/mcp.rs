@@ -13,13 +13,14 @@ use serde_json::{Value, json};
 
 use common::mount::{avfs_command, avfs_json, require_fuse};
 
-const TOOLS: [&str; 9] = [
+const TOOLS: [&str; 10] = [
     "checkpoint",
     "diff",
     "exec",
     "fork",
     "list_files",
     "merge",
+    "op_log",
     "read_file",
     "rollback",
     "write_file",
@@ -175,6 +176,7 @@ fn cli_command(tool: &str, args: &Value) -> String {
         "exec" => "proxy exec".into(),
         "fork" => "vault fork".into(),
         "checkpoint" => format!("checkpoint {}", args["action"].as_str().unwrap_or("save")),
+        "op_log" => "op log".into(),
         "diff" | "merge" | "rollback" => tool.into(),
         other => panic!("tool `{other}` has no CLI command in the schema"),
     }
@@ -398,6 +400,61 @@ fn a_session_drives_files_checkpoints_exec_rollback_fork_and_merge() {
         &["--workspace", "proj", "audit", "--limit", "1"],
     );
     assert_eq!(audit[0]["source"], "mcp", "{audit}");
+}
+
+/// `if_head` on the tools that change the workspace: of two agents that read one head, the
+/// first change lands and the second fails with head_moved and changes nothing; a tool
+/// that changes nothing refuses it.
+#[test]
+fn if_head_makes_a_change_apply_only_on_the_state_it_read() {
+    let home = tempfile::tempdir().unwrap();
+    avfs(home.path(), &["vault", "create", "proj"]);
+    let mut c = Client::start(home.path(), &["mcp", "--workspace", "proj"]);
+    c.initialize();
+    let head = |c: &mut Client| c.ok("op_log", json!({ "limit": 1 }))[0]["id"].as_i64();
+    assert_eq!(head(&mut c), None, "a new vault has no operations");
+    // 0 stands for none.
+    c.ok(
+        "write_file",
+        json!({ "path": "a.txt", "content": "one\n", "if_head": 0 }),
+    );
+    let read = head(&mut c).unwrap();
+    c.ok(
+        "write_file",
+        json!({ "path": "a.txt", "content": "mine\n", "if_head": read }),
+    );
+    let moved = c.err(
+        "write_file",
+        json!({ "path": "a.txt", "content": "theirs\n", "if_head": read }),
+    );
+    assert_eq!(moved["kind"], "head_moved", "{moved}");
+    let now = head(&mut c).unwrap();
+    assert_eq!(moved["details"]["expected"], read, "{moved}");
+    assert_eq!(moved["details"]["head"], now, "{moved}");
+    assert_eq!(
+        c.ok("read_file", json!({ "path": "a.txt" }))["content"],
+        "mine\n"
+    );
+    // Checkpoints and rollback take it too; a stale head changes nothing there either.
+    let stale = c.err("checkpoint", json!({ "name": "cas", "if_head": read }));
+    assert_eq!(stale["kind"], "head_moved", "{stale}");
+    assert_eq!(c.ok("checkpoint", json!({ "action": "list" })), json!([]));
+    let saved = c.ok("checkpoint", json!({ "name": "cas", "if_head": now }));
+    assert_eq!(saved["name"], "cas");
+    let listed = c.err("checkpoint", json!({ "action": "list", "if_head": now }));
+    assert_eq!(listed["kind"], "invalid_argument", "{listed}");
+    let rb = c.err("rollback", json!({ "if_head": read }));
+    assert_eq!(rb["kind"], "head_moved", "{rb}");
+    // Reads and the log itself take no `if_head`: an unknown argument is refused.
+    let bad = c.request(
+        "tools/call",
+        json!({ "name": "read_file", "arguments": { "path": "a.txt", "if_head": now } }),
+    );
+    assert!(
+        bad["error"]["code"].is_i64() || bad["result"]["isError"] == true,
+        "{bad}"
+    );
+    c.finish();
 }
 
 #[test]

@@ -11,9 +11,10 @@ use std::process::Output;
 use common::check_json_output;
 use common::shared::{Host, server, unique};
 
-/// A server of this test's own, stopped and started again.
+/// A server of this test's own, stopped and started again. A test that fails leaves no
+/// server behind: dropping it resumes a stopped server and shuts it down.
 struct OwnServer {
-    dir: tempfile::TempDir,
+    dir: Option<tempfile::TempDir>,
 }
 
 impl OwnServer {
@@ -29,16 +30,41 @@ impl OwnServer {
             String::from_utf8_lossy(&out.stderr)
         );
         let url = String::from_utf8(out.stdout).unwrap().trim().to_string();
-        (OwnServer { dir }, url)
+        (OwnServer { dir: Some(dir) }, url)
     }
 
-    fn stop(self) -> tempfile::TempDir {
-        let out = std::process::Command::new(script())
-            .args(["stop", self.dir.path().to_str().unwrap()])
+    fn dir(&self) -> &Path {
+        self.dir.as_ref().expect("a running server").path()
+    }
+
+    fn run_stop(dir: &Path) -> std::io::Result<Output> {
+        std::process::Command::new(script())
+            .args(["stop", dir.to_str().unwrap()])
             .output()
-            .unwrap();
+    }
+
+    fn stop(mut self) -> tempfile::TempDir {
+        let dir = self.dir.take().expect("a running server");
+        let out = Self::run_stop(dir.path()).unwrap();
         assert!(out.status.success(), "{out:?}");
-        self.dir
+        dir
+    }
+}
+
+impl Drop for OwnServer {
+    fn drop(&mut self) {
+        let Some(dir) = self.dir.take() else { return };
+        // A server a failed test left stopped (SIGSTOP) must be resumed to shut down.
+        if let Ok(text) = std::fs::read_to_string(dir.path().join("data/postmaster.pid")) {
+            let pid = text.lines().next().unwrap_or_default().trim();
+            let _ = std::process::Command::new("kill")
+                .args(["-CONT", pid])
+                .status();
+            let _ = std::process::Command::new("pkill")
+                .args(["-CONT", "-P", pid])
+                .status();
+            let _ = Self::run_stop(dir.path());
+        }
     }
 }
 
@@ -46,7 +72,7 @@ impl OwnServer {
     /// Send `signal` to the server and every process it started: `STOP` makes a server
     /// that accepts connections (the kernel queues them) and answers nothing.
     fn signal(&self, signal: &str) {
-        let pid_file = self.dir.path().join("data/postmaster.pid");
+        let pid_file = self.dir().join("data/postmaster.pid");
         let text = std::fs::read_to_string(&pid_file).unwrap();
         let pid = text.lines().next().unwrap().trim().to_string();
         let sig = format!("-{signal}");
@@ -268,7 +294,7 @@ fn a_warm_handle_carries_on_after_the_server_restarts() {
     vault.fork(&main, "f1", None).unwrap();
     // Every connection ends; the server comes back on the same port.
     let out = std::process::Command::new(script())
-        .args(["restart", pg.dir.path().to_str().unwrap()])
+        .args(["restart", pg.dir().to_str().unwrap()])
         .output()
         .unwrap();
     assert!(out.status.success(), "{out:?}");

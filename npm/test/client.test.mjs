@@ -267,6 +267,31 @@ test("undo and redo", async (t) => {
   assert.equal(await avfs.readText("/f.txt"), "one");
 });
 
+test("ifHead: a change applies only on the state it read; opLog and head", async (t) => {
+  const { avfs } = await newVault(t);
+  await avfs.write("/f.txt", "one");
+  const head = await avfs.head();
+  const log = await avfs.opLog();
+  assert.equal(log[0].id, head);
+  assert.deepEqual((await avfs.opLog({ limit: 1 })).map((op) => op.id), [head]);
+  // Two agents read one head: the first change lands, the second changes nothing.
+  await avfs.write("/f.txt", "mine", { ifHead: head });
+  const err = await avfs.write("/f.txt", "theirs", { ifHead: head }).catch((e) => e);
+  assert.ok(err instanceof ConflictError, `got ${err}`);
+  assert.equal(err.kind, "head_moved");
+  assert.equal(err.exitCode, 4);
+  assert.deepEqual(err.details, { workspace: "main", expected: head, head: await avfs.head() });
+  assert.equal(await avfs.readText("/f.txt"), "mine");
+  // On the new head it applies; checkpoints and undo take it as well.
+  const saved = await avfs.checkpointSave("cas", { ifHead: await avfs.head() });
+  assert.equal(saved.name, "cas");
+  await assert.rejects(avfs.undo({ ifHead: head }), (e) => e.kind === "head_moved");
+  assert.equal((await avfs.undo({ ifHead: await avfs.head() })).kind, "undo");
+  // A call that changes nothing refuses it; a non-integer never reaches avfs.
+  await assert.rejects(avfs.ls("/", { ifHead: await avfs.head() }), (e) => e.kind === "invalid_argument");
+  await assert.rejects(avfs.write("/f.txt", "x", { ifHead: 1.5 }), TypeError);
+});
+
 test("a missing vault is a typed VaultNotFoundError", async (t) => {
   const { avfs, responses } = newClient(t);
   await avfs.vaultCreate("project");

@@ -70,6 +70,7 @@ const SAME_TYPE = {
   cp: "mv",
   redo: "undo",
   rollback: "undo",
+  "op log": null,
   "session list": null,
   "approvals list": null,
   "approvals revoke": "approvals grant",
@@ -163,6 +164,7 @@ test("commands that share a data type share it in the schema too", () => {
     schema.commands["checkpoint list"].$defs.CheckpointInfo.properties,
     schema.commands["checkpoint save"].properties,
   );
+  assert.deepEqual(schema.commands["op log"].$defs.OpInfo.properties, schema.commands.undo.properties);
   assert.deepEqual(
     schema.commands["session list"].$defs.SessionRecord.properties,
     schema.commands["session start"].properties,

@@ -173,6 +173,37 @@ def test_undo_redo(vault: Client) -> None:
         vault.cat("/a.txt")
 
 
+def test_if_head_changes_only_the_state_it_read(vault: Client) -> None:
+    head = vault.head()
+    assert head == vault.op_log(limit=1)[0].id and head > 0
+    ids = [op.id for op in vault.op_log()]
+    assert ids == sorted(ids, reverse=True)
+    # Two agents read the same head; the first write lands, the second changes nothing.
+    first = vault.if_head(head).write("/a.txt", "mine\n")
+    assert first.size == 5
+    with pytest.raises(agentvfs.HeadMoved) as moved:
+        vault.if_head(head).write("/a.txt", "theirs\n")
+    e = moved.value
+    assert (e.kind, e.exit_code, e.command) == ("head_moved", 4, "write")
+    assert e.details == {"workspace": "main", "expected": head, "head": vault.head()}
+    assert isinstance(e, agentvfs.ConflictError)
+    assert vault.read_text("/a.txt") == "mine\n"
+    # On the new head it applies; checkpoints and undo take it too.
+    saved = vault.if_head(vault.head()).checkpoint_save("cas")
+    assert saved.name == "cas"
+    with pytest.raises(agentvfs.HeadMoved):
+        vault.if_head(head).undo()
+    assert vault.if_head(vault.head()).undo().kind == "undo"
+    # A command that changes nothing refuses it rather than ignoring it.
+    with pytest.raises(agentvfs.InvalidArgument):
+        vault.if_head(vault.head()).ls()
+    with pytest.raises(TypeError):
+        vault.if_head("7")  # type: ignore[arg-type]
+    # None: unconditional again, and the original client was never conditional.
+    assert vault.if_head(head).if_head(None).write("/b.txt", "b\n").size == 2
+    assert vault.expected_head is None
+
+
 def test_typed_errors(avfs: Client, vault: Client) -> None:
     with pytest.raises(agentvfs.VaultNotFound) as e:
         avfs.with_workspace("missing").ls()
@@ -346,7 +377,8 @@ def test_session(vault: Client, session: str, validator: SchemaValidator) -> Non
 
 def test_proxy_exec_modes_run_sandboxed(vault: Client, validator: SchemaValidator) -> None:
     for mode in ("overlay", "fuse", "copy"):
-        env = vault.proxy_exec(shell=f"echo {mode} > {mode}.txt; pwd", mode=mode, workspace_path="/src/app")
+        shell = f"echo {mode} > {mode}.txt; pwd"
+        env = vault.proxy_exec(shell=shell, mode=mode, workspace_path="/src/app")
         assert env.mode == mode
         assert env.sandbox.kind == "namespace"
         assert env.sandbox.workspace_path == "/src/app"

@@ -181,6 +181,11 @@ pub struct WriteFileParams {
     /// Permission bits for a new file in octal, e.g. "755" (default "644").
     #[serde(default)]
     pub mode: Option<String>,
+    /// Apply only while the workspace's newest operation is this id (from `op_log`; 0 for
+    /// a workspace with none), as a compare-and-swap with the change; otherwise fail with
+    /// head_moved and change nothing.
+    #[serde(default)]
+    pub if_head: Option<i64>,
     /// The workspace to act on: a vault or fork name, or a vault file path (default: the
     /// server's --workspace, else $AVFS_WORKSPACE, else the current one). `vault` is its
     /// old, deprecated name.
@@ -260,6 +265,11 @@ pub struct CheckpointParams {
     /// A message describing the checkpoint (save only).
     #[serde(default)]
     pub message: Option<String>,
+    /// Apply only while the workspace's newest operation is this id (from `op_log`; 0 for
+    /// a workspace with none), as a compare-and-swap with the change; otherwise fail with
+    /// head_moved and change nothing.
+    #[serde(default)]
+    pub if_head: Option<i64>,
     /// The workspace to act on: a vault or fork name, or a vault file path (default: the
     /// server's --workspace, else $AVFS_WORKSPACE, else the current one). `vault` is its
     /// old, deprecated name.
@@ -274,6 +284,24 @@ pub struct RollbackParams {
     /// something and is not already rolled back or undone).
     #[serde(default)]
     pub exec_id: Option<i64>,
+    /// Apply only while the workspace's newest operation is this id (from `op_log`; 0 for
+    /// a workspace with none), as a compare-and-swap with the change; otherwise fail with
+    /// head_moved and change nothing.
+    #[serde(default)]
+    pub if_head: Option<i64>,
+    /// The workspace to act on: a vault or fork name, or a vault file path (default: the
+    /// server's --workspace, else $AVFS_WORKSPACE, else the current one). `vault` is its
+    /// old, deprecated name.
+    #[serde(default, alias = "vault")]
+    pub workspace: Option<String>,
+}
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct OpLogParams {
+    /// At most this many entries, newest first (default 50).
+    #[serde(default)]
+    pub limit: Option<usize>,
     /// The workspace to act on: a vault or fork name, or a vault file path (default: the
     /// server's --workspace, else $AVFS_WORKSPACE, else the current one). `vault` is its
     /// old, deprecated name.
@@ -363,12 +391,24 @@ impl AvfsServer {
         workspace: Option<String>,
         tool: impl FnOnce(&Ctx) -> Result<T> + Send + 'static,
     ) -> std::result::Result<CallToolResult, McpError> {
+        self.call_if_head(workspace, None, tool).await
+    }
+
+    /// `call` for a tool that changes the workspace: with `if_head`, its changes apply only
+    /// while the workspace's newest operation is that one (`Workspace::expect_head`).
+    async fn call_if_head<T: Serialize>(
+        &self,
+        workspace: Option<String>,
+        if_head: Option<i64>,
+        tool: impl FnOnce(&Ctx) -> Result<T> + Send + 'static,
+    ) -> std::result::Result<CallToolResult, McpError> {
         let workspace = workspace.or_else(|| self.workspace.clone());
         let outcome = tokio::task::spawn_blocking(move || {
             let ctx = Ctx {
                 json: true,
                 workspace,
-                service: WorkspaceService::new(Registry::from_env(), Actor::from_env("mcp")),
+                service: WorkspaceService::new(Registry::from_env(), Actor::from_env("mcp"))
+                    .with_expected_head(if_head),
             };
             tool(&ctx).map(|out| crate::output::json_data(&out))
         })
@@ -466,7 +506,7 @@ impl AvfsServer {
         Parameters(p): Parameters<WriteFileParams>,
     ) -> std::result::Result<CallToolResult, McpError> {
         let policy = self.policy.clone();
-        self.call(p.workspace, move |ctx| {
+        self.call_if_head(p.workspace, p.if_head, move |ctx| {
             let (_, ws) = ctx.open()?;
             check_secret(policy.as_deref(), &ws, &p.path, None)?;
             let mode = match &p.mode {
@@ -540,7 +580,15 @@ impl AvfsServer {
         &self,
         Parameters(p): Parameters<CheckpointParams>,
     ) -> std::result::Result<CallToolResult, McpError> {
-        self.call(p.workspace, move |ctx| {
+        if p.if_head.is_some()
+            && matches!(p.action, CheckpointAction::List | CheckpointAction::Info)
+        {
+            let e = Error::invalid(
+                "`if_head` applies to save, restore and delete, which change the workspace",
+            );
+            return Ok(CallToolResult::structured_error(error_value(&e)));
+        }
+        self.call_if_head(p.workspace, p.if_head, move |ctx| {
             let named = |name: Option<String>| {
                 name.ok_or_else(|| Error::invalid("this checkpoint action needs a `name`"))
             };
@@ -587,9 +635,24 @@ impl AvfsServer {
         &self,
         Parameters(p): Parameters<RollbackParams>,
     ) -> std::result::Result<CallToolResult, McpError> {
-        self.call(p.workspace, move |ctx| {
+        self.call_if_head(p.workspace, p.if_head, move |ctx| {
             let (_, ws) = ctx.open()?;
             ws.rollback(EXEC_OP, p.exec_id)
+        })
+        .await
+    }
+
+    #[tool(
+        description = "The workspace's operations, newest first: id, kind, when, description, and whether undone. The first entry's id is the head that `if_head` compares (no entries: 0).",
+        annotations(read_only_hint = true)
+    )]
+    async fn op_log(
+        &self,
+        Parameters(p): Parameters<OpLogParams>,
+    ) -> std::result::Result<CallToolResult, McpError> {
+        self.call(p.workspace, move |ctx| {
+            let (_, ws) = ctx.open()?;
+            ws.op_log(p.limit.unwrap_or(50))
         })
         .await
     }

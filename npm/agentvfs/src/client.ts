@@ -77,6 +77,20 @@ export interface CallOptions {
   vault?: string;
   /** Abort the call: avfs is killed and the call rejects with kind `aborted`. */
   signal?: AbortSignal;
+  /**
+   * Apply this call's changes only while the workspace's newest operation is this id
+   * (`--if-head`; `head()` reads it, 0 for none), as a compare-and-swap with the change.
+   * One that finds the workspace moved on rejects with kind `head_moved` (a
+   * `ConflictError`) and changes nothing. Taken by changes only (write, mkdir, rm, cp, mv,
+   * checkpoint save/restore/delete, undo, redo, rollback); any other call rejects with
+   * `invalid_argument`.
+   */
+  ifHead?: number;
+}
+
+export interface OpLogOptions extends CallOptions {
+  /** At most this many entries, newest first. */
+  limit?: number;
 }
 
 export interface AtOptions extends CallOptions {
@@ -422,6 +436,17 @@ export class Avfs {
     return this.data(["merge"], args, options);
   }
 
+  /** `op log [--limit N]`: the workspace's operations, newest first. */
+  opLog(options: OpLogOptions = {}): Promise<OpInfo[]> {
+    return this.data(["op", "log"], opt("--limit", options.limit?.toString()), options);
+  }
+
+  /** The id of the workspace's newest operation, 0 for none: what `ifHead` compares. */
+  async head(options: CallOptions = {}): Promise<number> {
+    const newest = await this.opLog({ ...options, ifHead: undefined, limit: 1 });
+    return newest.length === 0 ? 0 : newest[0].id;
+  }
+
   /** `undo`: return to the state before the latest change (itself an op, so redoable). */
   undo(options: CallOptions = {}): Promise<OpInfo> {
     return this.data(["undo"], [], options);
@@ -464,7 +489,7 @@ export class Avfs {
    * refused the request).
    */
   async *proxyExecStream(options: ProxyExecOptions): AsyncGenerator<StreamEvent> {
-    const args = ["--json", "proxy", "exec", "--stream", ...execArgs("proxyExecStream", options)];
+    const args = ["--json", ...ifHead(options), "proxy", "exec", "--stream", ...execArgs("proxyExecStream", options)];
     const child = spawn(this.bin, args, {
       env: this.env(options) as NodeJS.ProcessEnv,
       cwd: this.options.cwd,
@@ -589,9 +614,15 @@ export class Avfs {
   }
 
   private invoke<T>(words: string[], rest: string[], options: InvokeOptions): Promise<Invocation<T>> {
-    const args = ["--json", ...words, ...rest];
     const command = words.join(" ");
     return new Promise<Invocation<T>>((resolve, reject) => {
+      let args: string[];
+      try {
+        args = ["--json", ...ifHead(options), ...words, ...rest];
+      } catch (err) {
+        reject(err);
+        return;
+      }
       let bin: string;
       try {
         bin = this.bin;
@@ -729,6 +760,16 @@ function parseResponse<T>(text: string): AvfsResponse<T> {
 
 function aborted(command: string): AvfsError {
   return new ClientError({ kind: "aborted", message: `avfs ${command} was aborted`, command });
+}
+
+/** `--if-head=N` for a call that gives `ifHead` (`=`: a negative id is a value, not a flag). */
+function ifHead(options: CallOptions): string[] {
+  const head = options.ifHead;
+  if (head === undefined) return [];
+  if (!Number.isSafeInteger(head)) {
+    throw new TypeError(`ifHead: an operation id (an integer), not ${String(head)}`);
+  }
+  return [`--if-head=${head}`];
 }
 
 function opt(name: string, value: string | undefined): string[] {

@@ -21,6 +21,7 @@ export type {
   LsOptions,
   MergeOptions,
   MkdirOptions,
+  OpLogOptions,
   ProxyExecOptions,
   ResponseInfo,
   RmOptions,

@@ -97,11 +97,27 @@ class Client:
         self.workspace = _renamed("vault", vault, "workspace", workspace)
         self.env = dict(env) if env is not None else None
         self.on_document = on_document
+        self.expected_head: int | None = None
 
     def with_workspace(self, workspace: str | None) -> Client:
         """A client like this one acting on another workspace (a vault or a fork)."""
         other = copy.copy(self)
         other.workspace = workspace
+        return other
+
+    def if_head(self, op: int | None) -> Client:
+        """A client like this one whose changes apply only while the workspace's newest
+        operation is `op` (`avfs --if-head OP`; `head()` reads it, 0 for none), as a
+        compare-and-swap with the change: one that finds the workspace moved on raises
+        `HeadMoved` and changes nothing. Each change applied moves the expectation on, so
+        keep the new head (`head()`) for the next one. Only changes take it: `write`,
+        `mkdir`, `rm`, `cp`, `mv`, checkpoint save/restore/delete, `undo`, `redo` and
+        `rollback`; any other command refuses it (`InvalidArgument`). `None`: unconditional.
+        """
+        if op is not None and (isinstance(op, bool) or not isinstance(op, int)):
+            raise TypeError(f"if_head: an operation id (int), not {op!r}")
+        other = copy.copy(self)
+        other.expected_head = op
         return other
 
     def with_vault(self, vault: str | None) -> Client:
@@ -124,7 +140,7 @@ class Client:
 
     def run_document(self, *args: str, stdin: bytes | None = None) -> tuple[Document, int]:
         """Run `avfs --json [--workspace W] ARGS…`; the parsed document and the exit code."""
-        argv = [self.binary, "--json", *_opt("--workspace", self.workspace), *args]
+        argv = [self.binary, "--json", *self._globals(), *args]
         env = dict(os.environ if self.env is None else self.env)
         if self.home is not None:
             env["AVFS_HOME"] = self.home
@@ -154,6 +170,11 @@ class Client:
         if self.on_document is not None:
             self.on_document(doc, proc.returncode)
         return doc, proc.returncode
+
+    def _globals(self) -> list[str]:
+        """The global options this client passes before every command."""
+        head = None if self.expected_head is None else f"--if-head={self.expected_head}"
+        return [*_opt("--workspace", self.workspace), *_opt(None, head)]
 
     def run(self, *args: str, stdin: bytes | None = None) -> Any:
         """Run any avfs command; its `data` on success, else raise its typed error."""
@@ -194,8 +215,11 @@ class Client:
 
     # -- checkpoints ------------------------------------------------------------------
 
-    def checkpoint_save(self, name: str | None = None, message: str | None = None) -> CheckpointInfo:
-        return self._one(CheckpointInfo, "checkpoint", "save", *_opt(None, name), *_opt("-m", message))
+    def checkpoint_save(
+        self, name: str | None = None, message: str | None = None
+    ) -> CheckpointInfo:
+        args = ["checkpoint", "save", *_opt(None, name), *_opt("-m", message)]
+        return self._one(CheckpointInfo, *args)
 
     def checkpoint_list(self) -> list[CheckpointInfo]:
         return self._many(CheckpointInfo, "checkpoint", "list")
@@ -284,6 +308,16 @@ class Client:
         args += _flag("--include-ignored", include_ignored)
         return self._one(MergeReport, *args, *_flag("--dry-run", dry_run))
 
+    def op_log(self, limit: int | None = None) -> list[OpInfo]:
+        """The workspace's op log, newest first (at most `limit` entries)."""
+        count = None if limit is None else str(limit)
+        return self._many(OpInfo, "op", "log", *_opt("--limit", count))
+
+    def head(self) -> int:
+        """The id of the workspace's newest operation, 0 for none: what `if_head` compares."""
+        newest = self.op_log(limit=1)
+        return newest[0].id if newest else 0
+
     def undo(self) -> OpInfo:
         return self._one(OpInfo, "undo")
 
@@ -363,7 +397,7 @@ class Client:
         """
         words = _exec_args(argv, shell, **options)
         words.insert(2, "--stream")  # after `proxy exec`, before the command
-        argv_full = [self.binary, "--json", *_opt("--workspace", self.workspace), *words]
+        argv_full = [self.binary, "--json", *self._globals(), *words]
         env = dict(os.environ if self.env is None else self.env)
         if self.home is not None:
             env["AVFS_HOME"] = self.home
