@@ -402,6 +402,22 @@ fn if_head_makes_a_change_a_compare_and_swap_on_the_history() {
         "usage",
     );
     env.fail(Some("c"), &["--if-head", "1", "ls"], 5, "invalid_argument");
+    // A streaming exec says so in its `finished` event, as it answers every refusal.
+    let args = [
+        "--json",
+        "--if-head",
+        "1",
+        "proxy",
+        "exec",
+        "--stream",
+        "--",
+        "true",
+    ];
+    let out = env.run(Some("c"), &args, None);
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["event"], "finished", "{doc}");
+    assert_eq!(doc["error"]["kind"], "invalid_argument", "{doc}");
+    assert_eq!(out.status.code(), Some(5));
     env.fail(
         Some("c"),
         &[

@@ -443,6 +443,11 @@ fn if_head_makes_a_change_apply_only_on_the_state_it_read() {
     assert_eq!(saved["name"], "cas");
     let listed = c.err("checkpoint", json!({ "action": "list", "if_head": now }));
     assert_eq!(listed["kind"], "invalid_argument", "{listed}");
+    let negative = c.err(
+        "write_file",
+        json!({ "path": "a.txt", "content": "x", "if_head": -1 }),
+    );
+    assert_eq!(negative["kind"], "invalid_argument", "{negative}");
     let rb = c.err("rollback", json!({ "if_head": read }));
     assert_eq!(rb["kind"], "head_moved", "{rb}");
     // Reads and the log itself take no `if_head`: an unknown argument is refused.

@@ -199,6 +199,13 @@ def test_if_head_changes_only_the_state_it_read(vault: Client) -> None:
         vault.if_head(vault.head()).ls()
     with pytest.raises(TypeError):
         vault.if_head("7")  # type: ignore[arg-type]
+    # The log reads unconditionally on a conditional client; a streaming exec refuses it
+    # in its finished event, as it answers every refusal.
+    stale = vault.if_head(head)
+    assert stale.head() == vault.head() and stale.op_log(limit=1) == vault.op_log(limit=1)
+    events = list(stale.proxy_exec_stream(["true"]))
+    assert [e["event"] for e in events] == ["finished"]
+    assert events[0]["error"]["kind"] == "invalid_argument"
     # None: unconditional again, and the original client was never conditional.
     assert vault.if_head(head).if_head(None).write("/b.txt", "b\n").size == 2
     assert vault.expected_head is None

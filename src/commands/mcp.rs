@@ -402,6 +402,10 @@ impl AvfsServer {
         if_head: Option<i64>,
         tool: impl FnOnce(&Ctx) -> Result<T> + Send + 'static,
     ) -> std::result::Result<CallToolResult, McpError> {
+        if if_head.is_some_and(|h| h < 0) {
+            let e = Error::invalid("`if_head` is an operation id: 0 or more");
+            return Ok(CallToolResult::structured_error(error_value(&e)));
+        }
         let workspace = workspace.or_else(|| self.workspace.clone());
         let outcome = tokio::task::spawn_blocking(move || {
             let ctx = Ctx {
@@ -643,7 +647,7 @@ impl AvfsServer {
     }
 
     #[tool(
-        description = "The workspace's operations, newest first: id, kind, when, description, and whether undone. The first entry's id is the head that `if_head` compares (no entries: 0).",
+        description = "The workspace's operations, newest first: id, kind, when, description, and whether undone. The first entry's id is the head that `if_head` compares (no entries: 0), unless a mount or session of the workspace holds changes not yet recorded as an operation.",
         annotations(read_only_hint = true)
     )]
     async fn op_log(

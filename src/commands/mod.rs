@@ -105,6 +105,10 @@ pub fn if_head_misused(cli: &Cli, name: impl FnOnce() -> String) -> Option<(Stri
     if cli.if_head.is_none() || cli.command.takes_if_head() {
         return None;
     }
+    // A streaming exec answers every refusal as its `finished` event, this one too.
+    if cli.json && matches!(&cli.command, Command::Proxy(ProxyCmd::Exec(a)) if a.stream) {
+        crate::output::mark_finished_event();
+    }
     let name = name();
     let e = Error::invalid(format!(
         "--if-head applies to {IF_HEAD_COMMANDS}; not to `avfs {name}`"

@@ -107,12 +107,15 @@ class Client:
 
     def if_head(self, op: int | None) -> Client:
         """A client like this one whose changes apply only while the workspace's newest
-        operation is `op` (`avfs --if-head OP`; `head()` reads it, 0 for none), as a
-        compare-and-swap with the change: one that finds the workspace moved on raises
-        `HeadMoved` and changes nothing. Each change applied moves the expectation on, so
-        keep the new head (`head()`) for the next one. Only changes take it: `write`,
-        `mkdir`, `rm`, `cp`, `mv`, checkpoint save/restore/delete, `undo`, `redo` and
-        `rollback`; any other command refuses it (`InvalidArgument`). `None`: unconditional.
+        operation is `op` (`avfs --if-head OP`), as a compare-and-swap with the change: one
+        that finds the workspace moved on raises `HeadMoved` and changes nothing. Read the
+        head (`head()`, 0 for none) before you read what your change depends on, then
+        change through `client.if_head(head)`. Each change applied moves the head, so a
+        conditional client serves one change; for the next, take `if_head(head())` anew.
+        Only changes take it: `write`, `mkdir`, `rm`, `cp`, `mv`, checkpoint
+        save/restore/delete, `undo`, `redo` and `rollback` (`op_log` and `head` read
+        unconditionally); any other command refuses it (`InvalidArgument`). `None`:
+        unconditional.
         """
         if op is not None and (isinstance(op, bool) or not isinstance(op, int)):
             raise TypeError(f"if_head: an operation id (int), not {op!r}")
@@ -311,7 +314,7 @@ class Client:
     def op_log(self, limit: int | None = None) -> list[OpInfo]:
         """The workspace's op log, newest first (at most `limit` entries)."""
         count = None if limit is None else str(limit)
-        return self._many(OpInfo, "op", "log", *_opt("--limit", count))
+        return self.if_head(None)._many(OpInfo, "op", "log", *_opt("--limit", count))
 
     def head(self) -> int:
         """The id of the workspace's newest operation, 0 for none: what `if_head` compares."""
