@@ -290,6 +290,8 @@ test("ifHead: a change applies only on the state it read; opLog and head", async
   // A call that changes nothing refuses it; a non-integer never reaches avfs.
   await assert.rejects(avfs.ls("/", { ifHead: await avfs.head() }), (e) => e.kind === "invalid_argument");
   await assert.rejects(avfs.write("/f.txt", "x", { ifHead: 1.5 }), TypeError);
+  // null, like undefined, is unconditional.
+  assert.equal((await avfs.write("/g.txt", "g", { ifHead: null })).size, 1);
   // A streaming exec refuses it in its finished event, as it answers every refusal.
   const events = [];
   for await (const e of avfs.proxyExecStream({ argv: ["true"], ifHead: head })) events.push(e);

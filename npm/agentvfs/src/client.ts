@@ -83,9 +83,9 @@ export interface CallOptions {
    * One that finds the workspace moved on rejects with kind `head_moved` (a
    * `ConflictError`) and changes nothing. Taken by changes only (write, mkdir, rm, cp, mv,
    * checkpoint save/restore/delete, undo, redo, rollback); any other call rejects with
-   * `invalid_argument`.
+   * `invalid_argument`. `undefined` or `null`: unconditional.
    */
-  ifHead?: number;
+  ifHead?: number | null;
 }
 
 export interface OpLogOptions extends CallOptions {
@@ -762,10 +762,13 @@ function aborted(command: string): AvfsError {
   return new ClientError({ kind: "aborted", message: `avfs ${command} was aborted`, command });
 }
 
-/** `--if-head=N` for a call that gives `ifHead` (`=`: a negative id is a value, not a flag). */
+/**
+ * `--if-head=N` for a call that gives `ifHead` (`=`: a negative id is a value, not a flag);
+ * `undefined` or `null`: unconditional.
+ */
 function ifHead(options: CallOptions): string[] {
   const head = options.ifHead;
-  if (head === undefined) return [];
+  if (head === undefined || head === null) return [];
   if (!Number.isSafeInteger(head)) {
     throw new TypeError(`ifHead: an operation id (an integer), not ${String(head)}`);
   }
