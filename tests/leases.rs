@@ -97,6 +97,29 @@ fn a_read_only_mount_and_a_pinned_checkpoint_take_no_lease() {
     env.data_env(&["write", "/b.txt", "b"], B);
 }
 
+/// A conditional change beside a read-write mount (from the mount's own host, which its
+/// lease lets write) first records what the mount wrote: the head it reports is the newest
+/// entry `op log` shows, and a change conditional on that head applies.
+#[test]
+fn a_conditional_change_beside_a_mount_compares_a_head_op_log_shows() {
+    if !common::skip::require_fuse() {
+        return;
+    }
+    let env = TestEnv::with_vault("v");
+    env.data_env(&["write", "/a.txt", "a"], A);
+    let newest = |env: &TestEnv| env.data_env(&["op", "log", "--limit", "1"], A)[0]["id"].clone();
+    let read = newest(&env).as_i64().unwrap().to_string();
+    let (dir, _guard) = mount_dir(&env, "rw");
+    env.data_env(&["mount", "v", dir.to_str().unwrap()], A);
+    std::fs::write(dir.join("b.txt"), "from the mount").unwrap();
+    let e = env.json_env(&["--if-head", &read, "write", "/c.txt", "c"], A);
+    assert_eq!(e["error"]["kind"], "head_moved", "{e}");
+    let head = e["error"]["details"]["head"].clone();
+    assert_eq!(newest(&env), head, "{e}");
+    let head = head.as_i64().unwrap().to_string();
+    env.data_env(&["--if-head", &head, "write", "/c.txt", "c"], A);
+}
+
 #[test]
 fn a_session_holds_its_fork_and_gives_it_up_when_stopped() {
     if !common::skip::require_fuse() {

@@ -647,7 +647,7 @@ impl AvfsServer {
     }
 
     #[tool(
-        description = "The workspace's operations, newest first: id, kind, when, description, and whether undone. The first entry's id is the head that `if_head` compares (no entries: 0), unless a mount or session of the workspace holds changes not yet recorded as an operation.",
+        description = "The workspace's operations, newest first: id, kind, when, description, and whether undone. The first entry's id is the head that `if_head` compares (no entries: 0); a conditional change first records what a mount or session wrote and has not recorded, so that is always so.",
         annotations(read_only_hint = true)
     )]
     async fn op_log(

@@ -409,6 +409,9 @@ impl Workspace {
         extra: &[Ahead<'_>],
         mut f: Run<'_, R>,
     ) -> Result<(R, Option<LoggedOp>)> {
+        if matches!(logging, Logging::Op) && self.expected_head().is_some() {
+            self.settle_before_condition()?;
+        }
         let paths: Vec<String> = paths.iter().map(|p| p.display()).collect();
         let cache = &self.vault.cache;
         let mut ahead = self.read_ahead(extra);

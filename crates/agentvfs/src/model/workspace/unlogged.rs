@@ -158,6 +158,21 @@ pub enum BatchEnd {
 }
 
 impl Workspace {
+    /// Before a conditional change: record what a long-lived writer (a mount, a session)
+    /// changed and has not recorded yet, in a transaction of its own, so the head the
+    /// condition compares is one `op_log` shows, and stays recorded when the condition
+    /// fails. The recorded entry is that writer's change, not this handle's: the
+    /// expectation does not move to it.
+    pub(crate) fn settle_before_condition(&self) -> Result<()> {
+        let expected = self.expected_head();
+        let out = self.edit_inner("batch.settle", &[], Logging::None, |e| {
+            let root = e.rebase()?;
+            e.settle_unlogged(root).map(drop)
+        });
+        *self.expected_head.lock().unwrap_or_else(|p| p.into_inner()) = expected;
+        out
+    }
+
     /// Start collecting batch changes under this label. Changes pending from an earlier
     /// batch (a writer that was killed) are recorded first, under their own label.
     pub fn begin_batch(&self, kind: &str, description: &str) -> Result<()> {
@@ -205,5 +220,70 @@ impl Workspace {
             }))?;
             Ok(id)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::error::Error;
+    use crate::model::path::VPath;
+    use crate::model::{Actor, Vault, WriteOptions};
+
+    fn actor() -> Actor {
+        Actor {
+            actor: "test".into(),
+            source: "sdk".into(),
+        }
+    }
+
+    /// Changes a mount made and has not recorded are recorded before a conditional change
+    /// compares the head: the head it reports is the newest entry of `op_log`, and a
+    /// change conditional on that head applies.
+    #[test]
+    fn a_conditional_change_compares_a_head_the_op_log_shows() {
+        let dir = tempfile::tempdir().unwrap();
+        let vault = Vault::create(&dir.path().join("v.avfs")).unwrap();
+        let write = |ws: &crate::model::Workspace, name: &str| {
+            let p = VPath::parse(name).unwrap();
+            ws.edit("test.write", &[&p], |e| {
+                e.write_file(&p, b"x", WriteOptions::default())
+            })
+        };
+        let main = vault.workspace("main", actor()).unwrap();
+        write(&main, "a.txt").unwrap();
+        let read = main.op_log(1).unwrap()[0].id;
+        // A mount's buffered write: no op-log entry yet.
+        let mount = vault.workspace("main", actor()).unwrap();
+        mount.begin_batch("mount", "a mount").unwrap();
+        let b = VPath::parse("b.txt").unwrap();
+        mount
+            .edit_batch("mount.write", &[&b], |e| {
+                e.write_file(&b, b"m", WriteOptions::default())
+            })
+            .unwrap();
+        assert_eq!(main.op_log(1).unwrap()[0].id, read);
+
+        let agent = vault.workspace("main", actor()).unwrap();
+        agent.expect_head(read);
+        let head = match write(&agent, "c.txt") {
+            Err(Error::HeadMoved { expected, head, .. }) => {
+                assert_eq!(expected, read);
+                head
+            }
+            other => panic!("expected head_moved, got {other:?}"),
+        };
+        let newest = &main.op_log(1).unwrap()[0];
+        assert_eq!((newest.id, newest.kind.as_str()), (head, "mount"));
+        let c = VPath::parse("c.txt").unwrap();
+        assert!(main.read(|v| v.lookup(&c)).unwrap().is_none());
+        // Its expectation did not move to the mount's entry: still stale.
+        assert!(matches!(
+            write(&agent, "c.txt"),
+            Err(Error::HeadMoved { .. })
+        ));
+        // On the head it was told, it applies.
+        let agent = vault.workspace("main", actor()).unwrap();
+        agent.expect_head(head);
+        write(&agent, "c.txt").unwrap();
     }
 }
