@@ -409,9 +409,6 @@ impl Workspace {
         extra: &[Ahead<'_>],
         mut f: Run<'_, R>,
     ) -> Result<(R, Option<LoggedOp>)> {
-        if matches!(logging, Logging::Op) && self.expected_head().is_some() {
-            self.settle_before_condition()?;
-        }
         let paths: Vec<String> = paths.iter().map(|p| p.display()).collect();
         let cache = &self.vault.cache;
         let mut ahead = self.read_ahead(extra);
@@ -534,6 +531,14 @@ impl Workspace {
             self.save_batch_state(tag.map(|tag| BatchState { tag, ws, quota }));
             Ok((out, op_id))
         });
+        // The history may have moved by what a long-lived writer (a mount) wrote and had
+        // not recorded: the transaction recorded it, and was rolled back with it.
+        let result =
+            if matches!(logging, Logging::Op) && matches!(result, Err(Error::HeadMoved { .. })) {
+                self.record_unrecorded_after(result)
+            } else {
+                result
+            };
         if result.is_err() {
             self.save_batch_state(None);
             if lease_lost {

@@ -158,19 +158,36 @@ pub enum BatchEnd {
 }
 
 impl Workspace {
-    /// Before a conditional change: record what a long-lived writer (a mount, a session)
-    /// changed and has not recorded yet, in a transaction of its own, so the head the
-    /// condition compares is one `op_log` shows, and stays recorded when the condition
-    /// fails. The recorded entry is that writer's change, not this handle's: the
-    /// expectation does not move to it.
-    pub(crate) fn settle_before_condition(&self) -> Result<()> {
-        let expected = self.expected_head();
-        let out = self.edit_inner("batch.settle", &[], Logging::None, |e| {
+    /// After a conditional change failed with `head_moved`: record what a long-lived
+    /// writer (a mount, a session) wrote and has not recorded, in a transaction of its own,
+    /// so the head the error names is one `op_log` shows and stays recorded. The entry is
+    /// that writer's change, not this handle's: the expectation does not move to it. A
+    /// failure to record leaves `failed` as it was.
+    pub(crate) fn record_unrecorded_after<T>(&self, failed: Result<T>) -> Result<T> {
+        let recorded = self.edit_inner("batch.settle", &[], Logging::None, |e| {
             let root = e.rebase()?;
-            e.settle_unlogged(root).map(drop)
+            e.settle_unlogged(root)?;
+            e.newest_op = None;
+            Ok(())
         });
-        *self.expected_head.lock().unwrap_or_else(|p| p.into_inner()) = expected;
-        out
+        match (failed, recorded) {
+            (
+                Err(Error::HeadMoved {
+                    workspace,
+                    expected,
+                    ..
+                }),
+                Ok(()),
+            ) => {
+                let head = self.op_log(1)?.first().map_or(0, |o| o.id);
+                Err(Error::HeadMoved {
+                    workspace,
+                    expected,
+                    head,
+                })
+            }
+            (failed, _) => failed,
+        }
     }
 
     /// Start collecting batch changes under this label. Changes pending from an earlier
