@@ -450,14 +450,24 @@ fn if_head_makes_a_change_apply_only_on_the_state_it_read() {
     assert_eq!(negative["kind"], "invalid_argument", "{negative}");
     let rb = c.err("rollback", json!({ "if_head": read }));
     assert_eq!(rb["kind"], "head_moved", "{rb}");
-    // Reads and the log itself take no `if_head`: an unknown argument is refused.
-    let bad = c.request(
-        "tools/call",
-        json!({ "name": "read_file", "arguments": { "path": "a.txt", "if_head": now } }),
-    );
+    // Reads and the log itself take no `if_head`: an unknown argument is a typed error.
+    let bad = c.err("read_file", json!({ "path": "a.txt", "if_head": now }));
+    assert_eq!(bad["kind"], "invalid_argument", "{bad}");
     assert!(
-        bad["error"]["code"].is_i64() || bad["result"]["isError"] == true,
+        bad["message"].as_str().unwrap().contains("if_head"),
         "{bad}"
+    );
+    let not_a_number = c.err(
+        "write_file",
+        json!({ "path": "a.txt", "content": "x", "if_head": "7" }),
+    );
+    assert_eq!(not_a_number["kind"], "invalid_argument", "{not_a_number}");
+    let below_zero = c.err("op_log", json!({ "limit": -1 }));
+    assert_eq!(below_zero["kind"], "invalid_argument", "{below_zero}");
+    // None of them changed anything.
+    assert_eq!(
+        c.ok("read_file", json!({ "path": "a.txt" }))["content"],
+        "mine\n"
     );
     c.finish();
 }
@@ -478,14 +488,21 @@ fn json_flag_still_speaks_mcp_and_unknown_tools_are_protocol_errors() {
         json!({ "name": "no_such_tool", "arguments": {} }),
     );
     assert!(unknown["error"]["code"].is_i64(), "{unknown}");
-    let bad_args = c.request(
-        "tools/call",
-        json!({ "name": "read_file", "arguments": { "path": 7 } }),
-    );
-    assert!(
-        bad_args["error"]["code"].is_i64() || bad_args["result"]["isError"] == true,
-        "{bad_args}"
-    );
+    // Arguments that do not fit a tool's schema are a tool error the agent can read and
+    // fix, typed like every other bad input, not a protocol error with only text.
+    for (tool, args) in [
+        ("read_file", json!({ "path": 7 })),
+        ("read_file", json!({})),
+        ("exec", json!({ "argv": "ls", "timeout": 5 })),
+        ("checkpoint", json!({ "action": "sideways" })),
+    ] {
+        let bad = c.err(tool, args.clone());
+        assert_eq!(bad["kind"], "invalid_argument", "{tool} {args}: {bad}");
+        assert!(
+            bad["message"].as_str().unwrap().contains("schema"),
+            "{tool} {args}: {bad}"
+        );
+    }
     c.finish();
 }
 

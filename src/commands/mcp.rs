@@ -40,7 +40,8 @@ An MCP client (Claude Desktop, an IDE, an agent harness) starts it as a stdio se
 
 Tools: exec, read_file, write_file, list_files, diff, checkpoint, rollback, fork, merge.
 A result is the `data` of the matching `avfs --json` command (for exec, the proxy's
-envelope); a failure is a tool error holding {kind, message, details}. Every tool takes
+envelope); a failure is a tool error holding {kind, message, details}, arguments that do
+not fit a tool's schema included (kind invalid_argument). Every tool takes
 an optional `workspace` that overrides --workspace for that call (`vault` is accepted as
 its old name). stdout carries only the protocol, with or without --json.";
 
@@ -430,8 +431,12 @@ impl AvfsServer {
     )]
     async fn exec(
         &self,
-        Parameters(p): Parameters<ExecParams>,
+        Parameters(p): Parameters<Checked<ExecParams>>,
     ) -> std::result::Result<CallToolResult, McpError> {
+        let p = match p.0 {
+            Ok(p) => p,
+            Err(refused) => return Ok(refused),
+        };
         let policy = self.policy.clone();
         self.call(p.workspace.clone(), move |ctx| {
             let (argv, shell) = match (p.argv, p.shell) {
@@ -490,8 +495,12 @@ impl AvfsServer {
     )]
     async fn read_file(
         &self,
-        Parameters(p): Parameters<ReadFileParams>,
+        Parameters(p): Parameters<Checked<ReadFileParams>>,
     ) -> std::result::Result<CallToolResult, McpError> {
+        let p = match p.0 {
+            Ok(p) => p,
+            Err(refused) => return Ok(refused),
+        };
         let policy = self.policy.clone();
         self.call(p.workspace, move |ctx| {
             let (_, ws) = ctx.open()?;
@@ -507,8 +516,12 @@ impl AvfsServer {
     )]
     async fn write_file(
         &self,
-        Parameters(p): Parameters<WriteFileParams>,
+        Parameters(p): Parameters<Checked<WriteFileParams>>,
     ) -> std::result::Result<CallToolResult, McpError> {
+        let p = match p.0 {
+            Ok(p) => p,
+            Err(refused) => return Ok(refused),
+        };
         let policy = self.policy.clone();
         self.call_if_head(p.workspace, p.if_head, move |ctx| {
             let (_, ws) = ctx.open()?;
@@ -539,8 +552,12 @@ impl AvfsServer {
     )]
     async fn list_files(
         &self,
-        Parameters(p): Parameters<ListFilesParams>,
+        Parameters(p): Parameters<Checked<ListFilesParams>>,
     ) -> std::result::Result<CallToolResult, McpError> {
+        let p = match p.0 {
+            Ok(p) => p,
+            Err(refused) => return Ok(refused),
+        };
         self.call(p.workspace, move |ctx| {
             let (_, ws) = ctx.open()?;
             files::ls(
@@ -559,8 +576,12 @@ impl AvfsServer {
     )]
     async fn diff(
         &self,
-        Parameters(p): Parameters<DiffParams>,
+        Parameters(p): Parameters<Checked<DiffParams>>,
     ) -> std::result::Result<CallToolResult, McpError> {
+        let p = match p.0 {
+            Ok(p) => p,
+            Err(refused) => return Ok(refused),
+        };
         self.call(p.workspace, move |ctx| {
             let (_, ws) = ctx.open()?;
             let req = DiffRequest {
@@ -582,8 +603,12 @@ impl AvfsServer {
     )]
     async fn checkpoint(
         &self,
-        Parameters(p): Parameters<CheckpointParams>,
+        Parameters(p): Parameters<Checked<CheckpointParams>>,
     ) -> std::result::Result<CallToolResult, McpError> {
+        let p = match p.0 {
+            Ok(p) => p,
+            Err(refused) => return Ok(refused),
+        };
         if p.if_head.is_some()
             && matches!(p.action, CheckpointAction::List | CheckpointAction::Info)
         {
@@ -637,8 +662,12 @@ impl AvfsServer {
     )]
     async fn rollback(
         &self,
-        Parameters(p): Parameters<RollbackParams>,
+        Parameters(p): Parameters<Checked<RollbackParams>>,
     ) -> std::result::Result<CallToolResult, McpError> {
+        let p = match p.0 {
+            Ok(p) => p,
+            Err(refused) => return Ok(refused),
+        };
         self.call_if_head(p.workspace, p.if_head, move |ctx| {
             let (_, ws) = ctx.open()?;
             ws.rollback(EXEC_OP, p.exec_id)
@@ -652,8 +681,12 @@ impl AvfsServer {
     )]
     async fn op_log(
         &self,
-        Parameters(p): Parameters<OpLogParams>,
+        Parameters(p): Parameters<Checked<OpLogParams>>,
     ) -> std::result::Result<CallToolResult, McpError> {
+        let p = match p.0 {
+            Ok(p) => p,
+            Err(refused) => return Ok(refused),
+        };
         self.call(p.workspace, move |ctx| {
             let (_, ws) = ctx.open()?;
             ws.op_log(p.limit.unwrap_or(50))
@@ -667,8 +700,12 @@ impl AvfsServer {
     )]
     async fn fork(
         &self,
-        Parameters(p): Parameters<ForkParams>,
+        Parameters(p): Parameters<Checked<ForkParams>>,
     ) -> std::result::Result<CallToolResult, McpError> {
+        let p = match p.0 {
+            Ok(p) => p,
+            Err(refused) => return Ok(refused),
+        };
         self.call(p.workspace, move |ctx| {
             let source = match p.source {
                 Some(s) => s,
@@ -686,8 +723,12 @@ impl AvfsServer {
     )]
     async fn merge(
         &self,
-        Parameters(p): Parameters<MergeParams>,
+        Parameters(p): Parameters<Checked<MergeParams>>,
     ) -> std::result::Result<CallToolResult, McpError> {
+        let p = match p.0 {
+            Ok(p) => p,
+            Err(refused) => return Ok(refused),
+        };
         self.call(p.workspace, move |ctx| {
             let fork = match p.fork {
                 Some(f) => f,
@@ -722,6 +763,41 @@ impl ServerHandler for AvfsServer {
                  back. Results \
                  are the JSON of `avfs --json`; failures carry {kind, message, details}.",
             )
+    }
+}
+
+/// A tool's arguments, parsed: arguments that do not fit the tool's input schema (a wrong
+/// type, an unknown or missing field) are a tool error of kind `invalid_argument`, as any
+/// other bad input is, rather than a protocol error with only text, so the agent can read
+/// and fix them (MCP treats input validation errors as tool execution errors). Its schema
+/// is the parameters' own.
+pub struct Checked<T>(std::result::Result<T, CallToolResult>);
+
+impl<'de, T: serde::de::DeserializeOwned> Deserialize<'de> for Checked<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let value = Value::deserialize(d)?;
+        Ok(Checked(T::deserialize(value).map_err(|e| {
+            let e = Error::invalid(format!("the tool's arguments do not fit its schema: {e}"));
+            CallToolResult::structured_error(error_value(&e))
+        })))
+    }
+}
+
+impl<T: JsonSchema> JsonSchema for Checked<T> {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        T::schema_name()
+    }
+
+    fn schema_id() -> std::borrow::Cow<'static, str> {
+        T::schema_id()
+    }
+
+    fn inline_schema() -> bool {
+        T::inline_schema()
+    }
+
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        T::json_schema(generator)
     }
 }
 
