@@ -218,6 +218,58 @@ fn hosts_racing_forks_get_unique_ids_and_lose_none() {
 }
 
 #[test]
+fn threads_of_one_handle_write_side_by_side_and_lose_nothing() {
+    let Some(url) = server() else { return };
+    let _one = serial();
+    let dir = tempfile::tempdir().unwrap();
+    // One host, many agents: the threads of one handle write through several connections
+    // at once, each with what its own last write knew.
+    const AGENTS: usize = 24;
+    const ROUNDS: usize = 6;
+    let v = hosts(&url, dir.path(), &unique("spec-threads"), 0).remove(0);
+    let main = v.workspace("main", actor()).unwrap();
+    std::thread::scope(|s| {
+        for a in 0..AGENTS {
+            let (v, main) = (&v, &main);
+            s.spawn(move || {
+                let name = format!("agent-{a}");
+                v.fork(main, &name, None).unwrap();
+                let ws = v.workspace(&name, actor()).unwrap();
+                for r in 0..ROUNDS {
+                    let p = agentvfs::model::path::VPath::parse(&format!("a{a}/r{r}.txt")).unwrap();
+                    ws.edit("test.write", &[&p], |e| {
+                        let parents = agentvfs::model::WriteOptions {
+                            parents: true,
+                            ..Default::default()
+                        };
+                        e.write_file(&p, format!("{a}.{r}").as_bytes(), parents)
+                    })
+                    .unwrap();
+                    ws.checkpoint_save(Some(&format!("c{r}")), None).unwrap();
+                }
+                // Back to the first checkpoint, then forward again: restores race too.
+                ws.checkpoint_restore("c0").unwrap();
+                ws.checkpoint_restore(&format!("c{}", ROUNDS - 1)).unwrap();
+            });
+        }
+    });
+    // Every agent's every write is there, in its own fork, seen by a handle opened anew.
+    let fresh = Vault::open(v.path()).unwrap();
+    for a in 0..AGENTS {
+        let ws = fresh.workspace(&format!("agent-{a}"), actor()).unwrap();
+        assert_eq!(ws.checkpoints().unwrap().len(), ROUNDS, "agent {a}");
+        for r in 0..ROUNDS {
+            let p = agentvfs::model::path::VPath::parse(&format!("a{a}/r{r}.txt")).unwrap();
+            let text = ws.read(|view| view.read(&p)).unwrap();
+            assert_eq!(text, format!("{a}.{r}").into_bytes(), "agent {a} round {r}");
+        }
+    }
+    assert_unique_ids(&fresh, AGENTS);
+    let report = fresh.check().unwrap();
+    assert!(report.ok, "{:?}", report.problems);
+}
+
+#[test]
 fn a_vault_whose_schema_is_newer_than_the_build_is_refused_and_left_alone() {
     let Some(url) = server() else { return };
     let host = Host::new(&url);

@@ -330,10 +330,14 @@ pub struct PgStore {
     file: FileIdentity,
     url: String,
     schema: String,
-    /// The connection writes go through (one writer of this process at a time, in the order
-    /// they came: the threads of one process, agents each in a fork, take turns rather than
-    /// one of them starving), and what the last write knew of the vault.
-    writer: parking_lot::FairMutex<WriteSlot>,
+    /// The connections writes go through (`WRITERS`, each made when first needed), each
+    /// with what its last write knew of the vault. A write takes a free one; when all are
+    /// busy it waits for one in turn (threads queue on each in the order they came), so
+    /// the threads of one process, agents each in a fork, overlap their round trips and
+    /// none of them starves. The vault's lock still orders their commits.
+    writers: [parking_lot::FairMutex<WriteSlot>; WRITERS],
+    /// Turns handed out when every writer was busy: which one to wait for.
+    turns: AtomicU64,
     /// Where its idle connections wait in `IDLE`: the server URL and the schema.
     pool: (String, String),
     /// The object store large objects go to, if the vault has one.
@@ -343,7 +347,12 @@ pub struct PgStore {
     commits: AtomicU64,
 }
 
-/// The connection a vault handle writes through, and what its last write knew.
+/// Connections one vault handle writes through at most: writes of different threads go out
+/// side by side, so a write's round trips do not wait for another's (only its time under
+/// the vault's lock does).
+const WRITERS: usize = 8;
+
+/// A connection a vault handle writes through, and what its last write knew.
 #[derive(Default)]
 struct WriteSlot {
     conn: Option<Conn>,
@@ -430,7 +439,8 @@ impl PgStore {
             path: canonical,
             url,
             schema: locator.schema,
-            writer: Default::default(),
+            writers: Default::default(),
+            turns: AtomicU64::new(0),
             pool,
             objects: None,
             inline_max: INLINE_MAX,
@@ -508,7 +518,7 @@ impl PgStore {
         ahead: &ReadAhead,
         mut f: impl FnMut(&mut Writer<'_, View<'_, '_>>) -> Result<R>,
     ) -> Result<R> {
-        let mut slot = self.writer.lock();
+        let mut slot = self.writer();
         let key = lock_key(&self.schema);
         let speculate = ahead.repeatable
             && slot.known.warm(&WRITE_COUNTERS)
@@ -528,6 +538,16 @@ impl PgStore {
             slot.known.clear();
         }
         out
+    }
+
+    /// A writer connection's slot: the first free one (the lowest, so a handle used by one
+    /// thread at a time keeps one connection and what it knows), else the next in turn.
+    fn writer(&self) -> parking_lot::FairMutexGuard<'_, WriteSlot> {
+        if let Some(free) = self.writers.iter().find_map(|w| w.try_lock()) {
+            return free;
+        }
+        let turn = self.turns.fetch_add(1, Ordering::Relaxed) as usize;
+        self.writers[turn % WRITERS].lock()
     }
 
     /// Run `f` on what the handle knows and commit it in one exchange, guarded: `None` when
@@ -637,8 +657,10 @@ impl PgStore {
 impl Drop for PgStore {
     /// Its write connection joins the idle ones, for the next open of the vault.
     fn drop(&mut self) {
-        if let Some(conn) = self.writer.lock().conn.take() {
-            put_idle(&self.pool, conn);
+        for writer in &self.writers {
+            if let Some(conn) = writer.lock().conn.take() {
+                put_idle(&self.pool, conn);
+            }
         }
     }
 }
