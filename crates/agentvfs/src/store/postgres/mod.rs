@@ -22,6 +22,7 @@
 mod admin;
 mod conn;
 mod known;
+mod memo;
 mod objects;
 mod view;
 
@@ -460,6 +461,9 @@ impl PgStore {
         Placement {
             store: self.objects.as_ref(),
             inline_max: self.inline_max,
+            // The copy `vault migrate` makes reads its objects back from the server to
+            // verify them.
+            memo: (!is_migrating_copy(&self.path)).then(|| lock_key(&self.schema)),
         }
     }
 
@@ -492,12 +496,22 @@ impl PgStore {
         keys: &[&[u8]],
         f: impl FnOnce(&Reader<'_, View<'_, '_>>) -> Result<R>,
     ) -> Result<R> {
+        self.kv_read_in(self.placement(), keys, f)
+    }
+
+    /// `kv_read_keys`, with objects placed as `place` says.
+    fn kv_read_in<R>(
+        &self,
+        place: Placement<'_>,
+        keys: &[&[u8]],
+        f: impl FnOnce(&Reader<'_, View<'_, '_>>) -> Result<R>,
+    ) -> Result<R> {
         let conn = match take_idle(&self.pool) {
             Some(c) => c,
             None => self.conn()?,
         };
         let out = {
-            let view = View::read(&conn.client, &conn.st, self.placement());
+            let view = View::read(&conn.client, &conn.st, place);
             if keys.is_empty() {
                 f(&Reader::new(&view))
             } else {
@@ -723,8 +737,13 @@ impl Store for PgStore {
         Ok(())
     }
 
+    /// Every object is read from the server here, not from this process's memory of rows.
     fn integrity_problems(&self) -> Result<Vec<String>> {
-        self.kv_read(|r| r.integrity_problems())
+        let place = Placement {
+            memo: None,
+            ..self.placement()
+        };
+        self.kv_read_in(place, &[], |r| r.integrity_problems())
     }
 
     fn disk_size(&self) -> u64 {

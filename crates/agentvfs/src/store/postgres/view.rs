@@ -46,6 +46,9 @@ const REF_LEN: usize = 2 + 8 + 32;
 pub(super) struct Placement<'s> {
     pub(super) store: Option<&'s Objects>,
     pub(super) inline_max: usize,
+    /// The vault's key in this process's memory of object rows (`memo`), or none: every
+    /// object is read from the server (`vault check`).
+    pub(super) memo: Option<i64>,
 }
 
 /// An `objects` row that refers to the object store: (kind, size, hash).
@@ -273,6 +276,14 @@ impl<'c, 's> View<'c, 's> {
             }
             uploaded = Some((store, store.put_all(uploads)?));
         }
+        // Object rows sent, to keep once the commit is acknowledged.
+        let sent_objects: Vec<(Vec<u8>, Vec<u8>)> = match self.place.memo {
+            Some(_) => self.buf[Table::Objects as usize]
+                .iter()
+                .filter_map(|(k, v)| Some((k.clone(), v.clone()?)))
+                .collect(),
+            None => Vec::new(),
+        };
         // Every table's puts in one statement and its deletions in another (split only past
         // BATCH_BYTES).
         let (mut puts, mut dels) = (vec![Batch::default()], vec![Batch::default()]);
@@ -350,6 +361,11 @@ impl<'c, 's> View<'c, 's> {
             Ok(()) => {
                 if let Some((store, up)) = uploaded {
                     store.keep(up);
+                }
+                if let Some(vault) = self.place.memo {
+                    for (k, v) in &sent_objects {
+                        super::memo::put(vault, k, v);
+                    }
                 }
                 Ok(true)
             }
@@ -580,6 +596,12 @@ impl Iterator for Pages<'_, '_, '_> {
 impl View<'_, '_> {
     /// A row as stored (an object in the object store: its reference).
     fn row(&self, t: Table, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        // An object row never changes, so one this process saw needs neither a round trip
+        // nor a guard (a speculative write may read it too).
+        let memo = self.place.memo.filter(|_| t == Table::Objects);
+        if let Some(v) = memo.and_then(|vault| super::memo::get(vault, key)) {
+            return Ok(Some(v));
+        }
         if let Some(spec) = &self.spec {
             return spec.row(t, key);
         }
@@ -598,8 +620,12 @@ impl View<'_, '_> {
             .into_iter()
             .next()
             .map(|r| r.get::<_, Vec<u8>>(0));
-        if t != Table::Objects {
-            self.memo.borrow_mut().insert((t, key.to_vec()), v.clone());
+        match (&v, memo) {
+            (Some(row), Some(vault)) => super::memo::put(vault, key, row),
+            _ if t != Table::Objects => {
+                self.memo.borrow_mut().insert((t, key.to_vec()), v.clone());
+            }
+            _ => {}
         }
         Ok(v)
     }
