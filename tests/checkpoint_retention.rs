@@ -177,5 +177,8 @@ fn a_format_3_vault_is_migrated_and_its_proxy_checkpoints_become_automatic() {
     let list = env.data("old", &["checkpoint", "list"]);
     assert_eq!(names(&list, true), ["cp-2"], "{list}");
     assert_eq!(names(&list, false), ["mine", "cp-1", "cp-3"], "{list}");
-    assert_eq!(env.data("old", &["vault", "info"])["format_version"], 4);
+    assert_eq!(
+        env.data("old", &["vault", "info"])["format_version"],
+        agentvfs::store::FORMAT_VERSION
+    );
 }

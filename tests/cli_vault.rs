@@ -528,6 +528,7 @@ fn an_older_format_is_migrated_forward_on_open() {
         // As a version-1 vault was: without what later versions added.
         conn.execute_batch(
             "ALTER TABLE checkpoints DROP COLUMN auto;
+             DROP TABLE id_floor;
              DROP INDEX audit_by_step;
              ALTER TABLE audit DROP COLUMN step;",
         )

@@ -471,6 +471,36 @@ fn if_head_makes_a_change_a_compare_and_swap_on_the_history() {
 }
 
 #[test]
+fn a_head_read_from_a_deleted_fork_does_not_match_the_fork_made_again_under_its_name() {
+    let env = Env::new();
+    env.create("aba");
+    env.write("aba", "base.txt", b"base");
+    env.fork("aba", "task");
+    env.write("task", "work.txt", b"first life");
+    env.write("task", "more.txt", b"first life");
+    // What an agent of the first fork read; then the fork is deleted and made again.
+    let stale = head(&env, "task");
+    env.ok("aba", &["vault", "delete", "task", "--yes"]);
+    env.fork("aba", "task");
+    env.write("task", "other.txt", b"second life");
+    assert_ne!(head(&env, "task"), stale, "an op id was handed out twice");
+    let e = env.fail(
+        Some("task"),
+        &[
+            "--if-head",
+            &stale.to_string(),
+            "write",
+            "work.txt",
+            "stale",
+        ],
+        4,
+        "head_moved",
+    );
+    assert_eq!(e["details"]["expected"], json!(stale), "{e}");
+    assert_eq!(env.cat("task", "other.txt"), b"second life");
+}
+
+#[test]
 fn writers_racing_one_head_exactly_one_wins_and_the_rest_get_head_moved() {
     let env = Env::new();
     env.create("r");

@@ -219,6 +219,7 @@ pub fn downgrade_to_format_3(path: &str, then: &str) {
     let db = rusqlite::Connection::open(path).unwrap();
     db.execute_batch(&format!(
         "ALTER TABLE checkpoints DROP COLUMN auto;
+         DROP TABLE id_floor;
          DROP INDEX audit_by_step;
          ALTER TABLE audit DROP COLUMN step;
          {then}

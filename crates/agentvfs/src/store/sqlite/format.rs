@@ -10,7 +10,7 @@ use rusqlite::{Connection, OpenFlags};
 use crate::error::{Error, Result};
 
 /// The newest on-disk format this build reads and writes.
-pub const FORMAT_VERSION: u32 = 4;
+pub const FORMAT_VERSION: u32 = 5;
 
 pub(super) const APPLICATION_ID: i32 = 0x6176_6673; // "avfs"
 const BUSY_TIMEOUT: Duration = Duration::from_secs(60);
@@ -112,6 +112,14 @@ UPDATE audit SET step = 1 WHERE operation GLOB 'mount.*';
 CREATE TRIGGER audit_append_only_update BEFORE UPDATE ON audit
     BEGIN SELECT RAISE(ABORT, 'audit log is append-only'); END;
 CREATE INDEX audit_by_step ON audit(step, id);
+"#,
+    // v5: ids are never handed out twice. SQLite gives a new row the highest id plus one,
+    // so deleting the newest rows (a fork's ops and checkpoints, with the fork) would let
+    // their ids come back, and a compare on a fork's newest op (`--if-head`) could match a
+    // fork made again under the same name. Deletions record here the highest id the table
+    // held, and new ids start past it.
+    r#"
+CREATE TABLE id_floor(tbl TEXT PRIMARY KEY, id INTEGER NOT NULL) WITHOUT ROWID;
 "#,
 ];
 

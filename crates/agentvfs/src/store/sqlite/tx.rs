@@ -346,6 +346,9 @@ impl StoreWrite for Tx<'_> {
     }
 
     fn delete_workspace(&mut self, ws: i64) -> Result<()> {
+        for table in [Ids::Workspaces, Ids::Checkpoints, Ids::Ops] {
+            self.keep_ids_past(table)?;
+        }
         self.0.execute("DELETE FROM overlay WHERE ws = ?1", [ws])?;
         self.0
             .execute("DELETE FROM checkpoints WHERE ws = ?1", [ws])?;
@@ -406,6 +409,7 @@ impl StoreWrite for Tx<'_> {
     }
 
     fn delete_checkpoint(&mut self, id: i64) -> Result<()> {
+        self.keep_ids_past(Ids::Checkpoints)?;
         self.0
             .execute("DELETE FROM checkpoints WHERE id = ?1", [id])?;
         Ok(())
@@ -430,6 +434,7 @@ impl StoreWrite for Tx<'_> {
     }
 
     fn delete_op(&mut self, id: i64) -> Result<()> {
+        self.keep_ids_past(Ids::Ops)?;
         self.0.execute("DELETE FROM ops WHERE id = ?1", [id])?;
         Ok(())
     }
@@ -455,13 +460,62 @@ impl StoreWrite for Tx<'_> {
     }
 }
 
-/// One INSERT per record kind: with `id` `None` SQLite picks the rowid (an append), with
-/// `Some` the record keeps the id it has (a copy, `vault migrate`).
+/// The id a new row of table `$t` gets: past every id the table holds and every id it held
+/// (`id_floor`, which deletions bring up to date), so no id is handed out twice.
+macro_rules! next_id {
+    ($t:literal) => {
+        concat!(
+            "max((SELECT coalesce(max(id), 0) FROM ",
+            $t,
+            "), (SELECT coalesce(max(id), 0) FROM id_floor WHERE tbl = '",
+            $t,
+            "')) + 1"
+        )
+    };
+}
+
+/// Tables whose ids `id_floor` keeps past.
+#[derive(Clone, Copy)]
+enum Ids {
+    Workspaces,
+    Checkpoints,
+    Ops,
+}
+
+/// One INSERT per record kind: with `id` `None` the record gets the next id (an append),
+/// with `Some` it keeps the id it has (a copy, `vault migrate`).
 impl Tx<'_> {
+    /// Before rows of `table` are deleted: new ids start past the highest it holds now.
+    fn keep_ids_past(&mut self, table: Ids) -> Result<()> {
+        let sql = match table {
+            Ids::Workspaces => concat!(
+                "INSERT INTO id_floor(tbl, id) SELECT 'workspaces', id FROM ",
+                "(SELECT max(id) AS id FROM workspaces) WHERE id IS NOT NULL ",
+                "ON CONFLICT(tbl) DO UPDATE SET id = max(id, excluded.id)"
+            ),
+            Ids::Checkpoints => concat!(
+                "INSERT INTO id_floor(tbl, id) SELECT 'checkpoints', id FROM ",
+                "(SELECT max(id) AS id FROM checkpoints) WHERE id IS NOT NULL ",
+                "ON CONFLICT(tbl) DO UPDATE SET id = max(id, excluded.id)"
+            ),
+            Ids::Ops => concat!(
+                "INSERT INTO id_floor(tbl, id) SELECT 'ops', id FROM ",
+                "(SELECT max(id) AS id FROM ops) WHERE id IS NOT NULL ",
+                "ON CONFLICT(tbl) DO UPDATE SET id = max(id, excluded.id)"
+            ),
+        };
+        self.0.prepare_cached(sql)?.execute([])?;
+        Ok(())
+    }
+
     fn put_workspace(&mut self, id: Option<i64>, rec: &WorkspaceRecord) -> Result<i64> {
         let mut stmt = self.0.prepare_cached(
-            "INSERT INTO workspaces(id, name, base, parent, fork_root, fork_checkpoint, created_at, files, bytes)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+            concat!(
+                "INSERT INTO workspaces(id, name, base, parent, fork_root, fork_checkpoint, created_at, files, bytes)
+             VALUES (coalesce(?1, ",
+                next_id!("workspaces"),
+                "), ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"
+            ),
         )?;
         stmt.execute(params![
             id,
@@ -478,10 +532,12 @@ impl Tx<'_> {
     }
 
     fn put_checkpoint(&mut self, id: Option<i64>, rec: &CheckpointRecord) -> Result<i64> {
-        let mut stmt = self.0.prepare_cached(
+        let mut stmt = self.0.prepare_cached(concat!(
             "INSERT INTO checkpoints(id, ws, name, root, message, created_at, files, bytes, auto)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-        )?;
+             VALUES (coalesce(?1, ",
+            next_id!("checkpoints"),
+            "), ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"
+        ))?;
         stmt.execute(params![
             id,
             rec.workspace,
@@ -497,10 +553,12 @@ impl Tx<'_> {
     }
 
     fn put_op(&mut self, id: Option<i64>, rec: &OpRecord) -> Result<i64> {
-        let mut stmt = self.0.prepare_cached(
+        let mut stmt = self.0.prepare_cached(concat!(
             "INSERT INTO ops(id, ws, at, kind, description, root_before, root_after, target, extra)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-        )?;
+             VALUES (coalesce(?1, ",
+            next_id!("ops"),
+            "), ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"
+        ))?;
         stmt.execute(params![
             id,
             rec.workspace,
