@@ -457,13 +457,35 @@ fn if_head_makes_a_change_apply_only_on_the_state_it_read() {
         bad["message"].as_str().unwrap().contains("if_head"),
         "{bad}"
     );
-    let not_a_number = c.err(
-        "write_file",
-        json!({ "path": "a.txt", "content": "x", "if_head": "7" }),
-    );
-    assert_eq!(not_a_number["kind"], "invalid_argument", "{not_a_number}");
-    let below_zero = c.err("op_log", json!({ "limit": -1 }));
-    assert_eq!(below_zero["kind"], "invalid_argument", "{below_zero}");
+    // The field is named, and what it should be is said in the schema's words.
+    for (tool, args, field, wanted) in [
+        (
+            "write_file",
+            json!({ "path": "a.txt", "content": "x", "if_head": "7" }),
+            "if_head",
+            "an integer",
+        ),
+        (
+            "op_log",
+            json!({ "limit": -1 }),
+            "limit",
+            "an integer of 0 or more",
+        ),
+        (
+            "write_file",
+            json!({ "path": "a.txt", "content": 7 }),
+            "content",
+            "a string",
+        ),
+    ] {
+        let bad = c.err(tool, args.clone());
+        assert_eq!(bad["kind"], "invalid_argument", "{bad}");
+        let message = bad["message"].as_str().unwrap();
+        assert!(
+            message.contains(&format!("`{field}`")) && message.contains(wanted),
+            "{tool} {args}: {message}"
+        );
+    }
     // None of them changed anything.
     assert_eq!(
         c.ok("read_file", json!({ "path": "a.txt" }))["content"],

@@ -305,6 +305,113 @@ fn a_vault_whose_schema_is_newer_than_the_build_is_refused_and_left_alone() {
     );
 }
 
+#[test]
+fn a_write_behind_a_long_write_of_its_own_handle_waits_for_it() {
+    let Some(url) = server() else { return };
+    const NAME: &str = "a_write_behind_a_long_write_of_its_own_handle_waits_for_it";
+    // The lock wait is set per process: run this test again in a process of its own with a
+    // short one (1 s: two thirds of 1.5).
+    if std::env::var_os("AVFS_TEST_SHORT_WAIT").is_none() {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", NAME, "--nocapture"])
+            .env("AVFS_TEST_SHORT_WAIT", "1")
+            .env("AVFS_SERVER_TIMEOUT_SECS", "1.5")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success() && text.contains("1 passed"), "{text}");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let v = hosts(&url, dir.path(), &unique("spec-long"), 0).remove(0);
+    let main = v.workspace("main", actor()).unwrap();
+    v.fork(&main, "other", None).unwrap();
+    let other = v.workspace("other", actor()).unwrap();
+    let path = |name: &str| agentvfs::model::path::VPath::parse(name).unwrap();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let p = path("long.txt");
+            main.edit("test.long", &[&p], |e| {
+                // Three lock waits long, holding the vault's lock.
+                std::thread::sleep(std::time::Duration::from_secs(3));
+                e.write_file(&p, b"long", Default::default())
+            })
+            .unwrap();
+        });
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        // Another thread of the same handle waits for it, as it would for one connection,
+        // instead of failing when the server's lock wait runs out.
+        let p = path("short.txt");
+        other
+            .edit("test.short", &[&p], |e| {
+                e.write_file(&p, b"short", Default::default())
+            })
+            .unwrap();
+    });
+    assert_eq!(
+        other.read(|r| r.read(&path("short.txt"))).unwrap(),
+        b"short"
+    );
+    assert_eq!(main.read(|r| r.read(&path("long.txt"))).unwrap(), b"long");
+}
+
+/// A vault with a small file (its object kept in this process's memory of object rows once
+/// written) and a large one (too large to keep), checkpointed; and its schema.
+fn small_and_large(url: &str, dir: &Path) -> (Arc<Vault>, String) {
+    let server = Server::new(Some(url), &unique("spec-check")).unwrap();
+    let path = dir.join("a.avfs");
+    let v = Vault::create_on(&path, Engine::Postgres, Some(&server)).unwrap();
+    let ws = v.workspace("main", actor()).unwrap();
+    let mut large = b"LARGEMARK-".to_vec();
+    large.resize(100_000, b'L');
+    for (name, data) in [
+        ("small.txt", b"SMALLMARK-".repeat(10)),
+        ("large.bin", large),
+    ] {
+        let p = agentvfs::model::path::VPath::parse(name).unwrap();
+        ws.edit("test.write", &[&p], |e| {
+            e.write_file(&p, &data, Default::default())
+        })
+        .unwrap();
+    }
+    ws.checkpoint_save(Some("c1"), None).unwrap();
+    let text = std::fs::read_to_string(&path).unwrap();
+    let line = text.lines().find(|l| l.starts_with("schema")).unwrap();
+    (v, line.split('"').nth(1).unwrap().to_string())
+}
+
+#[test]
+fn vault_check_in_a_long_lived_process_reads_every_object_from_the_server() {
+    let Some(url) = server() else { return };
+    let marked = "t = 1 AND (position('SMALLMARK'::bytea in v) > 0 \
+                  OR position('LARGEMARK'::bytea in v) > 0)";
+    for (damage, says) in [
+        // One byte changed, the length kept: the totals still agree.
+        (
+            "UPDATE {s}.kv SET v = overlay(v placing '\\x00'::bytea from 20 for 1) WHERE {m}",
+            "does not match",
+        ),
+        ("DELETE FROM {s}.kv WHERE {m}", "missing"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let (v, schema) = small_and_large(&url, dir.path());
+        let sql = damage
+            .replace("{s}", &format!("\"{schema}\""))
+            .replace("{m}", marked);
+        let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        assert_eq!(c.execute(&sql, &[]).unwrap(), 2, "{sql}");
+        // The small object is in this process's memory; check must not take it from there.
+        let report = v.check().unwrap();
+        let objects: std::collections::BTreeSet<_> = report
+            .problems
+            .iter()
+            .filter(|p| p.problem.contains(says))
+            .map(|p| p.object.clone())
+            .collect();
+        assert_eq!(objects.len(), 2, "{sql}: {:?}", report.problems);
+    }
+}
+
 /// Every audit record has an id of its own, and there are `forks` records of forks made:
 /// no write took an id another had (a counter read out of date and not caught).
 fn assert_unique_ids(v: &Arc<Vault>, forks: usize) {

@@ -776,10 +776,31 @@ pub struct Checked<T>(std::result::Result<T, CallToolResult>);
 impl<'de, T: serde::de::DeserializeOwned> Deserialize<'de> for Checked<T> {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
         let value = Value::deserialize(d)?;
-        Ok(Checked(T::deserialize(value).map_err(|e| {
-            let e = Error::invalid(format!("the tool's arguments do not fit its schema: {e}"));
-            CallToolResult::structured_error(error_value(&e))
-        })))
+        Ok(Checked(serde_path_to_error::deserialize(value).map_err(
+            |e| {
+                let e = Error::invalid(unfit(&e.path().to_string(), &e.inner().to_string()));
+                CallToolResult::structured_error(error_value(&e))
+            },
+        )))
+    }
+}
+
+/// The message for arguments that do not fit a tool's schema: the field (`path`, `.` for
+/// the arguments as a whole) and what was wrong, in the schema's words rather than Rust's.
+fn unfit(path: &str, problem: &str) -> String {
+    let mut problem = problem.to_string();
+    for (rust, schema) in [
+        ("expected i64", "expected an integer"),
+        ("expected u64", "expected an integer of 0 or more"),
+        ("expected usize", "expected an integer of 0 or more"),
+        ("expected u32", "expected an integer of 0 or more"),
+        ("expected a boolean", "expected true or false"),
+    ] {
+        problem = problem.replace(rust, schema);
+    }
+    match path {
+        "." => format!("the tool's arguments do not fit its schema: {problem}"),
+        field => format!("the tool's argument `{field}` does not fit its schema: {problem}"),
     }
 }
 

@@ -42,7 +42,7 @@ impl Vault {
                 problem: format!("storage: {p}"),
             })
             .collect();
-        self.store.read(|r| {
+        self.store.read_verified(|r| {
             let mut problems = engine;
             let ids = r.object_ids()?;
             for (id, k, _) in &ids {

@@ -235,6 +235,12 @@ fn objects_put_and_deleted_in_one_write_keep_the_totals_true() {
         s.read(|r| {
             let held: Vec<bool> = ids.iter().map(|id| r.has_object(id).unwrap()).collect();
             assert_eq!(held, [false, false, true, true, true], "{engine:?}");
+            // Gone is gone for reads of content too (an engine that keeps object rows
+            // it read or wrote must drop one it deleted).
+            assert!(
+                r.object(&x)?.is_none() && r.object(&y)?.is_none(),
+                "{engine:?}"
+            );
             assert_eq!(r.object(&b)?.expect("big").data, big, "{engine:?}");
             assert_eq!(r.object_stats()?, (3, 10_003, 10_000), "{engine:?}");
             assert_eq!(r.object_ids()?.len(), 3, "{engine:?}");

@@ -599,6 +599,11 @@ pub trait Store: Send + Sync {
     fn path(&self) -> &Path;
     fn engine(&self) -> Engine;
     fn read_with(&self, f: &mut dyn FnMut(&dyn StoreRead) -> Result<()>) -> Result<()>;
+    /// `read_with`, reading every record from the store itself: nothing from a copy this
+    /// process keeps (`vault check` verifies what the store holds).
+    fn read_verified_with(&self, f: &mut dyn FnMut(&dyn StoreRead) -> Result<()>) -> Result<()> {
+        self.read_with(f)
+    }
     fn write_with(&self, f: &mut dyn FnMut(&mut dyn StoreWrite) -> Result<()>) -> Result<()>;
     /// Group commit for a single busy writer (a mount daemon): writes share one transaction
     /// committed at least every few tens of milliseconds, on `flush_batch` and on `sync`.
@@ -659,14 +664,28 @@ pub struct ReadAhead {
 impl dyn Store {
     /// Run `f` in a read snapshot and return its value.
     pub fn read<R>(&self, f: impl FnOnce(&dyn StoreRead) -> Result<R>) -> Result<R> {
+        self.read_by(false, f)
+    }
+
+    /// `read`, with every record read from the store itself (`Store::read_verified_with`).
+    pub fn read_verified<R>(&self, f: impl FnOnce(&dyn StoreRead) -> Result<R>) -> Result<R> {
+        self.read_by(true, f)
+    }
+
+    fn read_by<R>(&self, verified: bool, f: impl FnOnce(&dyn StoreRead) -> Result<R>) -> Result<R> {
         let mut f = Some(f);
         let mut out = None;
-        self.read_with(&mut |r| {
+        let mut once = |r: &dyn StoreRead| {
             if let Some(f) = f.take() {
                 out = Some(f(r)?);
             }
             Ok(())
-        })?;
+        };
+        if verified {
+            self.read_verified_with(&mut once)?;
+        } else {
+            self.read_with(&mut once)?;
+        }
         out.ok_or_else(|| crate::Error::Storage("read closure did not run".into()))
     }
 

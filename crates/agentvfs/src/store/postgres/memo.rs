@@ -4,9 +4,11 @@
 //! where an edit or a checkpoint reads the trees on a path one after another (a round trip
 //! each, before this). Bounded in bytes, least recently used out first.
 //!
-//! Only content is answered here. Whether the server holds an object (a write's check
-//! before it counts one as new) is always asked of the server, and `vault check` reads
-//! every object from the server.
+//! Only content is answered here. Whether the server holds an object (`has_object`, a
+//! write's check before it counts one as new, a deletion) is always asked of the server,
+//! and `vault check` reads every object from the server. This process's deletions drop
+//! their rows once committed; a row another host deleted may still be read here, which is
+//! its right content.
 
 use std::sync::{Arc, Mutex};
 
@@ -14,8 +16,10 @@ use hashlink::LruCache;
 
 use crate::store::lock::lock;
 
-/// Bytes of rows kept, at most.
+/// Bytes kept, at most: rows and what each entry costs besides (`ENTRY`).
 const MAX_BYTES: usize = 64 << 20;
+/// An entry's cost besides its row: its key, the row's allocation and the list links.
+const ENTRY: usize = 128;
 /// Rows larger than this are not kept (file content read once, as a build reads sources,
 /// would only push the trees out).
 const MAX_ROW: usize = 64 << 10;
@@ -59,13 +63,22 @@ pub(super) fn put(vault: i64, id: &[u8], row: &[u8]) {
     if held.rows.contains_key(&key) {
         return;
     }
-    held.bytes += row.len();
+    held.bytes += row.len() + ENTRY;
     held.rows.insert(key, row.into());
     while held.bytes > MAX_BYTES {
         match held.rows.remove_lru() {
-            Some((_, gone)) => held.bytes -= gone.len(),
+            Some((_, gone)) => held.bytes -= gone.len() + ENTRY,
             None => break,
         }
+    }
+}
+
+/// Drop object `id`'s row in `vault` (this process deleted it).
+pub(super) fn forget(vault: i64, id: &[u8]) {
+    let Some(key) = key(vault, id) else { return };
+    let mut held = lock(rows());
+    if let Some(gone) = held.rows.remove(&key) {
+        held.bytes -= gone.len() + ENTRY;
     }
 }
 
@@ -86,13 +99,15 @@ mod tests {
         assert_eq!(get(a, &id(1)).as_deref(), Some(&b"tree"[..]));
         assert_eq!(get(b, &id(1)), None, "another vault's row");
         assert_eq!(get(a, b"short"), None, "not an object id");
+        forget(a, &id(1));
+        assert_eq!(get(a, &id(1)), None, "deleted");
         // Too large to keep.
         put(a, &id(2), &vec![0; MAX_ROW + 1]);
         assert_eq!(get(a, &id(2)), None);
         // Fill past the bound: the first row goes, a row read since stays.
         let row = vec![7u8; MAX_ROW];
         put(b, &id(0), &row);
-        for n in 1..(MAX_BYTES / MAX_ROW) as u32 + 4 {
+        for n in 1..(MAX_BYTES / (MAX_ROW + ENTRY)) as u32 + 4 {
             put(b, &id(n), &row);
             let _ = get(b, &id(n / 2));
         }

@@ -211,7 +211,7 @@ pub(super) fn pg_error(e: postgres::Error) -> Error {
         if *code == SqlState::LOCK_NOT_AVAILABLE {
             return Error::StoreUnavailable {
                 reason: format!(
-                    "another writer has held the vault for longer than the lock wait ({} s; two thirds of AVFS_SERVER_TIMEOUT_SECS)",
+                    "{LOCK_WAIT_OVER} ({} s; two thirds of AVFS_SERVER_TIMEOUT_SECS)",
                     conn::lock_wait().as_secs_f64()
                 ),
                 maybe_applied: false,
@@ -238,6 +238,14 @@ pub(super) fn pg_error(e: postgres::Error) -> Error {
         };
     }
     Error::Storage(format!("PostgreSQL: {e}"))
+}
+
+/// How `pg_error` begins a wait for the vault's lock that ran out.
+const LOCK_WAIT_OVER: &str = "another writer has held the vault for longer than the lock wait";
+
+/// Whether `e` is a wait for the vault's lock that ran out (nothing was applied).
+fn lock_wait_over(e: &Error) -> bool {
+    matches!(e, Error::StoreUnavailable { reason, .. } if reason.starts_with(LOCK_WAIT_OVER))
 }
 
 /// Whether `e` says the connection itself is gone (closed, or its socket failed), as
@@ -339,6 +347,11 @@ pub struct PgStore {
     writers: [parking_lot::FairMutex<WriteSlot>; WRITERS],
     /// Turns handed out when every writer was busy: which one to wait for.
     turns: AtomicU64,
+    /// Writes of this handle holding the vault's lock now, and those that held it and
+    /// ended: a write whose wait for the lock ran out while one of its own handle held it
+    /// waits again, as it would have for one connection (see `write_locked`).
+    holding: AtomicU64,
+    ended: AtomicU64,
     /// Where its idle connections wait in `IDLE`: the server URL and the schema.
     pool: (String, String),
     /// The object store large objects go to, if the vault has one.
@@ -442,6 +455,8 @@ impl PgStore {
             schema: locator.schema,
             writers: Default::default(),
             turns: AtomicU64::new(0),
+            holding: AtomicU64::new(0),
+            ended: AtomicU64::new(0),
             pool,
             objects: None,
             inline_max: INLINE_MAX,
@@ -464,6 +479,14 @@ impl PgStore {
             // The copy `vault migrate` makes reads its objects back from the server to
             // verify them.
             memo: (!is_migrating_copy(&self.path)).then(|| lock_key(&self.schema)),
+        }
+    }
+
+    /// `placement`, with every object read from the server.
+    fn verified(&self) -> Placement<'_> {
+        Placement {
+            memo: None,
+            ..self.placement()
         }
     }
 
@@ -595,7 +618,13 @@ impl PgStore {
             }
         };
         let changes = view.changes();
-        if !view.commit_speculated(key)? {
+        // A wait for the lock that ran out applied nothing: the usual way waits again when
+        // that is due (`write_locked`).
+        let applied = match view.commit_speculated(key) {
+            Err(e) if lock_wait_over(&e) => false,
+            other => other?,
+        };
+        if !applied {
             SPECULATION[1].fetch_add(1, Ordering::Relaxed);
             return Ok(None);
         }
@@ -616,6 +645,7 @@ impl PgStore {
     ) -> Result<R> {
         let (mut rows, scans) = read_ahead_keys(ahead);
         rows.extend(WRITE_COUNTERS.map(|k| (Table::Meta, k.to_vec())));
+        let mut ended = self.ended.load(Ordering::SeqCst);
         for attempt in 0.. {
             // The connection this process last used (its reads' idle ones included): a new
             // one costs a connect and a prepare.
@@ -642,6 +672,19 @@ impl PgStore {
                 slot.conn = None;
                 continue;
             }
+            // The lock wait ran out while a write of this handle held the lock (a long
+            // import on another thread): with one connection this write would have waited
+            // in the process for as long, so it waits again. One held by another host, the
+            // whole wait through, is the error.
+            if let Err(e) = &begun
+                && lock_wait_over(e)
+            {
+                let now = self.ended.load(Ordering::SeqCst);
+                if self.holding.load(Ordering::SeqCst) > 0 || now != ended {
+                    ended = now;
+                    continue;
+                }
+            }
             // `vault migrate` replaces the vault file while it holds the lock, and marks a
             // shared vault it moved away.
             if begun? {
@@ -649,6 +692,7 @@ impl PgStore {
                     path: self.path.clone(),
                 });
             }
+            let _holding = Holding::new(self);
             self.file.still(&self.path)?;
             let mut view = view;
             let out = {
@@ -665,6 +709,23 @@ impl PgStore {
             return Ok(out);
         }
         unreachable!("the loop returns")
+    }
+}
+
+/// A write of the handle that holds the vault's lock, counted while it does.
+struct Holding<'a>(&'a PgStore);
+
+impl<'a> Holding<'a> {
+    fn new(store: &'a PgStore) -> Self {
+        store.holding.fetch_add(1, Ordering::SeqCst);
+        Holding(store)
+    }
+}
+
+impl Drop for Holding<'_> {
+    fn drop(&mut self) {
+        self.0.ended.fetch_add(1, Ordering::SeqCst);
+        self.0.holding.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -690,6 +751,12 @@ impl Store for PgStore {
 
     fn read_with(&self, f: &mut dyn FnMut(&dyn StoreRead) -> Result<()>) -> Result<()> {
         self.kv_read(|r| f(r)).map_err(|e| self.with_kept(e))
+    }
+
+    /// Objects from the server, not from this process's memory of object rows.
+    fn read_verified_with(&self, f: &mut dyn FnMut(&dyn StoreRead) -> Result<()>) -> Result<()> {
+        self.kv_read_in(self.verified(), &[], |r| f(r))
+            .map_err(|e| self.with_kept(e))
     }
 
     fn write_with(&self, f: &mut dyn FnMut(&mut dyn StoreWrite) -> Result<()>) -> Result<()> {
@@ -739,11 +806,7 @@ impl Store for PgStore {
 
     /// Every object is read from the server here, not from this process's memory of rows.
     fn integrity_problems(&self) -> Result<Vec<String>> {
-        let place = Placement {
-            memo: None,
-            ..self.placement()
-        };
-        self.kv_read_in(place, &[], |r| r.integrity_problems())
+        self.kv_read_in(self.verified(), &[], |r| r.integrity_problems())
     }
 
     fn disk_size(&self) -> u64 {

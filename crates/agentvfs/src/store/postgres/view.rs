@@ -276,11 +276,12 @@ impl<'c, 's> View<'c, 's> {
             }
             uploaded = Some((store, store.put_all(uploads)?));
         }
-        // Object rows sent, to keep once the commit is acknowledged.
-        let sent_objects: Vec<(Vec<u8>, Vec<u8>)> = match self.place.memo {
+        // Object rows sent (`None`: deleted), to keep or forget once the commit is
+        // acknowledged.
+        let sent_objects: Vec<(Vec<u8>, Option<Vec<u8>>)> = match self.place.memo {
             Some(_) => self.buf[Table::Objects as usize]
                 .iter()
-                .filter_map(|(k, v)| Some((k.clone(), v.clone()?)))
+                .map(|(k, v)| (k.clone(), v.clone()))
                 .collect(),
             None => Vec::new(),
         };
@@ -364,7 +365,10 @@ impl<'c, 's> View<'c, 's> {
                 }
                 if let Some(vault) = self.place.memo {
                     for (k, v) in &sent_objects {
-                        super::memo::put(vault, k, v);
+                        match v {
+                            Some(row) => super::memo::put(vault, k, row),
+                            None => super::memo::forget(vault, k),
+                        }
                     }
                 }
                 Ok(true)
@@ -596,12 +600,7 @@ impl Iterator for Pages<'_, '_, '_> {
 impl View<'_, '_> {
     /// A row as stored (an object in the object store: its reference).
     fn row(&self, t: Table, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        // An object row never changes, so one this process saw needs neither a round trip
-        // nor a guard (a speculative write may read it too).
         let memo = self.place.memo.filter(|_| t == Table::Objects);
-        if let Some(v) = memo.and_then(|vault| super::memo::get(vault, key)) {
-            return Ok(Some(v));
-        }
         if let Some(spec) = &self.spec {
             return spec.row(t, key);
         }
@@ -651,7 +650,15 @@ impl KvRead for View<'_, '_> {
         if let Some(v) = self.buf[t as usize].get(key) {
             return Ok(v.as_deref().map(Val::Ref));
         }
-        let Some(v) = self.row(t, key)? else {
+        // An object's content never changes, so a row this process saw needs neither a
+        // round trip nor a guard (a speculative write may read it too). Whether the server
+        // still holds it (`object_head_at`: `has_object`, a deletion) is asked of the server.
+        let memo = self.place.memo.filter(|_| t == Table::Objects);
+        let v = match memo.and_then(|vault| super::memo::get(vault, key)) {
+            Some(v) => Some(v),
+            None => self.row(t, key)?,
+        };
+        let Some(v) = v else {
             return Ok(None);
         };
         let v = match (t, reference(&v), self.place.store) {
