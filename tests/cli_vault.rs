@@ -77,7 +77,14 @@ fn create_list_use_info() {
     assert_eq!(info["workspace"]["name"], "main");
     assert_eq!(info["workspace"]["files"], 1);
     assert_eq!(info["workspace"]["bytes"], 1);
-    assert_eq!(info["format_version"], agentvfs::store::FORMAT_VERSION);
+    let engine = match info["engine"].as_str().unwrap() {
+        "sqlite" => agentvfs::store::Engine::Sqlite,
+        _ => agentvfs::store::Engine::Lmdb,
+    };
+    assert_eq!(
+        info["format_version"],
+        agentvfs::store::format_version(engine)
+    );
     assert_eq!(info["checkpoints"], 0);
     let info = env.data(&["vault", "info", "alpha"]);
     assert_eq!(info["name"], "alpha");

@@ -279,6 +279,28 @@ fn large_objects_live_in_s3_and_another_host_reads_them_through_its_cache() {
     for h in [&a, &b] {
         h.data(&["vault", "check"]);
     }
+    // An object gone from the store: `vault check` on the host that still holds it in its
+    // cache (it uploaded it) says so, as a check of what the store holds must. Reads go on
+    // from the cache.
+    let gone = &keys[0];
+    let deleted = std::process::Command::new("curl")
+        .args([
+            "-sf",
+            "-X",
+            "DELETE",
+            &format!("{endpoint}/avfs-test/{gone}"),
+        ])
+        .status()
+        .expect("curl runs");
+    assert!(deleted.success(), "deleting {gone}");
+    assert_eq!(s3_keys(&endpoint, &name).len(), 2);
+    let out = a.run_with(&["vault", "check"], &[]);
+    let doc = check_json_output(&["vault", "check"], &out);
+    assert!(
+        !out.status.success() && doc["error"]["kind"] == "corrupt_vault",
+        "{doc}"
+    );
+    assert_eq!(a.cat("big.txt"), big);
     a.data(&["vault", "delete", &name, "--yes"]);
 }
 

@@ -790,16 +790,18 @@ impl<'de, T: serde::de::DeserializeOwned> Deserialize<'de> for Checked<T> {
 fn unfit(path: &str, problem: &str) -> String {
     let mut problem = problem.to_string();
     for (rust, schema) in [
-        ("expected i64", "expected an integer"),
-        ("expected u64", "expected an integer of 0 or more"),
+        ("expected i64", "expected an integer (64-bit)"),
         ("expected usize", "expected an integer of 0 or more"),
-        ("expected u32", "expected an integer of 0 or more"),
         ("expected a boolean", "expected true or false"),
     ] {
         problem = problem.replace(rust, schema);
     }
+    // An unknown field's path is the field itself, which serde's message already names.
     match path {
         "." => format!("the tool's arguments do not fit its schema: {problem}"),
+        _ if problem.starts_with("unknown field") => {
+            format!("the tool's arguments do not fit its schema: {problem}")
+        }
         field => format!("the tool's argument `{field}` does not fit its schema: {problem}"),
     }
 }
@@ -825,4 +827,44 @@ impl<T: JsonSchema> JsonSchema for Checked<T> {
 /// A failed call: the same `error` object as `avfs --json` prints.
 fn error_value(e: &Error) -> Value {
     json!({ "kind": e.kind(), "message": e.to_string(), "details": e.details() })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn message<T: serde::de::DeserializeOwned>(args: Value) -> String {
+        let Checked(out) = serde_json::from_value::<Checked<T>>(args).unwrap();
+        let refused = out.err().expect("refused");
+        let error = refused.structured_content.expect("structured");
+        assert_eq!(error["kind"], "invalid_argument", "{error}");
+        error["message"].as_str().unwrap().to_string()
+    }
+
+    #[test]
+    fn arguments_that_do_not_fit_name_the_field_in_the_schemas_words() {
+        let m = message::<OpLogParams>(json!({ "limit": -1 }));
+        assert!(
+            m.contains("argument `limit`") && m.contains("an integer of 0 or more"),
+            "{m}"
+        );
+        let m = message::<WriteFileParams>(json!({ "path": "a", "content": "x", "if_head": "7" }));
+        assert!(
+            m.contains("`if_head`") && m.contains("an integer (64-bit)"),
+            "{m}"
+        );
+        let m = message::<WriteFileParams>(
+            json!({ "path": "a", "content": "x", "if_head": 9223372036854775808u64 }),
+        );
+        assert!(m.contains("`if_head`") && m.contains("(64-bit)"), "{m}");
+        let m = message::<ReadFileParams>(json!({ "path": "a", "nope": 1 }));
+        assert!(
+            m.contains("the tool's arguments do not fit its schema: unknown field `nope`"),
+            "{m}"
+        );
+        let m = message::<ReadFileParams>(json!({}));
+        assert!(m.contains("missing field `path`"), "{m}");
+        let m = message::<ListFilesParams>(json!({ "all": "yes" }));
+        assert!(m.contains("`all`") && m.contains("true or false"), "{m}");
+    }
 }

@@ -6,7 +6,7 @@
 use crate::error::{Error, Result};
 use crate::model::node::object_id;
 use crate::model::path::VPath;
-use crate::store::{Store, StoreRead, StoreWrite};
+use crate::store::{IdKind, Store, StoreRead, StoreWrite};
 
 /// What a copy moved.
 #[derive(Debug, Clone, Default, serde::Serialize, schemars::JsonSchema)]
@@ -87,6 +87,10 @@ fn copy_records(src: &dyn StoreRead, w: &mut dyn StoreWrite, n: &mut CopyCounts)
         w.set_setting(&k, Some(&v))?;
         n.settings += 1;
     }
+    // Ids handed out to records deleted since stay handed out in the copy.
+    for kind in IdKind::ALL {
+        w.keep_ids_past(kind, src.highest_id(kind)?)?;
+    }
     Ok(())
 }
 
@@ -126,6 +130,13 @@ pub fn verify_copy(
             Err(mismatch(what.to_string()))
         }
     };
+    for kind in IdKind::ALL {
+        same(
+            &format!("the highest {} id handed out", kind.name()),
+            src.highest_id(kind)?.to_string(),
+            copy.highest_id(kind)?.to_string(),
+        )?;
+    }
     let (wa, wb) = (src.workspaces()?, copy.workspaces()?);
     same("workspaces", format!("{wa:?}"), format!("{wb:?}"))?;
     for ws in &wa {

@@ -17,8 +17,7 @@ use super::quota::Quota;
 use super::view::{ObjectCache, View};
 use crate::error::{Error, Result};
 use crate::store::{
-    AuditRecord, Engine, FORMAT_VERSION, Server, Store, StoreRead, WorkspaceRecord, create_store,
-    open_store,
+    AuditRecord, Engine, Server, Store, StoreRead, WorkspaceRecord, create_store, open_store,
 };
 
 /// The name of every vault's main workspace.
@@ -310,7 +309,7 @@ impl Vault {
             Ok(VaultInfo {
                 path: self.path.display().to_string(),
                 engine: self.store.engine(),
-                format_version: FORMAT_VERSION,
+                format_version: crate::store::format_version(self.store.engine()),
                 disk_bytes,
                 workspace: fork_info(&ws),
                 checkpoints: checkpoints.len(),

@@ -656,9 +656,19 @@ fn a_store_copies_into_every_engine_with_its_ids_and_verifies() {
                     Ok(w1)
                 })
                 .unwrap();
-            // An id gap (a deleted op) must survive the copy too.
+            // An id gap (a deleted op) must survive the copy too, and so must the ids of
+            // the newest op and checkpoint, deleted: the copy never hands them out again.
             let second = src.read(|r| r.ops(None, 3)).unwrap()[1].id;
             src.write(|w| w.delete_op(second)).unwrap();
+            let (gone_op, gone_cp) = src
+                .write(|w| {
+                    let o = w.append_op(&op(w1, 4))?;
+                    let c = w.insert_checkpoint(&cp(w1, "gone", false))?;
+                    w.delete_op(o)?;
+                    w.delete_checkpoint(c)?;
+                    Ok((o, c))
+                })
+                .unwrap();
             let dst = new_store(dir.path(), "b.avfs", *to);
             let counts = src
                 .read(|r| copy_store(r, &*dst, &mut |_, _, _| {}))
@@ -679,9 +689,13 @@ fn a_store_copies_into_every_engine_with_its_ids_and_verifies() {
                 !ids.contains(&second) && ids.len() == 2,
                 "{from:?} -> {to:?}: {ids:?}"
             );
-            // The copy's counters are past every copied id.
+            // The copy's counters are past every id the source handed out.
             let next = dst.write(|w| w.append_op(&op(w1, 9))).unwrap();
-            assert!(next > *ids.iter().max().unwrap(), "{from:?} -> {to:?}");
+            assert!(next > gone_op, "{from:?} -> {to:?}");
+            let next_cp = dst
+                .write(|w| w.insert_checkpoint(&cp(w1, "again", false)))
+                .unwrap();
+            assert!(next_cp > gone_cp, "{from:?} -> {to:?}");
             // A copy that lost something does not verify.
             dst.write(|w| w.set_setting("quota.max_files", Some("11")))
                 .unwrap();

@@ -25,6 +25,19 @@ pub use id::ObjectId;
 pub use postgres::{Speculation, object_cache_counts, speculation_counts};
 pub use sqlite::{FORMAT_VERSION, SqliteStore};
 
+/// The key-value engines' format (LMDB, sled, PostgreSQL): their layout is their own, so a
+/// change to SQLite's tables (format 5: `id_floor`) does not make hosts of an older build
+/// refuse a shared vault whose layout did not change.
+const KV_FORMAT_VERSION: u32 = 4;
+
+/// The newest format this build writes for vaults in `engine` (SQLite: `FORMAT_VERSION`).
+pub fn format_version(engine: Engine) -> u32 {
+    match engine {
+        Engine::Sqlite => FORMAT_VERSION,
+        _ => KV_FORMAT_VERSION,
+    }
+}
+
 use crate::error::{Error, Result};
 
 /// A storage engine a vault file can be kept in.
@@ -540,6 +553,29 @@ pub trait StoreRead {
     fn ops(&self, ws: Option<i64>, limit: usize) -> Result<Vec<OpRecord>>;
     /// The newest `limit` records since `since`, steps included only if `steps`.
     fn audit(&self, limit: usize, since: Option<i64>, steps: bool) -> Result<Vec<AuditRecord>>;
+    /// The highest id of `kind` ever handed out, its record deleted or not (0: none).
+    fn highest_id(&self, kind: IdKind) -> Result<i64>;
+}
+
+/// Records whose ids can be deleted with them, and must still never come back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IdKind {
+    Workspace,
+    Checkpoint,
+    Op,
+}
+
+impl IdKind {
+    pub const ALL: [IdKind; 3] = [IdKind::Workspace, IdKind::Checkpoint, IdKind::Op];
+
+    /// The name of its id counter (key-value engines) and table (SQLite).
+    pub fn name(self) -> &'static str {
+        match self {
+            IdKind::Workspace => "workspace",
+            IdKind::Checkpoint => "checkpoint",
+            IdKind::Op => "op",
+        }
+    }
 }
 
 /// Write access, inside one `BEGIN IMMEDIATE` transaction. Reads see the transaction's writes.
@@ -583,6 +619,9 @@ pub trait StoreWrite: StoreRead {
     fn copy_checkpoint(&mut self, rec: &CheckpointRecord) -> Result<()>;
     fn copy_op(&mut self, rec: &OpRecord) -> Result<()>;
     fn copy_audit(&mut self, rec: &AuditRecord) -> Result<()>;
+    /// Hand out no id of `kind` up to `id` from now on (`vault migrate`: ids the source
+    /// handed out to records it deleted since).
+    fn keep_ids_past(&mut self, kind: IdKind, id: i64) -> Result<()>;
 
     /// Mark the vault as moved away (`vault migrate`), in this transaction: a writer of a
     /// vault shared across hosts that takes its turn afterwards writes nothing and gets

@@ -27,7 +27,6 @@ use std::path::{Path, PathBuf};
 pub(super) use self::read::Reader;
 pub(super) use self::tx::Writer;
 use super::ReadAhead;
-use super::sqlite::FORMAT_VERSION;
 use crate::error::{Error, Result};
 
 /// `meta` keys.
@@ -218,6 +217,8 @@ pub(super) fn canonical(path: &Path) -> Result<PathBuf> {
 
 /// Check the format number an engine's `meta` holds (`found`): one this build reads, or a
 /// typed error saying what is wrong.
+pub(super) use super::KV_FORMAT_VERSION;
+
 pub(super) fn check_format(engine: &str, path: &Path, found: Option<Vec<u8>>) -> Result<()> {
     let found = match found {
         Some(b) if b.len() == 4 => u32::from_le_bytes(b.try_into().expect("4 bytes")),
@@ -227,11 +228,11 @@ pub(super) fn check_format(engine: &str, path: &Path, found: Option<Vec<u8>>) ->
             });
         }
     };
-    if found > FORMAT_VERSION {
+    if found > KV_FORMAT_VERSION {
         return Err(Error::UnsupportedFormat {
             path: path.to_path_buf(),
             found,
-            supported: FORMAT_VERSION,
+            supported: KV_FORMAT_VERSION,
         });
     }
     Ok(())

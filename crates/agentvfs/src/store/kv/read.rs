@@ -261,6 +261,11 @@ impl<K: KvRead + ?Sized> StoreRead for Reader<'_, K> {
         Ok(out)
     }
 
+    fn highest_id(&self, kind: crate::store::IdKind) -> Result<i64> {
+        let next = self.counter(format!("next.{}", kind.name()).as_bytes())?;
+        Ok(i64::try_from(next.saturating_sub(1)).unwrap_or(i64::MAX))
+    }
+
     fn setting(&self, key: &str) -> Result<Option<String>> {
         match self.get(Table::Settings, &text_key(key.as_bytes()))? {
             Some(v) => {

@@ -51,6 +51,7 @@ read_through! {
     settings_with_prefix(prefix: &str) -> Vec<(String, String)>;
     ops(ws: Option<i64>, limit: usize) -> Vec<OpRecord>;
     audit(limit: usize, since: Option<i64>, steps: bool) -> Vec<AuditRecord>;
+    highest_id(kind: crate::store::IdKind) -> i64;
 }
 
 impl<'a, K: KvWrite + ?Sized> Writer<'a, K> {
@@ -407,6 +408,10 @@ impl<K: KvWrite + ?Sized> StoreWrite for Writer<'_, K> {
     fn copy_audit(&mut self, rec: &AuditRecord) -> Result<()> {
         self.put_audit(rec.id, rec)?;
         self.bump("audit", rec.id)
+    }
+
+    fn keep_ids_past(&mut self, kind: crate::store::IdKind, id: i64) -> Result<()> {
+        self.bump(kind.name(), id)
     }
 }
 

@@ -14,11 +14,11 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use heed::types::Bytes;
 use heed::{Database, Env, EnvFlags, EnvOpenOptions, RoTxn, RwTxn, WithoutTls};
 
+use super::kv::KV_FORMAT_VERSION as FORMAT_VERSION;
 use super::kv::{
     ENGINE_KEY, FORMAT_KEY, KvRead, KvWrite, Reader, Table, Val, Visit, Writer, canonical,
     check_format,
 };
-use super::sqlite::FORMAT_VERSION;
 use super::{Engine, Store, StoreRead, StoreWrite};
 use crate::error::{Error, Result};
 

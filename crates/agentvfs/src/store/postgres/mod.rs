@@ -36,10 +36,10 @@ use self::conn::{Conn, block, connect, connect_async, put_idle, quoted, take_idl
 use self::known::Known;
 use self::objects::Objects;
 use self::view::{Placement, View};
+use super::kv::KV_FORMAT_VERSION as FORMAT_VERSION;
 use super::kv::{
     ENGINE_KEY, FORMAT_KEY, Reader, Table, WRITE_COUNTERS, Writer, check_format, read_ahead_keys,
 };
-use super::sqlite::FORMAT_VERSION;
 use super::{
     Engine, FileIdentity, ReadAhead, Server, Store, StoreRead, StoreWrite, is_migrating_copy,
 };

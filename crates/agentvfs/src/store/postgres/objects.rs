@@ -158,10 +158,11 @@ impl Objects {
     /// The bytes of object `id` (`hash`: their BLAKE3, from its index row), from the host
     /// cache or else the store (then cached). A copy whose bytes do not hash to `hash` is
     /// never returned: a damaged cached copy is dropped and fetched again; a damaged stored
-    /// one is `corrupt_vault`.
-    pub(super) fn get(&self, id: &[u8], hash: &[u8; 32]) -> Result<Vec<u8>> {
+    /// one is `corrupt_vault`. Not `cached`: from the store whatever the cache holds (a
+    /// check of what the store holds).
+    pub(super) fn get(&self, id: &[u8], hash: &[u8; 32], cached: bool) -> Result<Vec<u8>> {
         let name = hex::encode(id);
-        if let Some(bytes) = self.cache.get(&name, hash) {
+        if let Some(bytes) = self.cache.get(&name, hash).filter(|_| cached) {
             SERVED.fetch_add(1, Ordering::Relaxed);
             return Ok(bytes);
         }

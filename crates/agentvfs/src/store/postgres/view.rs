@@ -47,7 +47,8 @@ pub(super) struct Placement<'s> {
     pub(super) store: Option<&'s Objects>,
     pub(super) inline_max: usize,
     /// The vault's key in this process's memory of object rows (`memo`), or none: every
-    /// object is read from the server (`vault check`).
+    /// object is read from the server and the object store, past the host cache too
+    /// (`vault check`, and the copy `vault migrate` verifies).
     pub(super) memo: Option<i64>,
 }
 
@@ -662,7 +663,10 @@ impl KvRead for View<'_, '_> {
             return Ok(None);
         };
         let v = match (t, reference(&v), self.place.store) {
-            (Table::Objects, Some((_, _, hash)), Some(store)) => store.get(key, &hash)?,
+            // A read that verifies the vault (no memory of rows) reads the store itself.
+            (Table::Objects, Some((_, _, hash)), Some(store)) => {
+                store.get(key, &hash, self.place.memo.is_some())?
+            }
             (Table::Objects, Some(_), None) => {
                 return Err(crate::error::Error::CorruptVault {
                     reason: "an object is in the object store, but the vault names none".into(),

@@ -25,9 +25,9 @@ use std::time::{Duration, Instant};
 use rustix::fs::{FlockOperation, flock};
 
 use self::view::{Snapshot, Versions, View};
+use super::kv::KV_FORMAT_VERSION as FORMAT_VERSION;
 use super::kv::{ENGINE_KEY, FORMAT_KEY, Reader, Table, Writer, canonical, check_format};
 use super::lock::lock;
-use super::sqlite::FORMAT_VERSION;
 use super::{Engine, FileIdentity, Store, StoreRead, StoreWrite};
 use crate::error::{Error, Result};
 

@@ -241,7 +241,27 @@ pub(super) fn migrate(conn: &Connection, path: &Path) -> Result<()> {
     if user_version(conn)? as usize >= MIGRATIONS.len() {
         return Ok(());
     }
-    conn.execute_batch("BEGIN IMMEDIATE")?;
+    if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
+        let found = user_version(conn)?;
+        return match e.sqlite_error_code() {
+            // Format 5 changes only how ids are handed out: a vault that cannot be written
+            // (read-only media, no permission) reads as it is.
+            Some(rusqlite::ErrorCode::ReadOnly) if found == FORMAT_VERSION - 1 => Ok(()),
+            Some(rusqlite::ErrorCode::ReadOnly) => Err(Error::invalid(format!(
+                "{} is vault format {found} and is read through format {FORMAT_VERSION}, \
+                 to which it is upgraded when first opened, but it cannot be written",
+                path.display()
+            ))),
+            Some(rusqlite::ErrorCode::DatabaseBusy) => Err(Error::WorkspaceBusy {
+                workspace: path.display().to_string(),
+                reason: format!(
+                    "it is vault format {found}, upgraded to {FORMAT_VERSION} when first opened, \
+                     and another process (an older avfs?) kept writing to it; try again"
+                ),
+            }),
+            _ => Err(damaged(path, e.into())),
+        };
+    }
     let result = (|| {
         let mut version = user_version(conn)?;
         while (version as usize) < MIGRATIONS.len() {

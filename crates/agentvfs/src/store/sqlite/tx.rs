@@ -6,7 +6,8 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 use crate::error::{Error, Result};
 use crate::store::id::ObjectId;
 use crate::store::{
-    AuditRecord, CheckpointRecord, OpRecord, StoreRead, StoreWrite, StoredObject, WorkspaceRecord,
+    AuditRecord, CheckpointRecord, IdKind, OpRecord, StoreRead, StoreWrite, StoredObject,
+    WorkspaceRecord,
 };
 
 /// A connection inside a transaction.
@@ -235,6 +236,15 @@ impl StoreRead for Tx<'_> {
         Ok(rows)
     }
 
+    fn highest_id(&self, kind: IdKind) -> Result<i64> {
+        let t = id_table(kind);
+        let sql = format!(
+            "SELECT max((SELECT coalesce(max(id), 0) FROM {t}), \
+             (SELECT coalesce(max(id), 0) FROM id_floor WHERE tbl = '{t}'))"
+        );
+        Ok(self.0.prepare_cached(&sql)?.query_row([], |r| r.get(0))?)
+    }
+
     fn setting(&self, key: &str) -> Result<Option<String>> {
         let mut stmt = self
             .0
@@ -346,8 +356,8 @@ impl StoreWrite for Tx<'_> {
     }
 
     fn delete_workspace(&mut self, ws: i64) -> Result<()> {
-        for table in [Ids::Workspaces, Ids::Checkpoints, Ids::Ops] {
-            self.keep_ids_past(table)?;
+        for kind in IdKind::ALL {
+            self.floor_at_highest(kind)?;
         }
         self.0.execute("DELETE FROM overlay WHERE ws = ?1", [ws])?;
         self.0
@@ -409,7 +419,7 @@ impl StoreWrite for Tx<'_> {
     }
 
     fn delete_checkpoint(&mut self, id: i64) -> Result<()> {
-        self.keep_ids_past(Ids::Checkpoints)?;
+        self.floor_at_highest(IdKind::Checkpoint)?;
         self.0
             .execute("DELETE FROM checkpoints WHERE id = ?1", [id])?;
         Ok(())
@@ -434,7 +444,7 @@ impl StoreWrite for Tx<'_> {
     }
 
     fn delete_op(&mut self, id: i64) -> Result<()> {
-        self.keep_ids_past(Ids::Ops)?;
+        self.floor_at_highest(IdKind::Op)?;
         self.0.execute("DELETE FROM ops WHERE id = ?1", [id])?;
         Ok(())
     }
@@ -453,6 +463,10 @@ impl StoreWrite for Tx<'_> {
 
     fn copy_audit(&mut self, rec: &AuditRecord) -> Result<()> {
         self.put_audit(Some(rec.id), rec).map(drop)
+    }
+
+    fn keep_ids_past(&mut self, kind: IdKind, id: i64) -> Result<()> {
+        self.raise_floor(kind, id)
     }
 
     fn append_audit(&mut self, rec: &AuditRecord) -> Result<i64> {
@@ -474,37 +488,34 @@ macro_rules! next_id {
     };
 }
 
-/// Tables whose ids `id_floor` keeps past.
-#[derive(Clone, Copy)]
-enum Ids {
-    Workspaces,
-    Checkpoints,
-    Ops,
+/// The table of `kind`, as `id_floor` names it.
+fn id_table(kind: IdKind) -> &'static str {
+    match kind {
+        IdKind::Workspace => "workspaces",
+        IdKind::Checkpoint => "checkpoints",
+        IdKind::Op => "ops",
+    }
 }
 
 /// One INSERT per record kind: with `id` `None` the record gets the next id (an append),
 /// with `Some` it keeps the id it has (a copy, `vault migrate`).
 impl Tx<'_> {
-    /// Before rows of `table` are deleted: new ids start past the highest it holds now.
-    fn keep_ids_past(&mut self, table: Ids) -> Result<()> {
-        let sql = match table {
-            Ids::Workspaces => concat!(
-                "INSERT INTO id_floor(tbl, id) SELECT 'workspaces', id FROM ",
-                "(SELECT max(id) AS id FROM workspaces) WHERE id IS NOT NULL ",
-                "ON CONFLICT(tbl) DO UPDATE SET id = max(id, excluded.id)"
-            ),
-            Ids::Checkpoints => concat!(
-                "INSERT INTO id_floor(tbl, id) SELECT 'checkpoints', id FROM ",
-                "(SELECT max(id) AS id FROM checkpoints) WHERE id IS NOT NULL ",
-                "ON CONFLICT(tbl) DO UPDATE SET id = max(id, excluded.id)"
-            ),
-            Ids::Ops => concat!(
-                "INSERT INTO id_floor(tbl, id) SELECT 'ops', id FROM ",
-                "(SELECT max(id) AS id FROM ops) WHERE id IS NOT NULL ",
-                "ON CONFLICT(tbl) DO UPDATE SET id = max(id, excluded.id)"
-            ),
-        };
-        self.0.prepare_cached(sql)?.execute([])?;
+    /// Before rows of `kind` are deleted: new ids start past the highest its table holds.
+    fn floor_at_highest(&mut self, kind: IdKind) -> Result<()> {
+        let id = self.highest_id(kind)?;
+        self.raise_floor(kind, id)
+    }
+
+    /// New ids of `kind` start past `id`.
+    fn raise_floor(&mut self, kind: IdKind, id: i64) -> Result<()> {
+        if id > 0 {
+            self.0
+                .prepare_cached(
+                    "INSERT INTO id_floor(tbl, id) VALUES (?1, ?2) \
+                     ON CONFLICT(tbl) DO UPDATE SET id = max(id, excluded.id)",
+                )?
+                .execute(params![id_table(kind), id])?;
+        }
         Ok(())
     }
 
