@@ -22,6 +22,7 @@
 mod admin;
 mod conn;
 mod known;
+mod locator;
 mod memo;
 mod objects;
 mod view;
@@ -30,19 +31,16 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use serde::{Deserialize, Serialize};
-
 use self::conn::{Conn, block, connect, connect_async, put_idle, quoted, take_idle, within};
 use self::known::Known;
+use self::locator::Locator;
 use self::objects::Objects;
 use self::view::{Placement, View};
 use super::kv::KV_FORMAT_VERSION as FORMAT_VERSION;
 use super::kv::{
     ENGINE_KEY, FORMAT_KEY, Reader, Table, WRITE_COUNTERS, Writer, check_format, read_ahead_keys,
 };
-use super::{
-    Engine, FileIdentity, ReadAhead, Server, Store, StoreRead, StoreWrite, is_migrating_copy,
-};
+use super::{Engine, FileIdentity, ReadAhead, Store, StoreRead, StoreWrite, is_migrating_copy};
 use crate::error::{Error, Result};
 
 use super::{POSTGRES_MARK as MARK, SERVER_URL_ENV as URL_ENV};
@@ -63,88 +61,6 @@ const MIGRATIONS: &[&str] = &[
     "CREATE TABLE {s}.kv (t smallint NOT NULL, k bytea NOT NULL, v bytea NOT NULL, \
      PRIMARY KEY (t, k))",
 ];
-
-/// What the vault file on this host says.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Locator {
-    engine: String,
-    /// The vault's name on the server (`avfs_vaults.name`).
-    name: String,
-    /// Its schema there.
-    schema: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    url: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    url_env: Option<String>,
-}
-
-impl Locator {
-    /// The vault file for vault `server.name`, kept in `schema`: the URL, or the variable
-    /// it came from.
-    fn new(server: &Server, schema: String) -> Locator {
-        Locator {
-            engine: "postgres".into(),
-            name: server.name.clone(),
-            schema,
-            url: (!server.from_env).then(|| server.url.clone()),
-            url_env: server.from_env.then(|| URL_ENV.to_string()),
-        }
-    }
-
-    fn read(path: &Path) -> Result<Locator> {
-        let text = std::fs::read_to_string(path).map_err(|e| Error::io("reading", path, e))?;
-        // The parser's message quotes the line, which may hold a password: name the line only.
-        let locator: Locator = toml::from_str(&text).map_err(|e| Error::NotAVault {
-            path: path.to_path_buf(),
-            reason: format!(
-                "its PostgreSQL vault file does not parse (near byte {})",
-                e.span().map_or(0, |s| s.start)
-            ),
-        })?;
-        let ours = locator.engine == "postgres"
-            && locator.url_env.as_deref().is_none_or(|v| v == URL_ENV)
-            && locator.schema.starts_with("avfs_");
-        if !ours {
-            return Err(Error::NotAVault {
-                path: path.to_path_buf(),
-                reason: format!(
-                    "its PostgreSQL vault file names an engine other than postgres, a schema not made by avfs, or a URL variable other than ${URL_ENV}"
-                ),
-            });
-        }
-        Ok(locator)
-    }
-
-    fn write(&self, path: &Path) -> Result<()> {
-        use std::io::Write;
-        super::sqlite::create_private_file(path)?;
-        let body = toml::to_string(self).map_err(|e| Error::Storage(e.to_string()))?;
-        let text = format!(
-            "{MARK}: the records are on the server below (keep this file private).\n{body}"
-        );
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .open(path)
-            .map_err(|e| Error::io("writing", path, e))?;
-        f.write_all(text.as_bytes())
-            .and_then(|_| f.sync_all())
-            .map_err(|e| Error::io("writing", path, e))
-    }
-
-    fn url(&self) -> Result<String> {
-        if let Some(url) = &self.url {
-            return Ok(url.clone());
-        }
-        let var = self.url_env.as_deref().unwrap_or(URL_ENV);
-        std::env::var(var).map_err(|_| {
-            Error::invalid(format!(
-                "vault `{}` is kept in PostgreSQL and its server URL comes from ${var}, which is not set",
-                self.name
-            ))
-        })
-    }
-}
 
 /// Object reads of this process so far: (served by the host cache, fetched from the
 /// object store). Objects kept in their rows are neither.
