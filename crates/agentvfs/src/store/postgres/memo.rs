@@ -52,10 +52,15 @@ pub(super) fn get(vault: i64, id: &[u8]) -> Option<Vec<u8>> {
     lock(rows()).rows.get(&key).map(|v| v.to_vec())
 }
 
+/// Whether a row of `len` bytes is kept at all.
+pub(super) fn keeps(len: usize) -> bool {
+    len <= MAX_ROW
+}
+
 /// Keep object `id`'s row in `vault` (as the server holds it, or is about to once the
 /// write that sends it commits).
 pub(super) fn put(vault: i64, id: &[u8], row: &[u8]) {
-    if row.len() > MAX_ROW {
+    if !keeps(row.len()) {
         return;
     }
     let Some(key) = key(vault, id) else { return };

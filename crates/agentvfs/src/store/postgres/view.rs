@@ -280,8 +280,10 @@ impl<'c, 's> View<'c, 's> {
         // Object rows sent (`None`: deleted), to keep or forget once the commit is
         // acknowledged.
         let sent_objects: Vec<(Vec<u8>, Option<Vec<u8>>)> = match self.place.memo {
+            // Rows too large to keep are not copied (an import sends many).
             Some(_) => self.buf[Table::Objects as usize]
                 .iter()
+                .filter(|(_, v)| v.as_ref().is_none_or(|v| super::memo::keeps(v.len())))
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect(),
             None => Vec::new(),
